@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Idempotent machine setup for development, tests and the demo: system packages, the
+# Python workspace (.venv) and the Go-built local control plane (cached outside the repo).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(prometheus libseccomp2)
+export UV_PYTHON_DOWNLOADS=never
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  # a policy-rc.d that says 101 keeps the packages' services (e.g. prometheus on :9090) stopped
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+  $SUDO chmod +x /usr/sbin/policy-rc.d
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+  $SUDO rm -f /usr/sbin/policy-rc.d
+fi
+
+command -v uv >/dev/null || python3 -m pip install --quiet uv
+[ -x .venv/bin/python ] || uv venv --quiet --python python3.11 .venv
+uv pip install --quiet --python .venv \
+  -e operator -e tool_sandbox -e trainer_entry -r requirements-dev.txt
+
+if ! command -v go >/dev/null; then
+  echo "setup: Go is not installed; the local control plane is built from Go modules." >&2
+  echo "       Install Go >= 1.26 (https://go.dev/doc/install) and run 'make setup' again." >&2
+  exit 1
+fi
+PYTHONPATH=tests/e2e .venv/bin/python -m localcluster build
+echo "setup: done"

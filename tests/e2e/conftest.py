@@ -1,0 +1,60 @@
+"""e2e fixtures: a real local control plane (reused if `make cluster-up` left one running,
+else started for this session and torn down after it), fresh namespaces, and Prometheus."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from localcluster import LocalCluster
+from localcluster.__main__ import DEFAULT_ROOT
+from localcluster.prometheus import Prometheus, scrape_config
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    shared = LocalCluster.recorded(DEFAULT_ROOT)
+    if shared and shared.is_running() and not os.environ.get("TOOLRL_E2E_FRESH_CLUSTER"):
+        yield shared
+        return
+    private = LocalCluster(tmp_path_factory.mktemp("cluster"))
+    private.up()
+    try:
+        yield private
+    finally:
+        private.down()
+
+
+@pytest.fixture
+def namespace(cluster: LocalCluster) -> Iterator[str]:
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[Callable[..., Prometheus]]:
+    """`prometheus({"job": ["127.0.0.1:port"]}, labels=..., rule_files=[...])` starts one."""
+    started: list[Prometheus] = []
+
+    def start(targets: dict[str, list[str]], labels: dict[str, dict[str, str]] | None = None,
+              rule_files: list[Path] | None = None) -> Prometheus:
+        prom = Prometheus(tmp_path / f"prometheus-{len(started)}", scrape_config(targets, labels),
+                          rule_files or [])
+        started.append(prom)
+        return prom.start()
+
+    yield start
+    for prom in started:
+        prom.stop()

@@ -1,0 +1,354 @@
+"""Start, reuse and stop a real local control plane: etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, kwok (fake GPU/CPU nodes) and the KubeRay operator.
+
+Every process listens on 127.0.0.1 on a free port, so two clusters on one machine never
+collide. The state of a running cluster (pids, ports) lives in `<root>/state.json`, so a
+later command can reuse or stop it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .build import Toolchain, ensure_built
+from .certs import write_pki
+
+GPU_NODES = 4
+GPUS_PER_NODE = 8
+CPU_NODES = 2
+START_ORDER = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kuberay"]
+
+
+class ClusterError(RuntimeError):
+    """A component failed to start; the message names it and shows its log's tail."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node_manifest(name: str, gpus: int) -> dict:
+    """A kwok-managed fake node; `gpus` > 0 makes it a GPU node."""
+    capacity = {"cpu": "32", "memory": "256Gi", "pods": "110", "ephemeral-storage": "1Ti"}
+    labels = {
+        "type": "kwok",
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": "gpu-8x" if gpus else "cpu-32",
+    }
+    if gpus:
+        capacity["nvidia.com/gpu"] = str(gpus)
+        labels["nvidia.com/gpu.present"] = "true"
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": {},
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
+@dataclass
+class LocalCluster:
+    """A control plane rooted at `root` (pki, data, logs, kubeconfig, state)."""
+
+    root: Path
+    gpu_nodes: int = GPU_NODES
+    cpu_nodes: int = CPU_NODES
+    toolchain: Toolchain | None = None
+    ports: dict[str, int] = field(default_factory=dict)
+    pids: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "state.json"
+
+    def bin(self, name: str) -> str:
+        assert self.toolchain is not None, "cluster has no toolchain; call up() or load()"
+        return self.toolchain.path(name)
+
+    # ----- lifecycle -------------------------------------------------------------------
+
+    @classmethod
+    def recorded(cls, root: Path) -> LocalCluster | None:
+        """The cluster recorded under `root`, running or not (a crashed one still needs cleanup)."""
+        try:
+            state = json.loads((root / "state.json").read_text())
+        except (OSError, ValueError):
+            return None
+        bin_dir = Path(state["binDir"])
+        return cls(root, state["gpuNodes"], state["cpuNodes"], Toolchain(bin_dir, bin_dir / "crds"),
+                   state["ports"], state["pids"])
+
+    def is_running(self) -> bool:
+        try:
+            return all(self._alive(n) for n in START_ORDER) and self._apiserver_ready()
+        except (OSError, ValueError, KeyError):
+            return False
+
+    def up(self, timeout: float = 120.0, log: Callable[[str], None] = print) -> None:
+        """Start every component in order, waiting for each to be healthy."""
+        self.toolchain = self.toolchain or ensure_built()
+        if self.root.exists():
+            shutil.rmtree(self.root)
+        for d in ("pki", "logs", "etcd"):
+            (self.root / d).mkdir(parents=True)
+        pki = write_pki(self.root / "pki")
+        self.ports = {n: free_port() for n in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler",
+                                                "kwok", "kuberay-metrics", "kuberay-health")}
+        self._write_kubeconfig(pki)
+        self._link_binaries()
+        started = time.monotonic()
+        try:
+            for name in START_ORDER:
+                self.start_component(name, timeout=timeout)
+                log(f"localcluster: {name} ready ({time.monotonic() - started:.1f}s)")
+            self._create_nodes()
+            self._wait(lambda: self._ready_nodes() == self.gpu_nodes + self.cpu_nodes, "kwok",
+                       timeout, f"{self.gpu_nodes + self.cpu_nodes} nodes Ready")
+            self._wait(self._default_sa_exists, "kube-controller-manager", timeout,
+                       "the default ServiceAccount (serviceaccount controller)")
+        except BaseException:
+            self.down(remove=False)
+            raise
+        log(f"localcluster: all ready in {time.monotonic() - started:.1f}s; "
+            f"KUBECONFIG={self.kubeconfig}")
+
+    def down(self, remove: bool = True) -> None:
+        """Stop every process this cluster started (by pid), newest first; remove its data."""
+        for name in reversed(START_ORDER):
+            self.stop_component(name)
+        if remove and self.root.exists():
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def start_component(self, name: str, timeout: float = 60.0) -> None:
+        argv, check, what = self._component(name)
+        logf = (self.root / "logs" / f"{name}.log").open("ab")
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
+        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True, cwd=self.root)
+        logf.close()
+        self.pids[name] = proc.pid
+        self._save_state()
+        self._wait(check, name, timeout, what, proc)
+
+    def stop_component(self, name: str, grace: float = 3.0) -> None:
+        pid = self.pids.pop(name, None)
+        if pid is None or not self._pid_is(name, pid):
+            self._save_state()
+            return
+        try:
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and self._pid_is(name, pid):
+                _reap(pid)
+                time.sleep(0.05)
+            if self._pid_is(name, pid):
+                os.kill(pid, signal.SIGKILL)
+            _reap(pid)
+        except ProcessLookupError:
+            pass
+        self._save_state()
+
+    # ----- clients ---------------------------------------------------------------------
+
+    def kubectl(self, *args: str, check: bool = True, input: str | None = None,
+                timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        cmd = [self.bin("kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
+        res = subprocess.run(cmd, capture_output=True, text=True, input=input, timeout=timeout)
+        if check and res.returncode != 0:
+            raise subprocess.CalledProcessError(res.returncode, cmd, res.stdout, res.stderr)
+        return res
+
+    def apply(self, manifest: dict | list[dict], *extra: str) -> None:
+        docs = manifest if isinstance(manifest, list) else [manifest]
+        self.kubectl("apply", "-f", "-", *extra, input=yaml.safe_dump_all(docs))
+
+    # ----- internals -------------------------------------------------------------------
+
+    def _component(self, name: str) -> tuple[list[str], Callable[[], bool], str]:
+        p, pki, kc = self.ports, self.root / "pki", str(self.kubeconfig)
+        if name == "etcd":
+            return ([self.bin("etcd"), "--data-dir", str(self.root / "etcd"),
+                     "--listen-client-urls", f"http://127.0.0.1:{p['etcd']}",
+                     "--advertise-client-urls", f"http://127.0.0.1:{p['etcd']}",
+                     "--listen-peer-urls", f"http://127.0.0.1:{p['etcd-peer']}",
+                     "--initial-advertise-peer-urls", f"http://127.0.0.1:{p['etcd-peer']}",
+                     "--initial-cluster", f"default=http://127.0.0.1:{p['etcd-peer']}",
+                     "--unsafe-no-fsync", "--quota-backend-bytes", str(4 << 30), "--log-level", "warn"],
+                    lambda: b'"health":"true"' in _get(f"http://127.0.0.1:{p['etcd']}/health"),
+                    "GET /health")
+        if name == "kube-apiserver":
+            return ([self.bin("kube-apiserver"),
+                     "--etcd-servers", f"http://127.0.0.1:{p['etcd']}",
+                     "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+                     "--secure-port", str(p["apiserver"]), "--cert-dir", str(pki),
+                     "--tls-cert-file", str(pki / "apiserver.crt"),
+                     "--tls-private-key-file", str(pki / "apiserver.key"),
+                     "--client-ca-file", str(pki / "ca.crt"),
+                     "--service-account-issuer", f"https://127.0.0.1:{p['apiserver']}/",
+                     "--service-account-key-file", str(pki / "sa.pub"),
+                     "--service-account-signing-key-file", str(pki / "sa.key"),
+                     "--service-cluster-ip-range", "10.0.0.0/24",
+                     "--authorization-mode", "RBAC", "--allow-privileged=true",
+                     "--endpoint-reconciler-type", "none", "--profiling=false"],
+                    self._apiserver_ready, "GET /readyz")
+        if name in ("kube-controller-manager", "kube-scheduler"):
+            port = p["kcm" if name == "kube-controller-manager" else "scheduler"]
+            argv = [self.bin(name), "--kubeconfig", kc, "--authentication-kubeconfig", kc,
+                    "--authorization-kubeconfig", kc, "--bind-address", "127.0.0.1",
+                    "--secure-port", str(port), "--leader-elect=false"]
+            if name == "kube-controller-manager":
+                argv += ["--root-ca-file", str(pki / "ca.crt"),
+                         "--service-account-private-key-file", str(pki / "sa.key"),
+                         "--authorization-always-allow-paths", "/healthz,/readyz,/livez,/metrics",
+                         "--controllers", "*", "--concurrent-gc-syncs", "5"]
+            return argv, lambda: _get(f"https://127.0.0.1:{port}/healthz", insecure=True) == b"ok", \
+                "GET /healthz"
+        if name == "kwok":
+            return ([self.bin("kwok"), "--kubeconfig", kc, "--manage-all-nodes=false",
+                     "--manage-nodes-with-annotation-selector", "kwok.x-k8s.io/node=fake",
+                     "--cidr", "10.0.0.0/24", "--node-ip", "10.0.0.1",
+                     "--server-address", f"127.0.0.1:{p['kwok']}"],
+                    lambda: _get(f"http://127.0.0.1:{p['kwok']}/healthz") == b"ok", "GET /healthz")
+        if name == "kuberay":
+            self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(self.toolchain.kuberay_crds))
+            return ([self.bin("kuberay-operator"), "--enable-leader-election=false",
+                     "--metrics-addr", f"127.0.0.1:{p['kuberay-metrics']}",
+                     "--health-probe-bind-address", f"127.0.0.1:{p['kuberay-health']}",
+                     "--use-kubernetes-proxy"],
+                    lambda: _get(f"http://127.0.0.1:{p['kuberay-health']}/readyz") == b"ok", "GET /readyz")
+        raise KeyError(f"unknown component {name!r}; known: {START_ORDER}")
+
+    def _wait(self, check: Callable[[], bool], name: str, timeout: float, what: str,
+              proc: subprocess.Popen | None = None) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                raise ClusterError(f"{name} exited with code {proc.returncode} while starting.\n"
+                                   f"{self._log_tail(name)}")
+            try:
+                if check():
+                    return
+            except (OSError, subprocess.SubprocessError, ValueError):
+                pass
+            time.sleep(0.1)
+        raise ClusterError(f"{name} not ready after {timeout:.0f}s (waited for {what}).\n{self._log_tail(name)}")
+
+    def _log_tail(self, name: str, lines: int = 30) -> str:
+        log = self.root / "logs" / f"{name}.log"
+        try:
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return f"(no log at {log})"
+        return f"last {len(tail)} lines of {log}:\n" + "\n".join(tail)
+
+    def _apiserver_ready(self) -> bool:
+        pki = self.root / "pki"
+        ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        return _get(f"https://127.0.0.1:{self.ports['apiserver']}/readyz", context=ctx) == b"ok"
+
+    def _ready_nodes(self) -> int:
+        out = self.kubectl("get", "nodes", "-o", "json", check=False)
+        if out.returncode:
+            return 0
+        return sum(
+            1 for n in json.loads(out.stdout)["items"]
+            for c in n.get("status", {}).get("conditions", [])
+            if c["type"] == "Ready" and c["status"] == "True"
+        )
+
+    def _default_sa_exists(self) -> bool:
+        return self.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0
+
+    def _create_nodes(self) -> None:
+        nodes = [node_manifest(f"gpu-node-{i}", GPUS_PER_NODE) for i in range(self.gpu_nodes)]
+        nodes += [node_manifest(f"cpu-node-{i}", 0) for i in range(self.cpu_nodes)]
+        self.apply(nodes)
+
+    def _write_kubeconfig(self, pki: dict[str, Path]) -> None:
+        import base64
+
+        def b64(name: str) -> str:
+            return base64.b64encode(pki[name].read_bytes()).decode()
+
+        cfg = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "toolrl-local", "cluster": {
+                "server": f"https://127.0.0.1:{self.ports['apiserver']}",
+                "certificate-authority-data": b64("ca.crt")}}],
+            "users": [{"name": "toolrl-admin", "user": {
+                "client-certificate-data": b64("admin.crt"), "client-key-data": b64("admin.key")}}],
+            "contexts": [{"name": "toolrl-local", "context": {"cluster": "toolrl-local", "user": "toolrl-admin"}}],
+            "current-context": "toolrl-local",
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(cfg))
+        self.kubeconfig.chmod(0o600)
+
+    def _link_binaries(self) -> None:
+        """`<root>/bin/` puts the version-matched kubectl and helm at the user's hand."""
+        bindir = self.root / "bin"
+        bindir.mkdir(exist_ok=True)
+        for name in ("kubectl", "helm"):
+            (bindir / name).symlink_to(self.bin(name))
+
+    def _save_state(self) -> None:
+        if not self.root.exists() or self.toolchain is None:
+            return
+        self.state_file.write_text(json.dumps({
+            "pids": self.pids, "ports": self.ports, "binDir": str(self.toolchain.bin_dir),
+            "gpuNodes": self.gpu_nodes, "cpuNodes": self.cpu_nodes}, indent=1))
+
+    def _alive(self, name: str) -> bool:
+        pid = self.pids.get(name)
+        return pid is not None and self._pid_is(name, pid)
+
+    def _pid_is(self, name: str, pid: int) -> bool:
+        """True if `pid` still runs this component's binary (not a recycled pid)."""
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+            status = Path(f"/proc/{pid}/stat").read_text().split()[2]
+        except OSError:
+            return False
+        binary = "kuberay-operator" if name == "kuberay" else name
+        return status != "Z" and Path(cmdline).name == binary
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _get(url: str, insecure: bool = False, context: ssl.SSLContext | None = None) -> bytes:
+    if insecure:
+        context = ssl._create_unverified_context()
+    with urllib.request.urlopen(url, timeout=2, context=context) as resp:
+        return resp.read().strip()

@@ -1,0 +1,88 @@
+"""The build cache: clear errors when Go or the module proxy is missing; a partial or corrupt
+cache is detected and rebuilt rather than used."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from localcluster import build
+
+
+def fake_cache(root: Path) -> Path:
+    bin_dir = root / build.cache_key() / "bin"
+    (bin_dir / "crds").mkdir(parents=True)
+    (bin_dir / "crds" / "ray.io_rayjobs.yaml").write_text("kind: CustomResourceDefinition\n")
+    for name in build.BINARIES:
+        (bin_dir / name).write_bytes(f"binary {name}".encode())
+    manifest = {
+        "binaries": {n: build._sha256(bin_dir / n) for n in build.BINARIES},
+        "sizes": {n: (bin_dir / n).stat().st_size for n in build.BINARIES},
+    }
+    (bin_dir / "manifest.json").write_text(json.dumps(manifest))
+    return bin_dir
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TOOLRL_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_complete_cache_is_used(cache: Path) -> None:
+    bin_dir = fake_cache(cache)
+    assert build.ensure_built(verbose=False).bin_dir == bin_dir
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "delete", "manifest"])
+def test_damaged_cache_is_rebuilt(cache: Path, monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
+    bin_dir = fake_cache(cache)
+    target = bin_dir / "kube-apiserver"
+    if damage == "truncate":
+        target.write_bytes(b"bin")
+    elif damage == "flip":
+        target.write_bytes(target.read_bytes().upper())
+    elif damage == "delete":
+        target.unlink()
+    else:
+        (bin_dir / "manifest.json").write_text("{not json")
+    # an unreachable proxy stops the rebuild right after the damaged cache is thrown away
+    monkeypatch.setenv("GOPROXY", "http://127.0.0.1:9")
+    with pytest.raises(build.BuildError, match="cannot reach the Go module proxy"):
+        build.ensure_built(verbose=False)
+    assert not bin_dir.exists()
+
+
+def test_missing_go_is_a_clear_error(cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(build.BuildError, match="Go is not installed.*Install Go"):
+        build.ensure_built(verbose=False)
+
+
+def test_proxy_without_http_is_a_clear_error(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GOPROXY", "off")
+    with pytest.raises(build.BuildError, match="names no HTTP module proxy"):
+        build.ensure_built(verbose=False)
+
+
+def test_staging_replaces_come_from_the_release_go_mod() -> None:
+    gomod = (
+        "module k8s.io/kubernetes\n\nreplace (\n"
+        "\tk8s.io/api => ./staging/src/k8s.io/api\n"
+        "\tk8s.io/client-go => ./staging/src/k8s.io/client-go\n"
+        "\tgithub.com/other/mod => github.com/other/mod v1.0.0\n)\n"
+    )
+    assert build.staging_replaces(gomod, "v1.36.3") == {"k8s.io/api": "v0.36.3", "k8s.io/client-go": "v0.36.3"}
+    text = build.wrapper_gomod({"k8s.io/api": "v0.36.3", "k8s.io/sample-x": "v0.36.3"}, "1.26.0",
+                               frozenset({"k8s.io/sample-x"}))
+    assert "\tk8s.io/api => k8s.io/api v0.36.3" in text
+    assert "\tk8s.io/sample-x => ./stubs/k8s.io/sample-x" in text
+    assert "\tk8s.io/sample-x v0.36.3" not in text
+
+
+def test_version_is_stamped_for_clients_that_check_it() -> None:
+    flags = build._ldflags()
+    assert "-X k8s.io/component-base/version.gitVersion=" + build.KUBERNETES in flags
+    minor = build.KUBERNETES.split(".")[1]
+    assert f"-X k8s.io/client-go/pkg/version.gitMinor={minor}" in flags
