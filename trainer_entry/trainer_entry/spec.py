@@ -1,0 +1,231 @@
+"""The ToolRLJob spec as the trainer reads it: loading, defaults, and the value checks verl does not do.
+
+The operator writes `job.json` with the CRD defaults applied; the defaults here only fill what an
+older or hand-written spec leaves out, so the trainer never guesses silently.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PROTOCOLS = ("hermes", "tool-tags", "python-tags", "react")
+ENGINES = ("vllm", "sglang")
+# The estimators of verl's AdvantageEstimator that need no extra config (tested against verl's enum).
+ESTIMATORS = ("grpo", "gae", "rloo", "reinforce_plus_plus", "remax", "grpo_passk", "gpg", "opo")
+GROUP_ESTIMATORS = ("grpo", "rloo", "grpo_passk", "opo")
+PRESETS = ("code-execution", "exact-match", "toolbench", "custom")
+TOOL_TYPES = ("python", "search", "http")
+
+DEFAULTS: dict[str, Any] = {
+    "data": {"valFiles": [], "maxPromptLength": 1024, "maxResponseLength": 2048},
+    "algorithm": {
+        "advantageEstimator": "grpo",
+        "rolloutsPerPrompt": 8,
+        "klLoss": {"enabled": True, "coef": 0.001},
+        "learningRate": 1.0e-6,
+        "trainBatchSize": 256,
+        "totalEpochs": 1,
+    },
+    "rollout": {
+        "engine": "vllm",
+        "tensorParallelSize": 1,
+        "gpuMemoryUtilization": 0.6,
+        "protocol": "hermes",
+        "maxToolTurns": 3,
+        "maxParallelCalls": 1,
+        "maxToolResponseLength": 1024,
+        "toolCall": {"timeoutSeconds": 30, "maxRetries": 3, "retryDelaySeconds": 1.0, "maxConcurrency": 256},
+    },
+    "tools": [],
+    "reward": {
+        "preset": "code-execution",
+        "toolbench": {
+            "formatWeight": 0.1,
+            "functionCallWeight": 0.2,
+            "finishWeight": 0.3,
+            "errorPenalty": -0.5,
+            "finishBonus": 0.5,
+        },
+    },
+    "cluster": {"workers": {"replicas": 1, "gpusPerWorker": 1}},
+    "checkpoint": {"saveFreq": 20, "resume": "auto"},
+    "trainer": {"extraArgs": []},
+}
+
+
+class SpecError(ValueError):
+    """A spec value the trainer cannot run with; the message names the field to fix."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """The parts of `job.json` the trainer uses."""
+
+    name: str
+    namespace: str
+    uid: str
+    spec: dict[str, Any]
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def parse_job(doc: dict[str, Any]) -> Job:
+    """Build a Job from the ConfigMap document, applying defaults and checking values."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("spec"), dict):
+        raise SpecError("job.json: expected an object with 'spec' (the ToolRLJob written by the operator)")
+    meta = doc.get("metadata") or {}
+    if not meta.get("name"):
+        raise SpecError("job.json: metadata.name is missing")
+    job = Job(
+        name=str(meta["name"]),
+        namespace=str(meta.get("namespace") or "default"),
+        uid=str(meta.get("uid") or ""),
+        spec=_merge(DEFAULTS, doc["spec"]),
+    )
+    check_spec(job.spec)
+    return job
+
+
+def load_job(path: str | Path) -> Job:
+    """Read and check `job.json`."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise SpecError(f"{path}: job spec not found (the operator mounts it from the J-config ConfigMap)") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{path}: not valid JSON: {exc}") from None
+    return parse_job(doc)
+
+
+def _get(spec: dict[str, Any], field: str) -> Any:
+    node: Any = spec
+    for part in field.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def _need(cond: bool, field: str, message: str) -> None:
+    if not cond:
+        raise SpecError(f"spec.{field}: {message}")
+
+
+def _positive_int(spec: dict[str, Any], field: str) -> None:
+    value = _get(spec, field)
+    _need(isinstance(value, int) and not isinstance(value, bool) and value > 0, field,
+          f"must be a positive integer, got {value!r}")
+
+
+def _number(spec: dict[str, Any], field: str, low: float | None = None, high: float | None = None) -> None:
+    value = _get(spec, field)
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    ok = ok and (low is None or value >= low) and (high is None or value <= high)
+    bounds = f" in [{low}, {high}]" if low is not None and high is not None else (f" >= {low}" if low is not None else "")
+    _need(ok, field, f"must be a number{bounds}, got {value!r}")
+
+
+def _one_of(spec: dict[str, Any], field: str, choices: tuple[str, ...]) -> None:
+    value = _get(spec, field)
+    _need(value in choices, field, f"unknown value {value!r}; use one of {', '.join(choices)}")
+
+
+def check_spec(spec: dict[str, Any]) -> None:
+    """Reject values verl would accept and then fail on (or silently misuse) much later."""
+    _need(bool(_get(spec, "model.path")), "model.path", "is required (a hub id or a path inside a volume)")
+    train = _get(spec, "data.trainFiles")
+    _need(isinstance(train, list) and len(train) > 0, "data.trainFiles", "needs at least one parquet file")
+    for field in ("data.trainFiles", "data.valFiles"):
+        files = _get(spec, field) or []
+        _need(isinstance(files, list), field, "must be a list of parquet paths")
+        for i, path in enumerate(files):
+            _need(isinstance(path, str) and path.endswith(".parquet"), f"{field}[{i}]",
+                  f"{path!r} is not a .parquet file (prepare data with `python -m trainer_entry.data`)")
+    for field in ("data.maxPromptLength", "data.maxResponseLength", "algorithm.rolloutsPerPrompt",
+                  "algorithm.trainBatchSize", "rollout.tensorParallelSize", "rollout.maxToolTurns",
+                  "rollout.maxParallelCalls", "rollout.maxToolResponseLength",
+                  "rollout.toolCall.maxConcurrency", "cluster.workers.replicas", "cluster.workers.gpusPerWorker"):
+        _positive_int(spec, field)
+    _one_of(spec, "algorithm.advantageEstimator", ESTIMATORS)
+    if _get(spec, "algorithm.advantageEstimator") in GROUP_ESTIMATORS:
+        _need(_get(spec, "algorithm.rolloutsPerPrompt") >= 2, "algorithm.rolloutsPerPrompt",
+              "a group estimator needs at least 2 rollouts per prompt (with 1 every advantage is 0)")
+    _number(spec, "algorithm.learningRate", 0.0)
+    _number(spec, "algorithm.klLoss.coef", 0.0)
+    steps = _get(spec, "algorithm.totalTrainingSteps")
+    if steps is not None:
+        _positive_int(spec, "algorithm.totalTrainingSteps")
+    else:
+        _positive_int(spec, "algorithm.totalEpochs")
+    _one_of(spec, "rollout.engine", ENGINES)
+    _one_of(spec, "rollout.protocol", PROTOCOLS)
+    _number(spec, "rollout.gpuMemoryUtilization", 0.05, 0.95)
+    _number(spec, "rollout.toolCall.timeoutSeconds", 0.1)
+    _number(spec, "rollout.toolCall.retryDelaySeconds", 0.0)
+    retries = _get(spec, "rollout.toolCall.maxRetries")
+    _need(isinstance(retries, int) and retries >= 0, "rollout.toolCall.maxRetries", f"must be >= 0, got {retries!r}")
+    gpus = _get(spec, "cluster.workers.gpusPerWorker")
+    _need(gpus % _get(spec, "rollout.tensorParallelSize") == 0, "rollout.tensorParallelSize",
+          f"must divide cluster.workers.gpusPerWorker ({gpus})")
+    _check_tools(spec)
+    _check_reward(spec)
+    _check_checkpoint(spec)
+    extra = _get(spec, "trainer.extraArgs")
+    _need(isinstance(extra, list) and all(isinstance(a, str) and "=" in a for a in extra), "trainer.extraArgs",
+          "must be a list of Hydra overrides like 'trainer.val_before_train=false'")
+
+
+def _check_tools(spec: dict[str, Any]) -> None:
+    tools = spec.get("tools")
+    _need(isinstance(tools, list), "tools", "must be a list")
+    names: set[str] = set()
+    for i, tool in enumerate(tools):
+        field = f"tools[{i}]"
+        _need(isinstance(tool, dict), field, "must be an object with name and type")
+        name = tool.get("name")
+        _need(isinstance(name, str) and name.isidentifier(), f"{field}.name",
+              f"{name!r} must be an identifier (the model calls the tool by this name)")
+        _need(name not in names, f"{field}.name", f"duplicate tool name {name!r}")
+        names.add(name)
+        _need(tool.get("type") in TOOL_TYPES, f"{field}.type",
+              f"unknown type {tool.get('type')!r}; use one of {', '.join(TOOL_TYPES)}")
+    if spec["rollout"]["protocol"] in ("tool-tags", "python-tags"):
+        _need(any(t["type"] == "python" for t in tools), "tools",
+              f"protocol {spec['rollout']['protocol']} runs code: add a tool of type python")
+    if spec["rollout"]["protocol"] == "hermes":
+        _need(len(tools) > 0, "tools", "protocol hermes needs at least one tool to call")
+
+
+def _check_reward(spec: dict[str, Any]) -> None:
+    _one_of(spec, "reward.preset", PRESETS)
+    preset = spec["reward"]["preset"]
+    if preset == "custom":
+        custom = _get(spec, "reward.custom") or {}
+        _need(bool(custom.get("configMap")), "reward.custom.configMap", "is required for preset custom")
+        _need(str(custom.get("function") or "compute_score").isidentifier(), "reward.custom.function",
+              "must be a Python function name")
+    if preset == "toolbench":
+        for key in DEFAULTS["reward"]["toolbench"]:
+            _number(spec, f"reward.toolbench.{key}")
+    if preset == "code-execution":
+        _need(any(t["type"] == "python" for t in spec["tools"]), "tools",
+              "reward preset code-execution runs code in the tool pool: add a tool of type python")
+
+
+def _check_checkpoint(spec: dict[str, Any]) -> None:
+    save = _get(spec, "checkpoint.saveFreq")
+    _need(isinstance(save, int) and (save > 0 or save == -1), "checkpoint.saveFreq",
+          f"must be a positive step count or -1 (never), got {save!r}")
+    resume = _get(spec, "checkpoint.resume")
+    _need(isinstance(resume, str) and (resume in ("auto", "disable") or resume.startswith("/")),
+          "checkpoint.resume", f"use auto, disable or an absolute checkpoint path, got {resume!r}")

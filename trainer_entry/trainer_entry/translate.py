@@ -1,0 +1,205 @@
+"""Job spec → verl: Hydra overrides, the tool-config YAML and the agent-loop YAML.
+
+A pure function: no files are read or written here, so the whole mapping is testable against verl's
+own config schema. The table in trainer_entry/README.md documents every line of `_overrides`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainer_entry.spec import Job
+
+TOOL_CLASS = "trainer_entry.tools.PoolTool"
+AGENT_LOOP_CLASS = "trainer_entry.agent_loop.TagAgentLoop"
+REWARD_MODULE = "pkg://trainer_entry.rewards"
+TRAINER_MODE = "toolrl-sync"
+CHECKPOINT_ROOT = "/checkpoints"
+CUSTOM_REWARD_DIR = "/etc/toolrl/reward"
+CUSTOM_REWARD_FILE = "reward.py"
+HERMES_LOOP = "tool_agent"
+
+
+def agent_loop_name(protocol: str) -> str:
+    """Name under which our loop for a tag protocol is registered with verl."""
+    return "toolrl_" + protocol.replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where the run writes the generated YAML files (they must exist on every Ray node)."""
+
+    tool_config: str
+    agent_loops: str
+
+
+@dataclass(frozen=True)
+class Translation:
+    overrides: list[str]
+    tool_config: dict[str, Any]
+    agent_loops: list[dict[str, Any]]
+
+
+def hydra_value(value: Any) -> str:
+    """Render a Python value in Hydra's override grammar (strings always quoted)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"cannot render {type(value).__name__} as a Hydra value")
+
+
+TOOL_DESCRIPTIONS = {
+    "python": ("Run Python code in a sandbox and return what it prints.",
+               {"code": {"type": "string", "description": "Python source to execute"}}, ["code"]),
+    "search": ("Search the corpus and return the best matching passages.",
+               {"query": {"type": "string", "description": "What to search for"}}, ["query"]),
+    "http": ("Call the remote API behind this tool with JSON arguments.",
+             {"arguments": {"type": "object", "description": "Arguments of the API call"}}, ["arguments"]),
+}
+
+
+def tool_schema(tool: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI function schema the model sees for one spec.tools entry."""
+    description, properties, required = TOOL_DESCRIPTIONS[tool["type"]]
+    return {
+        "type": "function",
+        "function": {
+            "name": tool["name"],
+            "description": tool.get("description") or description,
+            "parameters": {"type": "object", "properties": properties, "required": required},
+        },
+    }
+
+
+def tool_config(job: Job, pool_url: str) -> dict[str, Any]:
+    """verl tool-config YAML: one PoolTool per spec.tools entry, all sharing the spec's call policy."""
+    call = job.spec["rollout"]["toolCall"]
+    entries = []
+    for tool in job.spec["tools"]:
+        entries.append({
+            "class_name": TOOL_CLASS,
+            "config": {
+                "type": "native",
+                "pool_url": pool_url,
+                "tool_type": tool["type"],
+                "timeout_seconds": float(tool.get("timeoutSeconds", call["timeoutSeconds"])),
+                "request_timeout_seconds": float(call["timeoutSeconds"]),
+                "max_retries": int(call["maxRetries"]),
+                "retry_delay_seconds": float(call["retryDelaySeconds"]),
+                "max_concurrency": int(call["maxConcurrency"]),
+            },
+            "tool_schema": tool_schema(tool),
+        })
+    return {"tools": entries}
+
+
+def agent_loops() -> list[dict[str, Any]]:
+    """Our loops for the tag protocols (hermes uses verl's own `tool_agent`)."""
+    return [
+        {"name": agent_loop_name(p), "_target_": AGENT_LOOP_CLASS, "protocol": p}
+        for p in ("tool-tags", "python-tags", "react")
+    ]
+
+
+def _reward(job: Job, pool_url: str) -> list[str]:
+    reward = job.spec["reward"]
+    if reward["preset"] == "custom":
+        custom = reward["custom"]
+        path = f"{CUSTOM_REWARD_DIR}/{custom.get('key', CUSTOM_REWARD_FILE)}"
+        return [f"reward.custom_reward_function.path={hydra_value(path)}",
+                f"reward.custom_reward_function.name={hydra_value(custom.get('function', 'compute_score'))}"]
+    kwargs: dict[str, Any] = {"preset": reward["preset"], "pool_url": pool_url}
+    if reward["preset"] == "toolbench":
+        kwargs["weights"] = dict(reward["toolbench"])
+    if reward["preset"] == "code-execution":
+        kwargs["tool"] = next(t["name"] for t in job.spec["tools"] if t["type"] == "python")
+    return [f"reward.custom_reward_function.path={hydra_value(REWARD_MODULE)}",
+            "reward.custom_reward_function.name='compute_score'",
+            f"+reward.custom_reward_function.reward_kwargs={hydra_value(kwargs)}"]
+
+
+def _checkpoint(job: Job) -> list[str]:
+    ckpt = job.spec["checkpoint"]
+    local_dir = f"{CHECKPOINT_ROOT}/{job.namespace}/{job.name}"
+    out = [f"trainer.save_freq={ckpt['saveFreq']}", f"trainer.default_local_dir={hydra_value(local_dir)}"]
+    resume = ckpt["resume"]
+    if resume in ("auto", "disable"):
+        out.append(f"trainer.resume_mode={resume}")
+    else:
+        out += ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={hydra_value(resume)}"]
+    return out
+
+
+def _overrides(job: Job, pool_url: str, paths: Paths) -> list[str]:
+    s = job.spec
+    data, algo, rollout = s["data"], s["algorithm"], s["rollout"]
+    workers = s["cluster"]["workers"]
+    seq_len = data["maxPromptLength"] + data["maxResponseLength"]
+    val_files = data["valFiles"] or data["trainFiles"]
+    mini_batch = algo.get("ppoMiniBatchSize", algo["trainBatchSize"])
+    v = hydra_value
+    out = [
+        f"actor_rollout_ref.model.path={v(s['model']['path'])}",
+        f"data.train_files={v(data['trainFiles'])}",
+        f"data.val_files={v(val_files)}",
+        f"data.max_prompt_length={data['maxPromptLength']}",
+        f"data.max_response_length={data['maxResponseLength']}",
+        f"data.train_batch_size={algo['trainBatchSize']}",
+        "data.return_raw_chat=true",
+        f"algorithm.adv_estimator={algo['advantageEstimator']}",
+        f"actor_rollout_ref.rollout.n={algo['rolloutsPerPrompt']}",
+        f"actor_rollout_ref.actor.use_kl_loss={v(bool(algo['klLoss']['enabled']))}",
+        f"actor_rollout_ref.actor.kl_loss_coef={v(float(algo['klLoss']['coef']))}",
+        f"actor_rollout_ref.actor.optim.lr={v(float(algo['learningRate']))}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_batch}",
+        "actor_rollout_ref.actor.use_dynamic_bsz=true",
+        f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={max(16384, seq_len)}",
+        f"critic.ppo_max_token_len_per_gpu={max(32768, 2 * seq_len)}",
+        f"actor_rollout_ref.rollout.name={rollout['engine']}",
+        "actor_rollout_ref.rollout.mode=async",
+        f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout['tensorParallelSize']}",
+        f"actor_rollout_ref.rollout.gpu_memory_utilization={v(float(rollout['gpuMemoryUtilization']))}",
+        "actor_rollout_ref.rollout.multi_turn.enable=true",
+        "actor_rollout_ref.rollout.multi_turn.format=hermes",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={v(paths.tool_config)}",
+        f"actor_rollout_ref.rollout.multi_turn.max_user_turns={rollout['maxToolTurns']}",
+        f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={rollout['maxToolTurns'] + 1}",
+        f"actor_rollout_ref.rollout.multi_turn.max_parallel_calls={rollout['maxParallelCalls']}",
+        f"actor_rollout_ref.rollout.multi_turn.max_tool_response_length={rollout['maxToolResponseLength']}",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={v(paths.agent_loops)}",
+        "actor_rollout_ref.rollout.agent.default_agent_loop="
+        + (HERMES_LOOP if rollout["protocol"] == "hermes" else agent_loop_name(rollout["protocol"])),
+        f"trainer.nnodes={workers['replicas']}",
+        f"trainer.n_gpus_per_node={workers['gpusPerWorker']}",
+        f"trainer.project_name={v(job.namespace)}",
+        f"trainer.experiment_name={v(job.name)}",
+        "trainer.logger=['console']",
+        f"trainer.v1.trainer_mode={TRAINER_MODE}",
+    ]
+    if algo.get("totalTrainingSteps") is not None:
+        out.append(f"trainer.total_training_steps={algo['totalTrainingSteps']}")
+    else:
+        out.append(f"trainer.total_epochs={algo['totalEpochs']}")
+    if not data["valFiles"]:
+        out += ["trainer.val_before_train=false", "trainer.test_freq=-1"]
+    out += _reward(job, pool_url) + _checkpoint(job)
+    return out + list(s["trainer"]["extraArgs"])
+
+
+def translate(job: Job, pool_url: str, paths: Paths) -> Translation:
+    """Everything verl needs for this job; `extraArgs` come last so they win."""
+    return Translation(
+        overrides=_overrides(job, pool_url, paths),
+        tool_config=tool_config(job, pool_url),
+        agent_loops=agent_loops(),
+    )
