@@ -1,0 +1,28 @@
+"""Every child of a job, in the order they are applied (what pods consume comes first)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .configmap import build_configmap
+from .rayjob import build_rayjob
+from .rbac import build_role, build_role_binding, build_service_account
+from .settings import Settings
+from .toolpool import build_deployment, build_network_policy, build_pdb, build_service
+
+
+def build_children(
+    job: dict[str, Any], settings: Settings, current_rayjob_suspend: bool | None = None
+) -> list[dict[str, Any]]:
+    """Plain manifests for all of `job`'s children; pure, so it is tested without a cluster."""
+    return [
+        build_service_account(job),
+        build_role(job),
+        build_role_binding(job),
+        build_configmap(job),
+        build_service(job),
+        build_pdb(job),
+        build_network_policy(job, settings),
+        build_deployment(job, settings),
+        build_rayjob(job, settings, current_rayjob_suspend),
+    ]

@@ -1,0 +1,320 @@
+"""kopf handlers: thin glue from watch events to the pure builders, the API and the status.
+
+A job is reconciled level-style: every create/update/resume applies all children by
+server-side apply (idempotent, so a restart or a retry is harmless) and then writes the status.
+Changes of the RayJob and the tool-pool Deployment, seen through kopf indexes, refresh the
+status; a deleted child is re-applied.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import kopf
+
+from .apply import RETRIABLE, ApiError, Kube, load_api_client
+from .children import build_children
+from .metrics import PHASES, RECONCILE_DURATION, RECONCILE_ERRORS
+from .naming import (
+    API_VERSION,
+    COMPONENT_TOOL_POOL,
+    GROUP,
+    KIND,
+    LABEL_COMPONENT,
+    LABEL_JOB,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    PLURAL,
+    VERSION,
+)
+from .settings import Settings
+from .status import FAILED, compute_status, status_changes
+from .toolpool import build_deployment, desired_replicas
+
+log = logging.getLogger(__name__)
+Key = tuple[str, str]
+OWNED = {LABEL_MANAGED_BY: MANAGED_BY}
+
+
+class Runtime:
+    """Process-wide state: the API client, per-job locks and what this process last wrote."""
+
+    def __init__(self, settings: Settings, kube: Kube) -> None:
+        self.settings = settings
+        self.kube = kube
+        self._locks: defaultdict[Key, threading.Lock] = defaultdict(threading.Lock)
+        self._locks_guard = threading.Lock()
+        self.written_status: dict[Key, dict[str, Any]] = {}
+        self.applied_generation: dict[Key, int] = {}
+
+    def lock(self, key: Key) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks[key]
+
+    def forget(self, key: Key) -> None:
+        with self._locks_guard:
+            self._locks.pop(key, None)
+        self.written_status.pop(key, None)
+        self.applied_generation.pop(key, None)
+
+
+_runtime: Runtime | None = None
+
+
+def runtime() -> Runtime:
+    global _runtime
+    if _runtime is None:
+        settings = Settings.from_env()
+        _runtime = Runtime(settings, Kube(load_api_client(), settings.field_manager))
+    return _runtime
+
+
+def plain(obj: Any) -> Any:
+    """A deep plain-dict copy of a kopf body view, safe to keep and to mutate."""
+    if isinstance(obj, Mapping):
+        return {key: plain(value) for key, value in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [plain(value) for value in obj]
+    return obj
+
+
+def _first(store: Iterable[Any] | None) -> Any:
+    return next(iter(store), None) if store is not None else None
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _job_key(job: Mapping[str, Any]) -> Key:
+    return job["metadata"]["namespace"], job["metadata"]["name"]
+
+
+# ---- startup and indexes ------------------------------------------------------------------
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """Keep kopf's bookkeeping in annotations (the status schema is ours) and run handlers wide."""
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.execution.max_workers = 16
+    settings.posting.level = logging.INFO
+    settings.watching.server_timeout = 300
+    runtime()
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def jobs(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
+    return {(namespace, name): plain(body)}
+
+
+@kopf.index("ray.io", "v1", "rayjobs", labels=OWNED)
+def rayjobs(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
+    return {(namespace, labels[LABEL_JOB]): _rayjob_view(body)}
+
+
+@kopf.index("apps", "v1", "deployments", labels={**OWNED, LABEL_COMPONENT: COMPONENT_TOOL_POOL})
+def deployments(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
+    return {(namespace, labels[LABEL_JOB]): _deployment_view(body)}
+
+
+def _rayjob_view(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a RayJob the status needs; the cluster template is left out to save memory."""
+    return {
+        "metadata": {"name": body["metadata"]["name"]},
+        "spec": {"suspend": body.get("spec", {}).get("suspend", False)},
+        "status": plain(body.get("status") or {}),
+    }
+
+
+def _deployment_view(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": body["metadata"]["name"], "generation": body["metadata"].get("generation", 0)},
+        "spec": {"replicas": body.get("spec", {}).get("replicas", 0)},
+        "status": plain(body.get("status") or {}),
+    }
+
+
+# ---- reconcile ----------------------------------------------------------------------------
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL)
+def reconcile(body: kopf.Body, reason: str, diff: kopf.Diff, rayjobs: kopf.Index, **_: Any) -> None:
+    job = plain(body)
+    if job["metadata"].get("deletionTimestamp"):
+        return
+    rayjob = _first(rayjobs.get(_job_key(job)))
+    apply_job(job, rayjob)
+    if reason == "create":
+        kopf.info(body, reason="Created", message="created ConfigMap, RBAC, tool pool and RayJob")
+    elif reason == "update":
+        _announce_update(body, job, diff)
+
+
+def _announce_update(body: kopf.Body, job: dict[str, Any], diff: kopf.Diff) -> None:
+    fields = sorted({".".join(map(str, change[1])) for change in diff})
+    kopf.info(body, reason="SpecApplied", message=f"applied changes of {', '.join(fields) or 'spec'}")
+    if any(tuple(change[1]) in {("spec", "suspend"), ("spec",)} for change in diff):
+        if job["spec"].get("suspend"):
+            kopf.info(body, reason="Suspended", message="suspended the RayJob and scaled the tool pool to 0")
+        else:
+            kopf.info(body, reason="Resumed", message="resumed the RayJob and the tool pool")
+
+
+def apply_job(job: dict[str, Any], rayjob: dict[str, Any] | None) -> None:
+    """Apply every child of `job`, then write its status; API errors become kopf retries."""
+    rt = runtime()
+    key = _job_key(job)
+    started = time.monotonic()
+    current_suspend = rayjob["spec"]["suspend"] if rayjob else None
+    live: dict[str, dict[str, Any]] = {}
+    manifest: dict[str, Any] = {}
+    try:
+        for manifest in build_children(job, rt.settings, current_suspend):
+            live[manifest["kind"]] = rt.kube.apply(manifest)
+    except ApiError as err:
+        _failed(
+            job, err.reason or str(err.status), f"{manifest['kind']} {manifest['metadata']['name']}: {err}"
+        )
+        raise kopf.TemporaryError(str(err), delay=2 if err.status in RETRIABLE else 30) from err
+    except Exception as err:  # connection resets and timeouts: retry, and count them
+        _failed(job, type(err).__name__, f"{manifest.get('kind', '?')}: {err}")
+        raise kopf.TemporaryError(str(err), delay=2) from err
+    rt.applied_generation[key] = job["metadata"].get("generation", 1)
+    refresh_status(job, _rayjob_view(live["RayJob"]), _deployment_view(live["Deployment"]))
+    RECONCILE_DURATION.observe(time.monotonic() - started)
+
+
+def _failed(job: dict[str, Any], reason: str, message: str) -> None:
+    RECONCILE_ERRORS.labels(reason).inc()
+    kopf.warn(job, reason="ReconcileError", message=message)
+
+
+def refresh_status(
+    job: dict[str, Any], rayjob: dict[str, Any] | None, deployment: dict[str, Any] | None
+) -> None:
+    """Write the status computed from the children, if it changed, and announce transitions."""
+    rt = runtime()
+    key = _job_key(job)
+    with rt.lock(key):
+        old = rt.written_status.get(key) or job.get("status") or {}
+        generation = rt.applied_generation.get(key, old.get("observedGeneration", 0))
+        if not generation:
+            return  # nothing applied yet: the reconcile handler writes the first status
+        new = compute_status({**job, "status": old}, rayjob, deployment, generation, _now())
+        changes = status_changes(old, new)
+        if not changes:
+            return
+        try:
+            written = rt.kube.patch_status(API_VERSION, KIND, key[0], key[1], changes)
+        except ApiError as err:
+            if err.status == 404:
+                return
+            RECONCILE_ERRORS.labels(err.reason or str(err.status)).inc()
+            raise
+        rt.written_status[key] = written.get("status") or {}
+    PHASES.record(key[0], key[1], new["phase"])
+    _announce_status(job, old, new)
+
+
+def _announce_status(job: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> None:
+    if old.get("phase") != new["phase"]:
+        message = f"{old.get('phase') or 'New'} -> {new['phase']}: {new['message']}"
+        if new["phase"] == FAILED:
+            kopf.warn(job, reason=new["reason"], message=message)
+        else:
+            kopf.info(job, reason=f"Phase{new['phase']}", message=message)
+    before = {c["type"]: c["status"] for c in old.get("conditions", [])}
+    for cond in new["conditions"]:
+        flipped = before.get(cond["type"]) != cond["status"]
+        announce = cond["status"] == "True" or cond["type"] in before
+        if cond["type"] in ("ToolPoolReady", "ClusterReady") and flipped and announce:
+            kopf.info(job, reason=cond["reason"], message=cond["message"])
+
+
+# ---- children and job events ----------------------------------------------------------------
+
+
+@kopf.on.event("ray.io", "v1", "rayjobs", labels=OWNED)
+def rayjob_event(
+    type: str,
+    body: kopf.Body,
+    namespace: str,
+    labels: kopf.Labels,
+    jobs: kopf.Index,
+    deployments: kopf.Index,
+    **_: Any,
+) -> None:
+    key = (namespace, labels[LABEL_JOB])
+    job = _first(jobs.get(key))
+    if job is None or job["metadata"].get("deletionTimestamp"):
+        return
+    if type == "DELETED":
+        _repair(key, None)
+    else:
+        refresh_status(job, _rayjob_view(body), _first(deployments.get(key)))
+
+
+@kopf.on.event("apps", "v1", "deployments", labels={**OWNED, LABEL_COMPONENT: COMPONENT_TOOL_POOL})
+def deployment_event(
+    type: str,
+    body: kopf.Body,
+    namespace: str,
+    labels: kopf.Labels,
+    jobs: kopf.Index,
+    rayjobs: kopf.Index,
+    **_: Any,
+) -> None:
+    key = (namespace, labels[LABEL_JOB])
+    job = _first(jobs.get(key))
+    if job is None or job["metadata"].get("deletionTimestamp"):
+        return
+    if type == "DELETED":
+        _repair(key, _first(rayjobs.get(key)))
+    else:
+        refresh_status(job, _first(rayjobs.get(key)), _deployment_view(body))
+
+
+def _repair(key: Key, rayjob: dict[str, Any] | None) -> None:
+    """A child was deleted while its job lives: apply the job again (fresh from the API)."""
+    job = runtime().kube.get(API_VERSION, KIND, *key)
+    if job is None or job["metadata"].get("deletionTimestamp"):
+        return
+    kopf.warn(job, reason="ChildDeleted", message="a child object was deleted; re-creating it")
+    apply_job(job, rayjob)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def job_event(
+    type: str, body: kopf.Body, namespace: str, name: str, deployments: kopf.Index, **_: Any
+) -> None:
+    """Forget deleted jobs; make the pool follow the autoscaler's `status.toolPool.desiredReplicas`."""
+    key = (namespace, name)
+    if type == "DELETED":
+        PHASES.record(namespace, name, None)
+        runtime().forget(key)
+        return
+    job = plain(body)
+    deployment = _first(deployments.get(key))
+    if deployment is None or job["metadata"].get("deletionTimestamp"):
+        return
+    if runtime().applied_generation.get(key) != job["metadata"].get("generation"):
+        return  # the spec changed: the update handler applies it
+    if deployment["spec"]["replicas"] != desired_replicas(job):
+        rt = runtime()
+        try:
+            rt.kube.apply(build_deployment(job, rt.settings))
+        except ApiError as err:
+            _failed(job, err.reason or str(err.status), f"Deployment: {err}")
+            raise

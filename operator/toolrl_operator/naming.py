@@ -1,0 +1,82 @@
+"""Names, labels and owner references of a job's children (docs/contracts.md is the source)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+GROUP = "toolrl.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "ToolRLJob"
+PLURAL = "toolrljobs"
+
+MANAGED_BY = "toolrl-operator"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_JOB = "toolrl.dev/job"
+LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+
+COMPONENT_TOOL_POOL = "tool-pool"
+COMPONENT_TRAINER = "trainer"
+COMPONENT_CONFIG = "config"
+
+TOOL_POOL_PORT = 8080
+TRAINER_METRICS_PORT = 9400
+CONFIG_MOUNT = "/etc/toolrl"
+REWARD_MOUNT = "/etc/toolrl-reward"
+DATA_MOUNT = "/data"
+CHECKPOINT_MOUNT = "/checkpoints"
+
+
+def config_name(job: str) -> str:
+    return f"{job}-config"
+
+
+def rayjob_name(job: str) -> str:
+    return job
+
+
+def tool_pool_name(job: str) -> str:
+    return f"{job}-tools"
+
+
+def trainer_name(job: str) -> str:
+    return f"{job}-trainer"
+
+
+def tool_pool_url(job: str, namespace: str) -> str:
+    return f"http://{tool_pool_name(job)}.{namespace}.svc:{TOOL_POOL_PORT}"
+
+
+def selector_labels(job: str, component: str) -> dict[str, str]:
+    """The labels that select a component's pods; stable for the job's lifetime."""
+    return {LABEL_JOB: job, LABEL_COMPONENT: component}
+
+
+def labels(job: str, component: str) -> dict[str, str]:
+    """Labels every child carries: who manages it, which job, which part."""
+    return {LABEL_MANAGED_BY: MANAGED_BY, **selector_labels(job, component)}
+
+
+def owner_reference(job: dict[str, Any]) -> dict[str, Any]:
+    """A controller reference to the job, so deleting the job garbage-collects the child."""
+    meta = job["metadata"]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def child_metadata(job: dict[str, Any], name: str, component: str) -> dict[str, Any]:
+    """metadata of a child object: name, namespace, labels and the owner reference."""
+    meta = job["metadata"]
+    return {
+        "name": name,
+        "namespace": meta["namespace"],
+        "labels": labels(meta["name"], component),
+        "ownerReferences": [owner_reference(job)],
+    }

@@ -1,0 +1,172 @@
+"""The KubeRay RayJob (ray.io/v1) that runs trainer_entry on a head + GPU-worker Ray cluster."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from .configmap import JOB_KEY
+from .naming import (
+    CHECKPOINT_MOUNT,
+    COMPONENT_TRAINER,
+    CONFIG_MOUNT,
+    DATA_MOUNT,
+    LABEL_KUEUE_QUEUE,
+    REWARD_MOUNT,
+    TRAINER_METRICS_PORT,
+    child_metadata,
+    config_name,
+    labels,
+    rayjob_name,
+    tool_pool_url,
+    trainer_name,
+)
+from .settings import Settings
+
+GPU_RESOURCE = "nvidia.com/gpu"
+WORKER_GROUP = "gpu-workers"
+ENTRYPOINT = f"python -m trainer_entry run --spec {CONFIG_MOUNT}/{JOB_KEY}"
+
+
+def trainer_env(name: str, namespace: str) -> list[dict[str, str]]:
+    """The environment contract between the operator and trainer_entry."""
+    return [
+        {"name": "TOOLRL_JOB_SPEC", "value": f"{CONFIG_MOUNT}/{JOB_KEY}"},
+        {"name": "TOOLRL_TOOL_POOL_URL", "value": tool_pool_url(name, namespace)},
+        {"name": "TOOLRL_JOB_NAME", "value": name},
+        {"name": "TOOLRL_JOB_NAMESPACE", "value": namespace},
+        {"name": "TOOLRL_METRICS_PORT", "value": str(TRAINER_METRICS_PORT)},
+    ]
+
+
+def _volumes(job: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Volumes of every Ray pod and where the container mounts them."""
+    spec = job["spec"]
+    volumes: list[dict[str, Any]] = [
+        {"name": "toolrl-config", "configMap": {"name": config_name(job["metadata"]["name"])}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "toolrl-config", "mountPath": CONFIG_MOUNT, "readOnly": True},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ]
+    for vol_name, source, path in (
+        ("data", spec.get("data", {}).get("volume"), DATA_MOUNT),
+        ("checkpoints", spec.get("checkpoint", {}).get("volume"), CHECKPOINT_MOUNT),
+    ):
+        if source:
+            volumes.append({"name": vol_name, **copy.deepcopy(source)})
+            mounts.append({"name": vol_name, "mountPath": path})
+    reward = spec.get("reward", {})
+    if reward.get("preset") == "custom":
+        volumes.append({"name": "reward", "configMap": {"name": reward["custom"]["configMap"]}})
+        mounts.append({"name": "reward", "mountPath": REWARD_MOUNT, "readOnly": True})
+    return volumes, mounts
+
+
+def _pod_template(
+    job: dict[str, Any],
+    container: dict[str, Any],
+    group: dict[str, Any],
+    service_account: str | None,
+) -> dict[str, Any]:
+    name = job["metadata"]["name"]
+    volumes, mounts = _volumes(job)
+    container = {**container, "volumeMounts": mounts}
+    pod_spec: dict[str, Any] = {"containers": [container], "volumes": volumes}
+    if service_account:
+        pod_spec["serviceAccountName"] = service_account
+    else:
+        pod_spec["automountServiceAccountToken"] = False
+    if group.get("nodeSelector"):
+        pod_spec["nodeSelector"] = dict(group["nodeSelector"])
+    if group.get("tolerations"):
+        pod_spec["tolerations"] = copy.deepcopy(group["tolerations"])
+    return {"metadata": {"labels": labels(name, COMPONENT_TRAINER)}, "spec": pod_spec}
+
+
+def _worker_resources(workers: dict[str, Any]) -> dict[str, Any]:
+    resources = copy.deepcopy(workers.get("resources") or {})
+    gpus = workers.get("gpusPerWorker", 0)
+    if gpus:
+        for kind in ("requests", "limits"):
+            resources.setdefault(kind, {})[GPU_RESOURCE] = gpus
+    return resources
+
+
+def build_rayjob(
+    job: dict[str, Any], settings: Settings, current_suspend: bool | None = None
+) -> dict[str, Any]:
+    """The RayJob for `job`.
+
+    `current_suspend` is the live RayJob's `spec.suspend` (None before it exists). With a Kueue
+    queue, Kueue owns admission: the RayJob is created suspended and, unless the user suspends
+    the job, the operator keeps whatever Kueue has set.
+    """
+    meta = job["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    spec = job["spec"]
+    cluster = spec.get("cluster", {})
+    head = cluster.get("head", {})
+    workers = cluster.get("workers", {})
+    run_policy = spec.get("runPolicy", {})
+    image = cluster.get("image") or settings.trainer_image
+    env = trainer_env(name, namespace)
+
+    head_container = {
+        "name": "ray-head",
+        "image": image,
+        "env": env,
+        "ports": [
+            {"name": "gcs-server", "containerPort": 6379},
+            {"name": "dashboard", "containerPort": 8265},
+            {"name": "client", "containerPort": 10001},
+            {"name": "trainer-metrics", "containerPort": TRAINER_METRICS_PORT},
+        ],
+        "resources": copy.deepcopy(head.get("resources") or {}),
+    }
+    worker_container = {
+        "name": "ray-worker",
+        "image": image,
+        "env": env,
+        "resources": _worker_resources(workers),
+    }
+    replicas = workers.get("replicas", 1)
+
+    queue = cluster.get("queueName") or ""
+    suspend = bool(spec.get("suspend", False))
+    if queue and not suspend:
+        suspend = True if current_suspend is None else current_suspend
+
+    metadata = child_metadata(job, rayjob_name(name), COMPONENT_TRAINER)
+    if queue:
+        metadata["labels"][LABEL_KUEUE_QUEUE] = queue
+
+    rayjob_spec: dict[str, Any] = {
+        "entrypoint": ENTRYPOINT,
+        "submissionMode": "K8sJobMode",
+        "shutdownAfterJobFinishes": True,
+        "ttlSecondsAfterFinished": run_policy.get("ttlSecondsAfterFinished", 3600),
+        "backoffLimit": run_policy.get("backoffLimit", 0),
+        "suspend": suspend,
+        "rayClusterSpec": {
+            "headGroupSpec": {
+                "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
+                "template": _pod_template(job, head_container, head, trainer_name(name)),
+            },
+            "workerGroupSpecs": [
+                {
+                    "groupName": WORKER_GROUP,
+                    "replicas": replicas,
+                    "minReplicas": replicas,
+                    "maxReplicas": replicas,
+                    "rayStartParams": {},
+                    "template": _pod_template(job, worker_container, workers, None),
+                }
+            ],
+        },
+    }
+    deadline = run_policy.get("activeDeadlineSeconds", 0)
+    if deadline:
+        rayjob_spec["activeDeadlineSeconds"] = deadline
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": metadata, "spec": rayjob_spec}

@@ -1,0 +1,45 @@
+"""The trainer's identity: a ServiceAccount allowed only to patch its own job's status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .naming import COMPONENT_TRAINER, GROUP, PLURAL, child_metadata, trainer_name
+
+
+def build_service_account(job: dict[str, Any]) -> dict[str, Any]:
+    name = job["metadata"]["name"]
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": child_metadata(job, trainer_name(name), COMPONENT_TRAINER),
+    }
+
+
+def build_role(job: dict[str, Any]) -> dict[str, Any]:
+    name = job["metadata"]["name"]
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": child_metadata(job, trainer_name(name), COMPONENT_TRAINER),
+        "rules": [
+            {
+                "apiGroups": [GROUP],
+                "resources": [f"{PLURAL}/status"],
+                "resourceNames": [name],
+                "verbs": ["patch"],
+            }
+        ],
+    }
+
+
+def build_role_binding(job: dict[str, Any]) -> dict[str, Any]:
+    name = job["metadata"]["name"]
+    meta = child_metadata(job, trainer_name(name), COMPONENT_TRAINER)
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": meta,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": trainer_name(name)},
+        "subjects": [{"kind": "ServiceAccount", "name": trainer_name(name), "namespace": meta["namespace"]}],
+    }

@@ -1,0 +1,192 @@
+"""The tool pool: a hardened Deployment of tool_sandbox, its Service, PDB and NetworkPolicy."""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+from typing import Any
+from urllib.parse import urlsplit
+
+from .configmap import TOOLS_KEY, tools_checksum
+from .naming import (
+    COMPONENT_TOOL_POOL,
+    COMPONENT_TRAINER,
+    CONFIG_MOUNT,
+    DATA_MOUNT,
+    TOOL_POOL_PORT,
+    child_metadata,
+    config_name,
+    labels,
+    selector_labels,
+    tool_pool_name,
+)
+from .settings import Settings
+
+SANDBOX_UID = 65532
+CHECKSUM_ANNOTATION = "toolrl.dev/tools-checksum"
+
+
+def desired_replicas(job: dict[str, Any]) -> int:
+    """Replicas the pool should run: 0 when suspended, else the autoscaler's choice clamped to
+    [min, max], else min. The autoscaler owns `status.toolPool.desiredReplicas`."""
+    spec = job["spec"]
+    if spec.get("suspend"):
+        return 0
+    bounds = spec.get("toolPool", {}).get("replicas", {})
+    low, high = bounds.get("min", 2), bounds.get("max", 64)
+    wanted = (job.get("status") or {}).get("toolPool", {}).get("desiredReplicas")
+    if wanted is None:
+        return low
+    return max(low, min(high, int(wanted)))
+
+
+def _needs_data(spec: dict[str, Any]) -> bool:
+    return bool(spec.get("data", {}).get("volume")) and any(t["type"] == "search" for t in spec["tools"])
+
+
+def build_deployment(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    name = job["metadata"]["name"]
+    spec = job["spec"]
+    pool = spec.get("toolPool", {})
+    probe = {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5, "failureThreshold": 3}
+    container: dict[str, Any] = {
+        "name": "tool-sandbox",
+        "image": pool.get("image") or settings.tool_sandbox_image,
+        "ports": [{"name": "http", "containerPort": TOOL_POOL_PORT}],
+        "readinessProbe": probe,
+        "livenessProbe": {**probe, "httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10},
+        "resources": copy.deepcopy(pool.get("resources") or {}),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [
+            {"name": "tools-config", "mountPath": CONFIG_MOUNT, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    volumes: list[dict[str, Any]] = [
+        {
+            "name": "tools-config",
+            "configMap": {"name": config_name(name), "items": [{"key": TOOLS_KEY, "path": TOOLS_KEY}]},
+        },
+        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+    ]
+    if _needs_data(spec):
+        volumes.append({"name": "data", **copy.deepcopy(spec["data"]["volume"])})
+        container["volumeMounts"].append({"name": "data", "mountPath": DATA_MOUNT, "readOnly": True})
+
+    pod_spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": SANDBOX_UID,
+            "runAsGroup": SANDBOX_UID,
+            "fsGroup": SANDBOX_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if pool.get("runtimeClassName"):
+        pod_spec["runtimeClassName"] = pool["runtimeClassName"]
+
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": child_metadata(job, tool_pool_name(name), COMPONENT_TOOL_POOL),
+        "spec": {
+            "replicas": desired_replicas(job),
+            "selector": {"matchLabels": selector_labels(name, COMPONENT_TOOL_POOL)},
+            "template": {
+                "metadata": {
+                    "labels": labels(name, COMPONENT_TOOL_POOL),
+                    "annotations": {CHECKSUM_ANNOTATION: tools_checksum(spec)},
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def build_service(job: dict[str, Any]) -> dict[str, Any]:
+    name = job["metadata"]["name"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": child_metadata(job, tool_pool_name(name), COMPONENT_TOOL_POOL),
+        "spec": {
+            "selector": selector_labels(name, COMPONENT_TOOL_POOL),
+            "ports": [{"name": "http", "port": TOOL_POOL_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def build_pdb(job: dict[str, Any]) -> dict[str, Any]:
+    name = job["metadata"]["name"]
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": child_metadata(job, tool_pool_name(name), COMPONENT_TOOL_POOL),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": selector_labels(name, COMPONENT_TOOL_POOL)},
+        },
+    }
+
+
+def _http_egress(url: str) -> dict[str, Any]:
+    """Egress to one http tool's endpoint. NetworkPolicy matches IPs, not host names: an IP
+    literal is pinned to that address, a host name opens only its port."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    rule: dict[str, Any] = {"ports": [{"protocol": "TCP", "port": port}]}
+    try:
+        address = ipaddress.ip_address(parts.hostname or "")
+    except ValueError:
+        return rule
+    suffix = 32 if address.version == 4 else 128
+    rule["to"] = [{"ipBlock": {"cidr": f"{address}/{suffix}"}}]
+    return rule
+
+
+def build_network_policy(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """Only this job's Ray pods (and the monitoring namespace, for /metrics) reach the pool;
+    the pool's egress is denied except DNS and the endpoints of `http` tools."""
+    name = job["metadata"]["name"]
+    port = [{"protocol": "TCP", "port": TOOL_POOL_PORT}]
+    http_urls = sorted({t["url"] for t in job["spec"]["tools"] if t["type"] == "http" and t.get("url")})
+    egress: list[dict[str, Any]] = []
+    if http_urls:
+        egress.append({"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]})
+        egress.extend(_http_egress(url) for url in http_urls)
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": child_metadata(job, tool_pool_name(name), COMPONENT_TOOL_POOL),
+        "spec": {
+            "podSelector": {"matchLabels": selector_labels(name, COMPONENT_TOOL_POOL)},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": selector_labels(name, COMPONENT_TRAINER)}}],
+                    "ports": port,
+                },
+                {
+                    "from": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {"kubernetes.io/metadata.name": settings.monitoring_namespace}
+                            }
+                        }
+                    ],
+                    "ports": port,
+                },
+            ],
+            "egress": egress,
+        },
+    }

@@ -1,0 +1,60 @@
+"""Fixtures: the CRD as shipped, and jobs with the CRD's defaults applied as the apiserver would."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+CRD_PATH = ROOT / "crds" / "toolrl.dev_toolrljobs.yaml"
+EXAMPLE_PATH = ROOT / "examples" / "toolrljob.yaml"
+
+
+def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
+    """Structural defaulting: fill each missing property that has a `default`, recursively."""
+    if isinstance(value, dict):
+        for key, prop in schema.get("properties", {}).items():
+            if key not in value and "default" in prop:
+                value[key] = copy.deepcopy(prop["default"])
+            if key in value:
+                apply_defaults(prop, value[key])
+    elif isinstance(value, list) and "items" in schema:
+        for item in value:
+            apply_defaults(schema["items"], item)
+    return value
+
+
+@pytest.fixture(scope="session")
+def crd() -> dict[str, Any]:
+    return yaml.safe_load(CRD_PATH.read_text())
+
+
+@pytest.fixture(scope="session")
+def schema(crd: dict[str, Any]) -> dict[str, Any]:
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+@pytest.fixture(scope="session")
+def example() -> dict[str, Any]:
+    return yaml.safe_load(EXAMPLE_PATH.read_text())
+
+
+@pytest.fixture
+def make_job(schema: dict[str, Any], example: dict[str, Any]) -> Callable[..., dict[str, Any]]:
+    """`make_job(**spec_changes)`: the example job, changed, defaulted, with server metadata."""
+
+    def make(status: dict[str, Any] | None = None, **changes: Any) -> dict[str, Any]:
+        job = copy.deepcopy(example)
+        job["spec"].update(copy.deepcopy(changes))
+        job["metadata"].update({"namespace": "rl", "uid": "uid-1234", "generation": 3})
+        apply_defaults(schema["properties"]["spec"], job["spec"])
+        if status is not None:
+            job["status"] = status
+        return job
+
+    return make

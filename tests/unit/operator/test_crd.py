@@ -1,0 +1,87 @@
+"""The CRD file itself: names, printer columns, defaults, and that every rule explains itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolrl_operator import naming
+
+
+def _walk(schema: dict[str, Any], path: str = ""):
+    yield path, schema
+    for key, prop in schema.get("properties", {}).items():
+        yield from _walk(prop, f"{path}.{key}")
+    if "items" in schema:
+        yield from _walk(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from _walk(schema["additionalProperties"], f"{path}{{}}")
+
+
+def test_names_match_the_api_contract(crd: dict[str, Any]) -> None:
+    spec = crd["spec"]
+    assert crd["metadata"]["name"] == f"{naming.PLURAL}.{naming.GROUP}"
+    assert spec["group"] == naming.GROUP
+    assert spec["names"]["kind"] == naming.KIND
+    assert spec["names"]["shortNames"] == ["trj"]
+    assert "categories" not in spec["names"]
+    assert [v["name"] for v in spec["versions"]] == [naming.VERSION]
+
+
+def test_status_subresource_and_printer_columns(crd: dict[str, Any]) -> None:
+    version = crd["spec"]["versions"][0]
+    assert version["subresources"] == {"status": {}}
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns == {
+        "Phase": ".status.phase",
+        "Step": ".status.progress.step",
+        "Reward": ".status.progress.rewardMean",
+        "Tools": ".status.toolPool.summary",
+        "Age": ".metadata.creationTimestamp",
+    }
+
+
+def test_every_rule_has_a_message_that_names_what_to_change(schema: dict[str, Any]) -> None:
+    rules = [(path, r) for path, node in _walk(schema) for r in node.get("x-kubernetes-validations", [])]
+    assert len(rules) >= 12
+    for path, rule in rules:
+        assert len(rule.get("message", "")) > 20, f"rule at {path or '<root>'} lacks a helpful message"
+
+
+def test_immutable_fields_use_transition_rules(schema: dict[str, Any]) -> None:
+    spec = schema["properties"]["spec"]["properties"]
+    model_rules = [r["rule"] for r in spec["model"]["x-kubernetes-validations"]]
+    worker_rules = [r["rule"] for r in spec["cluster"]["properties"]["workers"]["x-kubernetes-validations"]]
+    assert "self.path == oldSelf.path" in model_rules
+    assert "self.gpusPerWorker == oldSelf.gpusPerWorker" in worker_rules
+
+
+def test_objects_with_defaulted_children_default_to_empty(schema: dict[str, Any]) -> None:
+    """A nested default only applies if its parent exists, so such parents default to {} (objects
+    the user must write anyway, those with required fields, are exempt)."""
+    for path, node in _walk(schema["properties"]["spec"], ".spec"):
+        children = node.get("properties", {}).values()
+        if node.get("type") == "object" and any("default" in c for c in children):
+            assert "required" in node or node.get("default") == {}, f"{path} needs default: {{}}"
+
+
+def test_status_enums_match_the_operator(schema: dict[str, Any]) -> None:
+    from toolrl_operator import status
+
+    phases = schema["properties"]["status"]["properties"]["phase"]["enum"]
+    assert set(phases) == {rule.phase for rule in status.RAYJOB_PHASES} | {status.PENDING}
+    assert set(phases) == {"Pending", "Provisioning", "Running", "Succeeded", "Failed", "Suspended"}
+
+
+def test_example_is_defaulted_like_the_apiserver_does(make_job) -> None:
+    job = make_job()
+    spec = job["spec"]
+    assert spec["suspend"] is False
+    assert spec["toolPool"]["scaleDownDelaySeconds"] == 120
+    assert spec["rollout"]["toolCall"] == {
+        "timeoutSeconds": 30,
+        "maxRetries": 3,
+        "retryDelaySeconds": 1.0,
+        "maxConcurrency": 256,
+    }
+    assert spec["runPolicy"]["activeDeadlineSeconds"] == 0
+    assert spec["tools"][0]["maxOutputBytes"] == 4096
