@@ -1,0 +1,312 @@
+"""Pure builders: spec -> manifests, checked field by field without a cluster."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+from toolrl_operator import naming
+from toolrl_operator.children import build_children
+from toolrl_operator.configmap import build_configmap
+from toolrl_operator.rayjob import ENTRYPOINT, GPU_RESOURCE, build_rayjob
+from toolrl_operator.rbac import build_role, build_role_binding, build_service_account
+from toolrl_operator.settings import Settings
+from toolrl_operator.toolpool import (
+    CHECKSUM_ANNOTATION,
+    build_deployment,
+    build_network_policy,
+    build_pdb,
+    build_service,
+    desired_replicas,
+)
+
+SETTINGS = Settings(trainer_image="trainer:test", tool_sandbox_image="sandbox:test")
+
+
+def _env(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+def test_every_child_is_owned_labelled_and_named_per_contract(make_job) -> None:
+    job = make_job()
+    children = build_children(job, SETTINGS)
+    names = {(c["kind"], c["metadata"]["name"]) for c in children}
+    assert names == {
+        ("ServiceAccount", "gsm8k-python-trainer"),
+        ("Role", "gsm8k-python-trainer"),
+        ("RoleBinding", "gsm8k-python-trainer"),
+        ("ConfigMap", "gsm8k-python-config"),
+        ("Service", "gsm8k-python-tools"),
+        ("PodDisruptionBudget", "gsm8k-python-tools"),
+        ("NetworkPolicy", "gsm8k-python-tools"),
+        ("Deployment", "gsm8k-python-tools"),
+        ("RayJob", "gsm8k-python"),
+    }
+    for child in children:
+        meta = child["metadata"]
+        assert meta["namespace"] == "rl"
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "toolrl-operator"
+        assert meta["labels"]["toolrl.dev/job"] == "gsm8k-python"
+        assert meta["labels"]["app.kubernetes.io/component"] in {"tool-pool", "trainer", "config"}
+        assert meta["ownerReferences"] == [
+            {
+                "apiVersion": "toolrl.dev/v1alpha1",
+                "kind": "ToolRLJob",
+                "name": "gsm8k-python",
+                "uid": "uid-1234",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    assert children[-1]["kind"] == "RayJob", "the RayJob comes last: what its pods mount exists first"
+
+
+def test_configmap_carries_the_defaulted_spec_and_the_tools_verbatim(make_job) -> None:
+    job = make_job()
+    cm = build_configmap(job)
+    doc = json.loads(cm["data"]["job.json"])
+    assert doc["apiVersion"] == "toolrl.dev/v1alpha1"
+    assert doc["kind"] == "ToolRLJob"
+    assert doc["metadata"] == {"name": "gsm8k-python", "namespace": "rl", "uid": "uid-1234", "generation": 3}
+    assert doc["spec"] == job["spec"]
+    assert doc["spec"]["rollout"]["toolCall"]["maxConcurrency"] == 256
+    assert yaml.safe_load(cm["data"]["tools.yaml"]) == {"tools": job["spec"]["tools"]}
+    assert cm["metadata"]["labels"]["app.kubernetes.io/component"] == "config"
+
+
+def test_rayjob_runs_trainer_entry_with_the_contract_environment(make_job) -> None:
+    rj = build_rayjob(make_job(), SETTINGS)
+    spec = rj["spec"]
+    assert rj["apiVersion"] == "ray.io/v1"
+    assert spec["entrypoint"] == ENTRYPOINT == "python -m trainer_entry run --spec /etc/toolrl/job.json"
+    assert spec["shutdownAfterJobFinishes"] is True
+    assert spec["ttlSecondsAfterFinished"] == 3600
+    assert spec["backoffLimit"] == 0
+    assert spec["suspend"] is False
+    assert "activeDeadlineSeconds" not in spec, "0 means no deadline; KubeRay rejects 0"
+    head = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    container = head["containers"][0]
+    assert container["image"] == "trainer:test"
+    assert _env(container) == {
+        "TOOLRL_JOB_SPEC": "/etc/toolrl/job.json",
+        "TOOLRL_TOOL_POOL_URL": "http://gsm8k-python-tools.rl.svc:8080",
+        "TOOLRL_JOB_NAME": "gsm8k-python",
+        "TOOLRL_JOB_NAMESPACE": "rl",
+        "TOOLRL_METRICS_PORT": "9400",
+    }
+    assert head["serviceAccountName"] == "gsm8k-python-trainer"
+    assert {"name": "trainer-metrics", "containerPort": 9400} in container["ports"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts["/etc/toolrl"] == "toolrl-config"
+    assert mounts["/data"] == "data"
+    assert "/checkpoints" not in mounts, "the example has no checkpoint volume"
+    volumes = {v["name"]: v for v in head["volumes"]}
+    assert volumes["toolrl-config"]["configMap"]["name"] == "gsm8k-python-config"
+    assert volumes["data"]["emptyDir"] == {"sizeLimit": "20Gi"}
+    assert container["resources"] == {"requests": {"cpu": "4", "memory": "16Gi"}}
+
+
+def test_rayjob_worker_group_gets_the_gpus(make_job) -> None:
+    job = make_job(
+        cluster={"workers": {"replicas": 3, "gpusPerWorker": 4, "resources": {"limits": {"cpu": "16"}}}}
+    )
+    group = build_rayjob(job, SETTINGS)["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (3, 3, 3)
+    worker = group["template"]["spec"]["containers"][0]
+    assert worker["resources"] == {
+        "limits": {"cpu": "16", GPU_RESOURCE: 4},
+        "requests": {GPU_RESOURCE: 4},
+    }
+    assert group["template"]["spec"]["automountServiceAccountToken"] is False
+    assert group["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "trainer"
+
+
+def test_rayjob_passes_run_policy_node_placement_and_volumes(make_job) -> None:
+    job = make_job(
+        runPolicy={"backoffLimit": 2, "activeDeadlineSeconds": 600, "ttlSecondsAfterFinished": 60},
+        checkpoint={"volume": {"persistentVolumeClaim": {"claimName": "ckpt"}}},
+        reward={"preset": "custom", "custom": {"configMap": "my-reward"}},
+        cluster={
+            "image": "custom:1",
+            "workers": {
+                "nodeSelector": {"pool": "a100"},
+                "tolerations": [{"key": "gpu", "operator": "Exists"}],
+            },
+        },
+    )
+    rj = build_rayjob(job, SETTINGS)
+    spec = rj["spec"]
+    assert (spec["backoffLimit"], spec["activeDeadlineSeconds"], spec["ttlSecondsAfterFinished"]) == (
+        2,
+        600,
+        60,
+    )
+    worker = spec["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert worker["nodeSelector"] == {"pool": "a100"}
+    assert worker["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
+    assert worker["containers"][0]["image"] == "custom:1"
+    mounts = {m["mountPath"]: m["name"] for m in worker["containers"][0]["volumeMounts"]}
+    assert mounts["/checkpoints"] == "checkpoints"
+    assert mounts[naming.REWARD_MOUNT] == "reward"
+    volumes = {v["name"]: v for v in worker["volumes"]}
+    assert volumes["reward"]["configMap"]["name"] == "my-reward"
+    assert volumes["checkpoints"]["persistentVolumeClaim"] == {"claimName": "ckpt"}
+
+
+@pytest.mark.parametrize(
+    ("spec_suspend", "queue", "current", "expected"),
+    [
+        (False, "", None, False),
+        (True, "", None, True),
+        (True, "", False, True),
+        (False, "", True, False),
+        (False, "gpu", None, True),  # Kueue admits it: created suspended
+        (False, "gpu", False, False),  # admitted by Kueue: left running
+        (False, "gpu", True, True),  # still queued: left suspended
+        (True, "gpu", False, True),  # the user suspends it
+    ],
+)
+def test_rayjob_suspend_with_and_without_kueue(make_job, spec_suspend, queue, current, expected) -> None:
+    job = make_job(suspend=spec_suspend, cluster={"queueName": queue})
+    rj = build_rayjob(job, SETTINGS, current_suspend=current)
+    assert rj["spec"]["suspend"] is expected
+    assert (rj["metadata"]["labels"].get("kueue.x-k8s.io/queue-name") == "gpu") is bool(queue)
+
+
+def test_tool_pool_pod_is_restricted_and_probed(make_job) -> None:
+    dep = build_deployment(make_job(toolPool={"runtimeClassName": "gvisor"}), SETTINGS)
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["runtimeClassName"] == "gvisor"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    container = pod["containers"][0]
+    assert container["image"] == "sandbox:test"
+    sc = container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["ports"] == [{"name": "http", "containerPort": 8080}]
+    assert {"name": "tools-config", "mountPath": "/etc/toolrl", "readOnly": True} in container["volumeMounts"]
+    assert dep["spec"]["selector"]["matchLabels"] == {
+        "toolrl.dev/job": "gsm8k-python",
+        "app.kubernetes.io/component": "tool-pool",
+    }
+    assert "runtimeClassName" not in build_deployment(make_job(), SETTINGS)["spec"]["template"]["spec"]
+
+
+def test_tool_pool_rolls_when_the_tools_change(make_job) -> None:
+    before = build_deployment(make_job(), SETTINGS)["spec"]["template"]["metadata"]["annotations"]
+    tools = [
+        {
+            "name": "python",
+            "type": "python",
+            "timeoutSeconds": 20,
+            "memoryLimitMiB": 512,
+            "maxOutputBytes": 4096,
+        }
+    ]
+    after = build_deployment(make_job(tools=tools), SETTINGS)["spec"]["template"]["metadata"]["annotations"]
+    assert before[CHECKSUM_ANNOTATION] != after[CHECKSUM_ANNOTATION]
+
+
+def test_search_tools_get_the_data_volume_read_only(make_job) -> None:
+    tools = [
+        {"name": "search", "type": "search", "corpus": "/data/c.jsonl"},
+        {"name": "python", "type": "python"},
+    ]
+    container = build_deployment(make_job(tools=tools), SETTINGS)["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "data", "mountPath": "/data", "readOnly": True} in container["volumeMounts"]
+    container = build_deployment(make_job(), SETTINGS)["spec"]["template"]["spec"]["containers"][0]
+    assert all(m["name"] != "data" for m in container["volumeMounts"])
+
+
+@pytest.mark.parametrize(
+    ("suspend", "status", "expected"),
+    [
+        (False, None, 2),
+        (True, None, 0),
+        (False, {"toolPool": {"desiredReplicas": 7}}, 7),
+        (False, {"toolPool": {"desiredReplicas": 100}}, 16),
+        (False, {"toolPool": {"desiredReplicas": 0}}, 2),
+        (True, {"toolPool": {"desiredReplicas": 7}}, 0),
+    ],
+)
+def test_pool_replicas_follow_suspend_then_autoscaler_then_min(make_job, suspend, status, expected) -> None:
+    job = make_job(suspend=suspend, status=status)
+    assert desired_replicas(job) == expected
+    assert build_deployment(job, SETTINGS)["spec"]["replicas"] == expected
+
+
+def test_service_and_pdb_select_the_pool(make_job) -> None:
+    job = make_job()
+    selector = {"toolrl.dev/job": "gsm8k-python", "app.kubernetes.io/component": "tool-pool"}
+    svc = build_service(job)
+    assert svc["spec"]["selector"] == selector
+    assert svc["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}]
+    pdb = build_pdb(job)
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": selector}}
+
+
+def test_network_policy_admits_only_the_jobs_ray_pods_and_denies_egress(make_job) -> None:
+    np = build_network_policy(make_job(), SETTINGS)["spec"]
+    assert np["policyTypes"] == ["Ingress", "Egress"]
+    assert np["egress"] == []
+    trainer = {"toolrl.dev/job": "gsm8k-python", "app.kubernetes.io/component": "trainer"}
+    assert np["ingress"][0]["from"] == [{"podSelector": {"matchLabels": trainer}}]
+    assert np["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 8080}]
+    monitoring = np["ingress"][1]["from"][0]["namespaceSelector"]["matchLabels"]
+    assert monitoring == {"kubernetes.io/metadata.name": "monitoring"}
+
+
+def test_network_policy_opens_egress_to_http_tools_only(make_job) -> None:
+    tools = [
+        {"name": "python", "type": "python"},
+        {"name": "bench", "type": "http", "url": "http://stabletoolbench:8000/api"},
+        {"name": "pinned", "type": "http", "url": "https://10.1.2.3/x"},
+    ]
+    egress = build_network_policy(make_job(tools=tools), SETTINGS)["spec"]["egress"]
+    assert egress[0] == {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+    assert {"ports": [{"protocol": "TCP", "port": 8000}]} in egress
+    assert {
+        "ports": [{"protocol": "TCP", "port": 443}],
+        "to": [{"ipBlock": {"cidr": "10.1.2.3/32"}}],
+    } in egress
+    assert len(egress) == 3
+
+
+def test_trainer_role_may_only_patch_its_own_status(make_job) -> None:
+    job = make_job()
+    assert build_service_account(job)["metadata"]["name"] == "gsm8k-python-trainer"
+    assert build_role(job)["rules"] == [
+        {
+            "apiGroups": ["toolrl.dev"],
+            "resources": ["toolrljobs/status"],
+            "resourceNames": ["gsm8k-python"],
+            "verbs": ["patch"],
+        }
+    ]
+    binding = build_role_binding(job)
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "gsm8k-python-trainer",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gsm8k-python-trainer", "namespace": "rl"}
+    ]
+
+
+def test_builders_are_deterministic(make_job) -> None:
+    assert build_children(make_job(), SETTINGS) == build_children(make_job(), SETTINGS)
+
+
+def test_settings_come_from_the_environment() -> None:
+    settings = Settings.from_env({"TOOLRL_TRAINER_IMAGE": "t:2", "TOOLRL_MONITORING_NAMESPACE": "obs"})
+    assert settings.trainer_image == "t:2"
+    assert settings.monitoring_namespace == "obs"
+    assert settings.tool_sandbox_image == Settings().tool_sandbox_image

@@ -1,0 +1,173 @@
+"""RayJob status -> job phase (one case per table row) and the status document around it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from toolrl_operator.status import (
+    RAYJOB_PHASES,
+    compute_status,
+    rayjob_phase,
+    status_changes,
+)
+
+NOW = "2026-01-01T00:00:00Z"
+LATER = "2026-01-01T00:05:00Z"
+
+
+def rayjob(deployment: str = "", job_status: str = "", **extra: Any) -> dict[str, Any]:
+    status = {"jobDeploymentStatus": deployment, "jobStatus": job_status, **extra}
+    return {"metadata": {"name": "gsm8k-python"}, "spec": {"suspend": False}, "status": status}
+
+
+def deployment(replicas: int = 2, ready: int = 2, generation: int = 1, observed: int = 1) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "gsm8k-python-tools", "generation": generation},
+        "spec": {"replicas": replicas},
+        "status": {"readyReplicas": ready, "updatedReplicas": ready, "observedGeneration": observed},
+    }
+
+
+ROWS = [
+    # (jobDeploymentStatus, jobStatus, phase, reason)
+    ("", "", "Pending", "RayJobCreated"),
+    ("Initializing", "", "Provisioning", "RayClusterStarting"),
+    ("Waiting", "", "Provisioning", "WaitingForSubmission"),
+    ("Retrying", "FAILED", "Provisioning", "Retrying"),
+    ("Running", "PENDING", "Running", "RayJobRunning"),
+    ("Complete", "SUCCEEDED", "Succeeded", "JobSucceeded"),
+    ("Complete", "STOPPED", "Failed", "JobStopped"),
+    ("Complete", "FAILED", "Failed", "JobNotSucceeded"),
+    ("Failed", "FAILED", "Failed", "JobFailed"),
+    ("ValidationFailed", "", "Failed", "ValidationFailed"),
+    ("Suspending", "", "Suspended", "Suspending"),
+    ("Suspended", "", "Suspended", "Suspended"),
+]
+
+
+@pytest.mark.parametrize(("deployment_status", "job_status", "phase", "reason"), ROWS)
+def test_each_row_of_the_phase_table(deployment_status, job_status, phase, reason) -> None:
+    got = rayjob_phase(rayjob(deployment_status, job_status))
+    assert (got.phase, got.reason) == (phase, reason)
+
+
+def test_the_cases_cover_every_row_of_the_table() -> None:
+    covered = {(d, j) for d, j, _, _ in ROWS}
+    for rule in RAYJOB_PHASES:
+        assert any(d == rule.deployment_status and rule.job_status in (None, j) for d, j in covered), rule
+
+
+def test_running_with_any_ray_job_status_is_running() -> None:
+    for job_status in ("", "PENDING", "RUNNING", "SUCCEEDED"):
+        assert rayjob_phase(rayjob("Running", job_status)).phase == "Running"
+
+
+def test_failure_reason_and_message_come_from_the_rayjob() -> None:
+    got = rayjob_phase(rayjob("Failed", "FAILED", reason="AppFailed", message="Traceback: boom"))
+    assert (got.phase, got.reason, got.message) == ("Failed", "AppFailed", "Traceback: boom")
+    got = rayjob_phase(rayjob("Failed", "", reason="DeadlineExceeded", message="ran past 600s"))
+    assert (got.reason, got.message) == ("DeadlineExceeded", "ran past 600s")
+
+
+def test_no_rayjob_and_unknown_status_are_pending() -> None:
+    assert rayjob_phase(None).phase == "Pending"
+    got = rayjob_phase(rayjob("SomethingNew"))
+    assert (got.phase, got.reason) == ("Pending", "UnknownRayJobStatus")
+    assert "SomethingNew" in got.message
+
+
+def _conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def test_running_job_status(make_job) -> None:
+    rj = rayjob(
+        "Running",
+        "RUNNING",
+        rayClusterName="gsm8k-python-abcde",
+        dashboardURL="gsm8k-python-head-svc.rl.svc.cluster.local:8265",
+        startTime="2026-01-01T00:00:01Z",
+    )
+    status = compute_status(make_job(), rj, deployment(), 3, NOW)
+    assert status["phase"] == "Running"
+    assert status["observedGeneration"] == 3
+    assert status["rayJobName"] == "gsm8k-python"
+    assert status["rayClusterName"] == "gsm8k-python-abcde"
+    assert status["dashboardURL"] == "gsm8k-python-head-svc.rl.svc.cluster.local:8265"
+    assert status["startTime"] == "2026-01-01T00:00:01Z"
+    assert "completionTime" not in status
+    assert status["toolPool"] == {
+        "replicas": 2,
+        "readyReplicas": 2,
+        "endpoint": "http://gsm8k-python-tools.rl.svc:8080",
+        "summary": "2/2",
+    }
+    assert _conditions(status) == {
+        "ToolPoolReady": ("True", "ReplicasReady"),
+        "ClusterReady": ("True", "RayClusterReady"),
+        "Running": ("True", "RayJobRunning"),
+        "Succeeded": ("False", "NotSucceeded"),
+        "Failed": ("False", "NotFailed"),
+        "Suspended": ("False", "NotSuspended"),
+    }
+    for cond in status["conditions"]:
+        assert cond["observedGeneration"] == 3
+        assert cond["lastTransitionTime"] == NOW
+        assert cond["message"]
+
+
+def test_provisioning_cluster_and_pool_not_ready(make_job) -> None:
+    rj = rayjob("Initializing", rayClusterName="c1", rayClusterStatus={"state": ""})
+    status = compute_status(make_job(), rj, deployment(ready=1), 3, NOW)
+    assert status["phase"] == "Provisioning"
+    conds = _conditions(status)
+    assert conds["ClusterReady"] == ("False", "RayClusterNotReady")
+    assert conds["ToolPoolReady"] == ("False", "ReplicasNotReady")
+    assert status["toolPool"]["summary"] == "1/2"
+
+
+def test_pool_rollout_in_progress_is_not_ready(make_job) -> None:
+    status = compute_status(make_job(), rayjob("Running"), deployment(generation=2, observed=1), 3, NOW)
+    assert _conditions(status)["ToolPoolReady"] == ("False", "ReplicasNotReady")
+
+
+def test_failed_job_copies_reason_and_completion_time(make_job) -> None:
+    rj = rayjob("Failed", "FAILED", reason="AppFailed", message="exit 1", endTime="2026-01-01T01:00:00Z")
+    status = compute_status(make_job(), rj, deployment(), 3, NOW)
+    assert (status["phase"], status["reason"], status["message"]) == ("Failed", "AppFailed", "exit 1")
+    assert status["completionTime"] == "2026-01-01T01:00:00Z"
+    conds = {c["type"]: c for c in status["conditions"]}
+    assert (conds["Failed"]["status"], conds["Failed"]["reason"], conds["Failed"]["message"]) == (
+        "True",
+        "AppFailed",
+        "exit 1",
+    )
+    assert conds["ClusterReady"]["reason"] == "JobFinished"
+
+
+def test_suspended_job_and_pool_scaled_to_zero(make_job) -> None:
+    status = compute_status(make_job(suspend=True), rayjob("Suspended"), deployment(0, 0), 3, NOW)
+    assert status["phase"] == "Suspended"
+    conds = _conditions(status)
+    assert conds["Suspended"] == ("True", "Suspended")
+    assert conds["ToolPoolReady"] == ("False", "ScaledToZero")
+    assert conds["ClusterReady"] == ("False", "Suspended")
+    assert status["toolPool"]["summary"] == "0/0"
+
+
+def test_transition_time_moves_only_when_a_condition_flips(make_job) -> None:
+    first = compute_status(make_job(), rayjob("Initializing"), deployment(), 3, NOW)
+    second = compute_status(make_job(status=first), rayjob("Running"), deployment(), 3, LATER)
+    times = {c["type"]: c["lastTransitionTime"] for c in second["conditions"]}
+    assert times["ToolPoolReady"] == NOW  # stayed True
+    assert times["Running"] == LATER  # False -> True
+    assert times["ClusterReady"] == LATER
+
+
+def test_status_changes_ignores_fields_owned_by_others() -> None:
+    old = {"phase": "Running", "toolPool": {"replicas": 2, "desiredReplicas": 5}, "progress": {"step": 9}}
+    new = {"phase": "Running", "toolPool": {"replicas": 2}}
+    assert status_changes(old, new) == {}
+    new = {"phase": "Failed", "toolPool": {"replicas": 3}}
+    assert status_changes(old, new) == new
