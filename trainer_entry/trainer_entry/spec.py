@@ -103,7 +103,9 @@ def load_job(path: str | Path) -> Job:
     try:
         doc = json.loads(Path(path).read_text())
     except FileNotFoundError:
-        raise SpecError(f"{path}: job spec not found (the operator mounts it from the J-config ConfigMap)") from None
+        raise SpecError(
+            f"{path}: job spec not found (the operator mounts it from the J-config ConfigMap)"
+        ) from None
     except json.JSONDecodeError as exc:
         raise SpecError(f"{path}: not valid JSON: {exc}") from None
     return parse_job(doc)
@@ -123,15 +125,22 @@ def _need(cond: bool, field: str, message: str) -> None:
 
 def _positive_int(spec: dict[str, Any], field: str) -> None:
     value = _get(spec, field)
-    _need(isinstance(value, int) and not isinstance(value, bool) and value > 0, field,
-          f"must be a positive integer, got {value!r}")
+    _need(
+        isinstance(value, int) and not isinstance(value, bool) and value > 0,
+        field,
+        f"must be a positive integer, got {value!r}",
+    )
 
 
 def _number(spec: dict[str, Any], field: str, low: float | None = None, high: float | None = None) -> None:
     value = _get(spec, field)
     ok = isinstance(value, int | float) and not isinstance(value, bool)
     ok = ok and (low is None or value >= low) and (high is None or value <= high)
-    bounds = f" in [{low}, {high}]" if low is not None and high is not None else (f" >= {low}" if low is not None else "")
+    bounds = (
+        f" in [{low}, {high}]"
+        if low is not None and high is not None
+        else (f" >= {low}" if low is not None else "")
+    )
     _need(ok, field, f"must be a number{bounds}, got {value!r}")
 
 
@@ -149,17 +158,32 @@ def check_spec(spec: dict[str, Any]) -> None:
         files = _get(spec, field) or []
         _need(isinstance(files, list), field, "must be a list of parquet paths")
         for i, path in enumerate(files):
-            _need(isinstance(path, str) and path.endswith(".parquet"), f"{field}[{i}]",
-                  f"{path!r} is not a .parquet file (prepare data with `python -m trainer_entry.data`)")
-    for field in ("data.maxPromptLength", "data.maxResponseLength", "algorithm.rolloutsPerPrompt",
-                  "algorithm.trainBatchSize", "rollout.tensorParallelSize", "rollout.maxToolTurns",
-                  "rollout.maxParallelCalls", "rollout.maxToolResponseLength",
-                  "rollout.toolCall.maxConcurrency", "cluster.workers.replicas", "cluster.workers.gpusPerWorker"):
+            _need(
+                isinstance(path, str) and path.endswith(".parquet"),
+                f"{field}[{i}]",
+                f"{path!r} is not a .parquet file (prepare data with `python -m trainer_entry.data`)",
+            )
+    for field in (
+        "data.maxPromptLength",
+        "data.maxResponseLength",
+        "algorithm.rolloutsPerPrompt",
+        "algorithm.trainBatchSize",
+        "rollout.tensorParallelSize",
+        "rollout.maxToolTurns",
+        "rollout.maxParallelCalls",
+        "rollout.maxToolResponseLength",
+        "rollout.toolCall.maxConcurrency",
+        "cluster.workers.replicas",
+        "cluster.workers.gpusPerWorker",
+    ):
         _positive_int(spec, field)
     _one_of(spec, "algorithm.advantageEstimator", ESTIMATORS)
     if _get(spec, "algorithm.advantageEstimator") in GROUP_ESTIMATORS:
-        _need(_get(spec, "algorithm.rolloutsPerPrompt") >= 2, "algorithm.rolloutsPerPrompt",
-              "a group estimator needs at least 2 rollouts per prompt (with 1 every advantage is 0)")
+        _need(
+            _get(spec, "algorithm.rolloutsPerPrompt") >= 2,
+            "algorithm.rolloutsPerPrompt",
+            "a group estimator needs at least 2 rollouts per prompt (with 1 every advantage is 0)",
+        )
     _number(spec, "algorithm.learningRate", 0.0)
     _number(spec, "algorithm.klLoss.coef", 0.0)
     steps = _get(spec, "algorithm.totalTrainingSteps")
@@ -173,16 +197,26 @@ def check_spec(spec: dict[str, Any]) -> None:
     _number(spec, "rollout.toolCall.timeoutSeconds", 0.1)
     _number(spec, "rollout.toolCall.retryDelaySeconds", 0.0)
     retries = _get(spec, "rollout.toolCall.maxRetries")
-    _need(isinstance(retries, int) and retries >= 0, "rollout.toolCall.maxRetries", f"must be >= 0, got {retries!r}")
+    _need(
+        isinstance(retries, int) and retries >= 0,
+        "rollout.toolCall.maxRetries",
+        f"must be >= 0, got {retries!r}",
+    )
     gpus = _get(spec, "cluster.workers.gpusPerWorker")
-    _need(gpus % _get(spec, "rollout.tensorParallelSize") == 0, "rollout.tensorParallelSize",
-          f"must divide cluster.workers.gpusPerWorker ({gpus})")
+    _need(
+        gpus % _get(spec, "rollout.tensorParallelSize") == 0,
+        "rollout.tensorParallelSize",
+        f"must divide cluster.workers.gpusPerWorker ({gpus})",
+    )
     _check_tools(spec)
     _check_reward(spec)
     _check_checkpoint(spec)
     extra = _get(spec, "trainer.extraArgs")
-    _need(isinstance(extra, list) and all(isinstance(a, str) and "=" in a for a in extra), "trainer.extraArgs",
-          "must be a list of Hydra overrides like 'trainer.val_before_train=false'")
+    _need(
+        isinstance(extra, list) and all(isinstance(a, str) and "=" in a for a in extra),
+        "trainer.extraArgs",
+        "must be a list of Hydra overrides like 'trainer.val_before_train=false'",
+    )
 
 
 def _check_tools(spec: dict[str, Any]) -> None:
@@ -193,15 +227,24 @@ def _check_tools(spec: dict[str, Any]) -> None:
         field = f"tools[{i}]"
         _need(isinstance(tool, dict), field, "must be an object with name and type")
         name = tool.get("name")
-        _need(isinstance(name, str) and name.isidentifier(), f"{field}.name",
-              f"{name!r} must be an identifier (the model calls the tool by this name)")
+        _need(
+            isinstance(name, str) and name.isidentifier(),
+            f"{field}.name",
+            f"{name!r} must be an identifier (the model calls the tool by this name)",
+        )
         _need(name not in names, f"{field}.name", f"duplicate tool name {name!r}")
         names.add(name)
-        _need(tool.get("type") in TOOL_TYPES, f"{field}.type",
-              f"unknown type {tool.get('type')!r}; use one of {', '.join(TOOL_TYPES)}")
+        _need(
+            tool.get("type") in TOOL_TYPES,
+            f"{field}.type",
+            f"unknown type {tool.get('type')!r}; use one of {', '.join(TOOL_TYPES)}",
+        )
     if spec["rollout"]["protocol"] in ("tool-tags", "python-tags"):
-        _need(any(t["type"] == "python" for t in tools), "tools",
-              f"protocol {spec['rollout']['protocol']} runs code: add a tool of type python")
+        _need(
+            any(t["type"] == "python" for t in tools),
+            "tools",
+            f"protocol {spec['rollout']['protocol']} runs code: add a tool of type python",
+        )
     if spec["rollout"]["protocol"] == "hermes":
         _need(len(tools) > 0, "tools", "protocol hermes needs at least one tool to call")
 
@@ -212,20 +255,32 @@ def _check_reward(spec: dict[str, Any]) -> None:
     if preset == "custom":
         custom = _get(spec, "reward.custom") or {}
         _need(bool(custom.get("configMap")), "reward.custom.configMap", "is required for preset custom")
-        _need(str(custom.get("function") or "compute_score").isidentifier(), "reward.custom.function",
-              "must be a Python function name")
+        _need(
+            str(custom.get("function") or "compute_score").isidentifier(),
+            "reward.custom.function",
+            "must be a Python function name",
+        )
     if preset == "toolbench":
         for key in DEFAULTS["reward"]["toolbench"]:
             _number(spec, f"reward.toolbench.{key}")
     if preset == "code-execution":
-        _need(any(t["type"] == "python" for t in spec["tools"]), "tools",
-              "reward preset code-execution runs code in the tool pool: add a tool of type python")
+        _need(
+            any(t["type"] == "python" for t in spec["tools"]),
+            "tools",
+            "reward preset code-execution runs code in the tool pool: add a tool of type python",
+        )
 
 
 def _check_checkpoint(spec: dict[str, Any]) -> None:
     save = _get(spec, "checkpoint.saveFreq")
-    _need(isinstance(save, int) and (save > 0 or save == -1), "checkpoint.saveFreq",
-          f"must be a positive step count or -1 (never), got {save!r}")
+    _need(
+        isinstance(save, int) and (save > 0 or save == -1),
+        "checkpoint.saveFreq",
+        f"must be a positive step count or -1 (never), got {save!r}",
+    )
     resume = _get(spec, "checkpoint.resume")
-    _need(isinstance(resume, str) and (resume in ("auto", "disable") or resume.startswith("/")),
-          "checkpoint.resume", f"use auto, disable or an absolute checkpoint path, got {resume!r}")
+    _need(
+        isinstance(resume, str) and (resume in ("auto", "disable") or resume.startswith("/")),
+        "checkpoint.resume",
+        f"use auto, disable or an absolute checkpoint path, got {resume!r}",
+    )

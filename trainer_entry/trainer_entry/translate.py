@@ -6,6 +6,7 @@ own config schema. The table in trainer_entry/README.md documents every line of 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,22 +17,18 @@ AGENT_LOOP_CLASS = "trainer_entry.agent_loop.TagAgentLoop"
 REWARD_MODULE = "pkg://trainer_entry.rewards"
 TRAINER_MODE = "toolrl-sync"
 CHECKPOINT_ROOT = "/checkpoints"
-CUSTOM_REWARD_DIR = "/etc/toolrl/reward"
-CUSTOM_REWARD_FILE = "reward.py"
+# Files the run writes into its Ray working_dir, so every node finds them at these relative paths.
+TOOL_CONFIG_FILE = "toolrl_tools.yaml"
+AGENT_LOOPS_FILE = "toolrl_agent_loops.yaml"
+CUSTOM_REWARD_FILE = "toolrl_custom_reward.py"
 HERMES_LOOP = "tool_agent"
+# Strings Hydra reads back unchanged without quotes (must not start with a digit: 1e-6 is a float).
+PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_\-./]*")
 
 
 def agent_loop_name(protocol: str) -> str:
     """Name under which our loop for a tag protocol is registered with verl."""
     return "toolrl_" + protocol.replace("-", "_")
-
-
-@dataclass(frozen=True)
-class Paths:
-    """Where the run writes the generated YAML files (they must exist on every Ray node)."""
-
-    tool_config: str
-    agent_loops: str
 
 
 @dataclass(frozen=True)
@@ -50,6 +47,8 @@ def hydra_value(value: Any) -> str:
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, str):
+        if PLAIN.fullmatch(value) and value.lower() not in ("true", "false", "null", "nan", "inf"):
+            return value
         return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
     if isinstance(value, list | tuple):
         return "[" + ",".join(hydra_value(v) for v in value) + "]"
@@ -59,12 +58,21 @@ def hydra_value(value: Any) -> str:
 
 
 TOOL_DESCRIPTIONS = {
-    "python": ("Run Python code in a sandbox and return what it prints.",
-               {"code": {"type": "string", "description": "Python source to execute"}}, ["code"]),
-    "search": ("Search the corpus and return the best matching passages.",
-               {"query": {"type": "string", "description": "What to search for"}}, ["query"]),
-    "http": ("Call the remote API behind this tool with JSON arguments.",
-             {"arguments": {"type": "object", "description": "Arguments of the API call"}}, ["arguments"]),
+    "python": (
+        "Run Python code in a sandbox and return what it prints.",
+        {"code": {"type": "string", "description": "Python source to execute"}},
+        ["code"],
+    ),
+    "search": (
+        "Search the corpus and return the best matching passages.",
+        {"query": {"type": "string", "description": "What to search for"}},
+        ["query"],
+    ),
+    "http": (
+        "Call the remote API behind this tool with JSON arguments.",
+        {"arguments": {"type": "object", "description": "Arguments of the API call"}},
+        ["arguments"],
+    ),
 }
 
 
@@ -86,20 +94,22 @@ def tool_config(job: Job, pool_url: str) -> dict[str, Any]:
     call = job.spec["rollout"]["toolCall"]
     entries = []
     for tool in job.spec["tools"]:
-        entries.append({
-            "class_name": TOOL_CLASS,
-            "config": {
-                "type": "native",
-                "pool_url": pool_url,
-                "tool_type": tool["type"],
-                "timeout_seconds": float(tool.get("timeoutSeconds", call["timeoutSeconds"])),
-                "request_timeout_seconds": float(call["timeoutSeconds"]),
-                "max_retries": int(call["maxRetries"]),
-                "retry_delay_seconds": float(call["retryDelaySeconds"]),
-                "max_concurrency": int(call["maxConcurrency"]),
-            },
-            "tool_schema": tool_schema(tool),
-        })
+        entries.append(
+            {
+                "class_name": TOOL_CLASS,
+                "config": {
+                    "type": "native",
+                    "pool_url": pool_url,
+                    "tool_type": tool["type"],
+                    "timeout_seconds": float(tool.get("timeoutSeconds", call["timeoutSeconds"])),
+                    "request_timeout_seconds": float(call["timeoutSeconds"]),
+                    "max_retries": int(call["maxRetries"]),
+                    "retry_delay_seconds": float(call["retryDelaySeconds"]),
+                    "max_concurrency": int(call["maxConcurrency"]),
+                },
+                "tool_schema": tool_schema(tool),
+            }
+        )
     return {"tools": entries}
 
 
@@ -115,17 +125,20 @@ def _reward(job: Job, pool_url: str) -> list[str]:
     reward = job.spec["reward"]
     if reward["preset"] == "custom":
         custom = reward["custom"]
-        path = f"{CUSTOM_REWARD_DIR}/{custom.get('key', CUSTOM_REWARD_FILE)}"
-        return [f"reward.custom_reward_function.path={hydra_value(path)}",
-                f"reward.custom_reward_function.name={hydra_value(custom.get('function', 'compute_score'))}"]
+        return [
+            f"reward.custom_reward_function.path={hydra_value(CUSTOM_REWARD_FILE)}",
+            f"reward.custom_reward_function.name={hydra_value(custom.get('function', 'compute_score'))}",
+        ]
     kwargs: dict[str, Any] = {"preset": reward["preset"], "pool_url": pool_url}
     if reward["preset"] == "toolbench":
         kwargs["weights"] = dict(reward["toolbench"])
     if reward["preset"] == "code-execution":
         kwargs["tool"] = next(t["name"] for t in job.spec["tools"] if t["type"] == "python")
-    return [f"reward.custom_reward_function.path={hydra_value(REWARD_MODULE)}",
-            "reward.custom_reward_function.name='compute_score'",
-            f"+reward.custom_reward_function.reward_kwargs={hydra_value(kwargs)}"]
+    return [
+        f"reward.custom_reward_function.path={hydra_value(REWARD_MODULE)}",
+        "reward.custom_reward_function.name='compute_score'",
+        f"+reward.custom_reward_function.reward_kwargs={hydra_value(kwargs)}",
+    ]
 
 
 def _checkpoint(job: Job) -> list[str]:
@@ -140,7 +153,7 @@ def _checkpoint(job: Job) -> list[str]:
     return out
 
 
-def _overrides(job: Job, pool_url: str, paths: Paths) -> list[str]:
+def _overrides(job: Job, pool_url: str) -> list[str]:
     s = job.spec
     data, algo, rollout = s["data"], s["algorithm"], s["rollout"]
     workers = s["cluster"]["workers"]
@@ -171,12 +184,12 @@ def _overrides(job: Job, pool_url: str, paths: Paths) -> list[str]:
         f"actor_rollout_ref.rollout.gpu_memory_utilization={v(float(rollout['gpuMemoryUtilization']))}",
         "actor_rollout_ref.rollout.multi_turn.enable=true",
         "actor_rollout_ref.rollout.multi_turn.format=hermes",
-        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={v(paths.tool_config)}",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={v(TOOL_CONFIG_FILE)}",
         f"actor_rollout_ref.rollout.multi_turn.max_user_turns={rollout['maxToolTurns']}",
         f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={rollout['maxToolTurns'] + 1}",
         f"actor_rollout_ref.rollout.multi_turn.max_parallel_calls={rollout['maxParallelCalls']}",
         f"actor_rollout_ref.rollout.multi_turn.max_tool_response_length={rollout['maxToolResponseLength']}",
-        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={v(paths.agent_loops)}",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={v(AGENT_LOOPS_FILE)}",
         "actor_rollout_ref.rollout.agent.default_agent_loop="
         + (HERMES_LOOP if rollout["protocol"] == "hermes" else agent_loop_name(rollout["protocol"])),
         f"trainer.nnodes={workers['replicas']}",
@@ -196,10 +209,10 @@ def _overrides(job: Job, pool_url: str, paths: Paths) -> list[str]:
     return out + list(s["trainer"]["extraArgs"])
 
 
-def translate(job: Job, pool_url: str, paths: Paths) -> Translation:
+def translate(job: Job, pool_url: str) -> Translation:
     """Everything verl needs for this job; `extraArgs` come last so they win."""
     return Translation(
-        overrides=_overrides(job, pool_url, paths),
+        overrides=_overrides(job, pool_url),
         tool_config=tool_config(job, pool_url),
         agent_loops=agent_loops(),
     )

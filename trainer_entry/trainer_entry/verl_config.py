@@ -33,7 +33,15 @@ def check(config: DictConfig) -> None:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
-    validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    validate_config(
+        config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
+    )
     rollout = config.actor_rollout_ref.rollout
-    for section in (rollout, rollout.multi_turn, rollout.agent, config.algorithm, config.actor_rollout_ref.actor):
+    for section in (
+        rollout,
+        rollout.multi_turn,
+        rollout.agent,
+        config.algorithm,
+        config.actor_rollout_ref.actor,
+    ):
         omega_conf_to_dataclass(section)

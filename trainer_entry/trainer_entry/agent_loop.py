@@ -1,0 +1,123 @@
+"""verl agent loop for the text protocols (tool-tags, python-tags, react).
+
+One assistant turn grows in place: generation stops at the protocol's closing marker, the call runs in
+the tool pool, and the observation is appended with response mask 0, until the model answers without
+a call or the turn limit (`multi_turn.max_user_turns` = spec.rollout.maxToolTurns) is reached.
+Registered with verl through the agent-loop YAML (`agent_loop_config_path`, see translate.agent_loops).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import uuid4
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, ToolListWrap
+from verl.utils.profiler import simple_timer
+
+from trainer_entry.protocols import Call, get_protocol
+from trainer_entry.tools import PoolTool
+
+
+def truncate_middle(text: str, limit: int) -> str:
+    """Keep the head and tail of a long observation (errors tend to be at the end)."""
+    if limit <= 0 or len(text) <= limit:
+        return text
+    half = limit // 2
+    return text[:half] + "\n...(truncated)...\n" + text[-half:]
+
+
+class TagAgentLoop(AgentLoopBase):
+    """Multi-turn tool use inside one assistant message, driven by a `protocols.Protocol`."""
+
+    def __init__(self, *args: Any, protocol: str, tools: ToolListWrap | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.protocol = get_protocol(protocol)
+        multi_turn = self.rollout_config.multi_turn
+        self.max_tool_turns = int(multi_turn.max_user_turns or 0)
+        self.max_generations = int(multi_turn.max_assistant_turns or self.max_tool_turns + 1)
+        self.max_observation_chars = int(multi_turn.max_tool_response_length or 0)
+        self.response_length = self.rollout_config.response_length
+        self.tools: dict[str, Any] = {t.name: t for t in (tools.tools if tools else [])}
+        self.code_tool = next(
+            (n for n, t in self.tools.items() if getattr(t, "tool_type", "") == "python"), None
+        )
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        messages = list(kwargs["raw_prompt"])
+        tools_kwargs = kwargs.get("tools_kwargs") or {}
+        metrics: dict[str, Any] = {}
+        prompt_ids = await self.ct_build_initial_tokens(messages)
+        params = {
+            **sampling_params,
+            "stop": list(self.protocol.stop),
+            "include_stop_str_in_output": self.protocol.include_stop,
+        }
+        request_id = uuid4().hex
+        response_ids: list[int] = []
+        mask: list[int] = []
+        logprobs: list[float] = []
+        generations = tool_turns = 0
+        outcomes: list[str] = []
+        while True:
+            with simple_timer("generate_sequences", metrics):
+                out = await self.server_manager.generate(
+                    request_id=request_id, prompt_ids=prompt_ids + response_ids, sampling_params=params
+                )
+            generations += 1
+            response_ids += out.token_ids
+            mask += [1] * len(out.token_ids)
+            logprobs += list(out.log_probs) if out.log_probs else [0.0] * len(out.token_ids)
+            if len(response_ids) >= self.response_length:
+                break
+            text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+            call = self.protocol.parse(text, self.code_tool)
+            if call is None or self.protocol.is_final(call):
+                break
+            if tool_turns >= self.max_tool_turns or generations >= self.max_generations:
+                break
+            with simple_timer("tool_calls", metrics):
+                status, observation = await self._run_call(call, tools_kwargs)
+            tool_turns += 1
+            outcomes.append(status)
+            obs_text = self.protocol.observation(truncate_middle(observation, self.max_observation_chars))
+            obs_ids = self.tokenizer.encode(obs_text, add_special_tokens=False)
+            response_ids += obs_ids
+            mask += [0] * len(obs_ids)
+            logprobs += [0.0] * len(obs_ids)
+            if len(response_ids) >= self.response_length:
+                break
+        n = self.response_length
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids,
+            response_ids=response_ids[:n],
+            response_mask=mask[:n],
+            response_logprobs=logprobs[:n] if sampling_params.get("logprobs") else None,
+            num_turns=generations + tool_turns + 1,
+            metrics=metrics,
+            extra_fields={"tool_call_counts": tool_turns, "tool_outcomes": outcomes},
+        )
+
+    async def _run_call(self, call: Call, tools_kwargs: dict[str, Any]) -> tuple[str, str]:
+        """(outcome, observation text) of one call; unknown tools and bad input are observations too."""
+        if call.error:
+            return "invalid", f"Error: {call.error}"
+        tool = self.tools.get(call.name)
+        if isinstance(tool, PoolTool):
+            context = (tools_kwargs.get(call.name) or {}).get("create_kwargs", {}).get("context")
+            result = await tool.run(call.arguments, context)
+            return result.status, result.observation()
+        for name, candidate in self.tools.items():
+            route = _route((tools_kwargs.get(name) or {}).get("create_kwargs", {}), call.name)
+            if isinstance(candidate, PoolTool) and route is not None:
+                result = await candidate.run({"arguments": call.arguments}, route)
+                return result.status, result.observation()
+        known = sorted(self.tools)
+        return "invalid", f"Error: unknown tool '{call.name}'. Available tools: {', '.join(known) or 'none'}"
+
+
+def _route(create_kwargs: dict[str, Any], function: str) -> dict[str, Any] | None:
+    """The API behind a function name of the sample (data.toolbench_row writes the routes)."""
+    for route in create_kwargs.get("routes") or []:
+        if route.get("function") == function:
+            return {k: v for k, v in route.items() if k != "function"}
+    return None

@@ -1,0 +1,203 @@
+"""Where every process's training signals meet: a named Ray actor on the head node.
+
+Tools run in agent-loop workers, rewards in reward workers and verl's tracking in the task runner,
+possibly on other nodes; they all report to the hub, which serves `/metrics` on the head (port 9400)
+and patches `status.progress`. Without Ray (tests, benchmarks) the same calls land in a local
+`TrainerMetrics`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from trainer_entry.metrics import TrainerMetrics
+from trainer_entry.progress import ApiTarget, ProgressReporter
+
+log = logging.getLogger(__name__)
+
+HUB_NAME = "toolrl-metrics-hub"
+FLUSH_SECONDS = 1.0
+FLUSH_BATCH = 512
+
+
+@dataclass(frozen=True)
+class HubSettings:
+    port: int
+    trajectories_per_step: int
+    expected_calls_per_trajectory: float
+    job_name: str
+    namespace: str
+    report_progress: bool
+
+
+class MetricsHub:
+    """The trainer's metrics registry and progress reporter (runs as a Ray actor on the head)."""
+
+    def __init__(self, settings: HubSettings) -> None:
+        self.metrics = TrainerMetrics(trajectories_per_step=settings.trajectories_per_step)
+        self.metrics.set_expected_calls_per_trajectory(settings.expected_calls_per_trajectory)
+        self.metrics.serve(settings.port)
+        self.total_steps = 0
+        self.progress: ProgressReporter | None = None
+        if settings.report_progress:
+            try:
+                self.progress = ProgressReporter(
+                    ApiTarget.in_cluster(), settings.namespace, settings.job_name
+                )
+            except (RuntimeError, OSError) as exc:
+                log.warning("progress reporting disabled: %s", exc)
+
+    def set_total_steps(self, total: int) -> None:
+        self.total_steps = total
+        self.metrics.set_total_steps(total)
+
+    def record_step(self, data: dict[str, Any], step: int) -> None:
+        self.metrics.record_step(data, step)
+        if self.progress is not None and self.metrics.last_step == step:
+            self.progress.update(step, self.total_steps, self.metrics.last_reward_mean)
+
+    def observe_tool_calls(self, batch: list[tuple[str, str, float]]) -> None:
+        self.metrics.observe_tool_calls(batch)
+
+    def observe_rewards(self, batch: list[dict[str, float]]) -> None:
+        for components in batch:
+            self.metrics.observe_reward(components)
+
+    def set_phase(self, phase: str) -> None:
+        self.metrics.set_phase(phase)
+
+    def finish(self) -> None:
+        if self.progress is not None:
+            self.progress.flush()
+
+
+def start_hub(settings: HubSettings) -> Any:
+    """Create the hub actor on this (the head) node; returns its handle."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray.get_runtime_context().get_node_id()
+    actor = (
+        ray.remote(MetricsHub)
+        .options(
+            name=HUB_NAME,
+            num_cpus=0,
+            max_concurrency=4,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
+        )
+        .remote(settings)
+    )
+    ray.get(actor.set_phase.remote("generating"))
+    return actor
+
+
+class Sink:
+    """What a process reports through: batched calls to the hub, or a local TrainerMetrics."""
+
+    def __init__(self, hub: Any = None, local: TrainerMetrics | None = None) -> None:
+        self.hub = hub
+        self.local = local if hub is None else None
+        self._lock = threading.Lock()
+        self._tool_calls: list[tuple[str, str, float]] = []
+        self._rewards: list[dict[str, float]] = []
+        self._last_flush = time.monotonic()
+
+    def tool_call(self, tool: str, outcome: str, seconds: float) -> None:
+        if self.local is not None:
+            self.local.observe_tool_call(tool, outcome, seconds)
+            return
+        with self._lock:
+            self._tool_calls.append((tool, outcome, seconds))
+        self._maybe_flush()
+
+    def reward(self, components: dict[str, float]) -> None:
+        if self.local is not None:
+            self.local.observe_reward(components)
+            return
+        with self._lock:
+            self._rewards.append(components)
+        self._maybe_flush()
+
+    def phase(self, phase: str) -> None:
+        if self.local is not None:
+            self.local.set_phase(phase)
+        else:
+            self.hub.set_phase.remote(phase)
+
+    def step(self, data: dict[str, Any], step: int) -> None:
+        if self.local is not None:
+            self.local.record_step(data, step)
+        else:
+            self.flush()
+            self.hub.record_step.remote(_plain(data), step)
+
+    def _maybe_flush(self) -> None:
+        due = time.monotonic() - self._last_flush >= FLUSH_SECONDS
+        if due or len(self._tool_calls) + len(self._rewards) >= FLUSH_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.hub is None:
+            return
+        with self._lock:
+            calls, self._tool_calls = self._tool_calls, []
+            rewards, self._rewards = self._rewards, []
+            self._last_flush = time.monotonic()
+        if calls:
+            self.hub.observe_tool_calls.remote(calls)
+        if rewards:
+            self.hub.observe_rewards.remote(rewards)
+
+
+def _plain(data: dict[str, Any]) -> dict[str, Any]:
+    """Numbers only: verl's metric dicts hold numpy scalars and sometimes arrays."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        try:
+            out[key] = float(value)
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+_SINK: Sink | None = None
+
+
+def sink() -> Sink:
+    """This process's sink: the hub if this process is in a Ray job that started one, else local."""
+    global _SINK
+    if _SINK is None:
+        hub = None
+        try:
+            import ray
+
+            if ray.is_initialized():
+                hub = ray.get_actor(HUB_NAME)
+        except (ImportError, ValueError):
+            hub = None
+        _SINK = Sink(hub=hub, local=None if hub is not None else TrainerMetrics())
+    return _SINK
+
+
+def use_sink(new: Sink) -> Sink:
+    """Replace this process's sink (tests and benchmarks inspect a local one)."""
+    global _SINK
+    _SINK = new
+    return new
+
+
+class TrackingBackend:
+    """A verl tracking backend (`log(data, step)` / `finish()`) that feeds the hub."""
+
+    def log(self, data: dict[str, Any], step: int) -> None:
+        sink().step(data, step)
+
+    def finish(self, *args: Any, **kwargs: Any) -> None:
+        s = sink()
+        s.flush()
+        if s.hub is not None:
+            s.hub.finish.remote()

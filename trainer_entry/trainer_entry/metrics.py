@@ -1,0 +1,160 @@
+"""Training metrics in Prometheus form (names from docs/contracts.md).
+
+`TrainerMetrics` owns one registry; everything that reports (verl's tracking, our tools, our reward
+functions, the trainer hooks) calls its methods, locally or through the Ray actor in `hub.py`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+PHASES = ("generating", "scoring", "training")
+TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+# verl's metric keys (trainer_base._compute_metrics / metric_utils) → what we read them for.
+VERL_REWARD_MEAN = "critic/score/mean"
+VERL_RESPONSE_LENGTH = "response_length/mean"
+VERL_STEP_SECONDS = "timing_s/step"
+VERL_TOOL_CALL_COUNTS = "tool_call_counts/mean"
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+class TrainerMetrics:
+    """The trainer's gauges, counters and histograms, plus the per-step aggregation they need."""
+
+    def __init__(self, trajectories_per_step: int = 0, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.step = Gauge("toolrl_trainer_step", "Last completed training step", registry=r)
+        self.total_steps = Gauge("toolrl_trainer_total_steps", "Training steps of the whole run", registry=r)
+        self.reward_mean = Gauge(
+            "toolrl_trainer_reward_mean", "Mean sequence reward of the last step", registry=r
+        )
+        self.reward_component = Gauge(
+            "toolrl_trainer_reward_component", "Mean of one reward component", ["component"], registry=r
+        )
+        self.step_duration = Gauge(
+            "toolrl_trainer_step_duration_seconds", "Wall time of the last step", registry=r
+        )
+        self.response_length = Gauge(
+            "toolrl_trainer_response_length_mean", "Mean response length in tokens", registry=r
+        )
+        self.tool_calls_per_trajectory = Gauge(
+            "toolrl_trainer_tool_calls_per_trajectory",
+            "Mean tool calls per trajectory in the last step",
+            registry=r,
+        )
+        self.tool_duration = Histogram(
+            "toolrl_trainer_tool_call_duration_seconds",
+            "Tool call latency seen by the trainer (with retries)",
+            ["tool", "outcome"],
+            buckets=TOOL_BUCKETS,
+            registry=r,
+        )
+        self.tool_failures = Counter(
+            "toolrl_trainer_tool_failures_total",
+            "Tool calls that did not succeed",
+            ["tool", "reason"],
+            registry=r,
+        )
+        self.phase = Gauge("toolrl_trainer_rollout_phase", "1 for the current phase", ["phase"], registry=r)
+        self.expected_tool_calls = Gauge(
+            "toolrl_trainer_expected_tool_calls",
+            "Tool calls the coming generation phase is expected to make",
+            registry=r,
+        )
+        self.trajectories_per_step = trajectories_per_step
+        self._lock = threading.Lock()
+        self._calls_this_step = 0
+        self._component_sums: dict[str, float] = defaultdict(float)
+        self._component_counts: dict[str, int] = defaultdict(int)
+        self._last_calls_per_trajectory: float | None = None
+        self.last_reward_mean = 0.0
+        self.last_step = 0
+        self.set_phase("generating")
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        """Expose `/metrics` on `port`."""
+        start_http_server(port, addr=addr, registry=self.registry)
+
+    def set_total_steps(self, total: int) -> None:
+        self.total_steps.set(total)
+
+    def set_phase(self, phase: str) -> None:
+        if phase not in PHASES:
+            raise ValueError(f"unknown rollout phase {phase!r}; use one of {PHASES}")
+        for p in PHASES:
+            self.phase.labels(phase=p).set(1 if p == phase else 0)
+        if phase == "generating":
+            self.expected_tool_calls.set(self.expected_calls())
+
+    def expected_calls(self) -> float:
+        """Calls of the coming generation: trajectories per step x calls per trajectory last step."""
+        per_trajectory = self._last_calls_per_trajectory or 0.0
+        return self.trajectories_per_step * per_trajectory
+
+    def set_expected_calls_per_trajectory(self, calls: float) -> None:
+        """Seed the estimate before the first step (e.g. with maxToolTurns)."""
+        if self._last_calls_per_trajectory is None:
+            self._last_calls_per_trajectory = calls
+
+    def observe_tool_call(self, tool: str, outcome: str, seconds: float) -> None:
+        self.tool_duration.labels(tool=tool, outcome=outcome).observe(seconds)
+        if outcome != "ok":
+            self.tool_failures.labels(tool=tool, reason=outcome).inc()
+        with self._lock:
+            self._calls_this_step += 1
+
+    def observe_tool_calls(self, batch: list[tuple[str, str, float]]) -> None:
+        for tool, outcome, seconds in batch:
+            self.observe_tool_call(tool, outcome, seconds)
+
+    def observe_reward(self, components: dict[str, float]) -> None:
+        """One scored trajectory's reward components (averaged per step)."""
+        with self._lock:
+            for name, value in components.items():
+                number = _number(value)
+                if number is not None:
+                    self._component_sums[name] += number
+                    self._component_counts[name] += 1
+
+    def record_step(self, data: dict[str, Any], step: int) -> None:
+        """verl's metrics of one step (as given to its tracking backends)."""
+        if step <= 0 or VERL_STEP_SECONDS not in data:
+            return  # validation-only logs carry no training step
+        self.step.set(step)
+        self.last_step = step
+        reward = _number(data.get(VERL_REWARD_MEAN))
+        if reward is not None:
+            self.reward_mean.set(reward)
+            self.last_reward_mean = reward
+        for key, gauge in (
+            (VERL_RESPONSE_LENGTH, self.response_length),
+            (VERL_STEP_SECONDS, self.step_duration),
+        ):
+            value = _number(data.get(key))
+            if value is not None:
+                gauge.set(value)
+        with self._lock:
+            calls, self._calls_this_step = self._calls_this_step, 0
+            sums, counts = dict(self._component_sums), dict(self._component_counts)
+            self._component_sums.clear()
+            self._component_counts.clear()
+        per_trajectory = _number(data.get(VERL_TOOL_CALL_COUNTS))
+        if per_trajectory is None and self.trajectories_per_step:
+            per_trajectory = calls / self.trajectories_per_step
+        if per_trajectory is not None:
+            self.tool_calls_per_trajectory.set(per_trajectory)
+            self._last_calls_per_trajectory = per_trajectory
+        for name, total in sums.items():
+            self.reward_component.labels(component=name).set(total / counts[name])

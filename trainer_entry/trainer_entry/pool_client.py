@@ -1,0 +1,207 @@
+"""Async client of the tool pool's `POST /v1/execute`.
+
+Thousands of rollouts share one connection pool per process and event loop, a concurrency cap, and
+one retry policy. Whatever goes wrong becomes a `CallResult` the model can read: a rollout never
+dies because a tool call failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+RETRYABLE_HTTP = (429, 502, 503, 504)
+MAX_BACKOFF_SECONDS = 30.0
+# HTTP allowance on top of the execution timeout: the pool answers `timeout` itself when it can.
+HTTP_GRACE_SECONDS = 5.0
+
+Recorder = Callable[[str, str, float], None]
+
+
+def _no_record(tool: str, outcome: str, seconds: float) -> None:
+    return None
+
+
+@dataclass
+class CallResult:
+    """A tool call as seen by the trainer; `status` is the pool's, or `unreachable` for client failures."""
+
+    status: str
+    output: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int | None = None
+    duration_seconds: float = 0.0
+    truncated: bool = False
+    attempts: int = 1
+    error: str = ""
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def observation(self) -> str:
+        """The text the model reads back: the output, or a clear account of what failed."""
+        if self.status == "ok":
+            text = self.output if self.output else self.stdout
+            if self.stderr and not self.output:
+                text = f"{text}\n{self.stderr}" if text else self.stderr
+        elif self.status == "timeout":
+            text = f"Error: the tool call timed out after {self.duration_seconds:.1f}s."
+        elif self.status == "killed":
+            text = "Error: the tool process was killed (it exceeded a resource limit)."
+        elif self.status == "rejected":
+            text = f"Error: the tool pool rejected the call ({self.error or 'overloaded'})."
+        elif self.status == "unreachable":
+            text = f"Error: the tool could not be reached after {self.attempts} attempts ({self.error})."
+        else:
+            detail = self.stderr or self.output or self.error or "unknown error"
+            text = f"Error: {detail}"
+        if self.truncated:
+            text += "\n[output truncated]"
+        return text
+
+
+def retry_after_seconds(header: str | None, default: float) -> float:
+    """Seconds to wait from a Retry-After header (delta-seconds form), else `default`."""
+    if header is None:
+        return default
+    try:
+        return max(0.0, float(header))
+    except ValueError:
+        return default
+
+
+def backoff_seconds(attempt: int, base: float) -> float:
+    """Exponential backoff for retry number `attempt` (0-based), capped."""
+    return min(MAX_BACKOFF_SECONDS, base * (2**attempt))
+
+
+class PoolClient:
+    """One process-wide client per pool URL and event loop (see `shared_client`)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        max_retries: int = 3,
+        retry_delay_seconds: float = 1.0,
+        max_concurrency: int = 256,
+        request_timeout_seconds: float = 30.0,
+        record: Recorder = _no_record,
+    ) -> None:
+        self.url = base_url.rstrip("/") + "/v1/execute"
+        self.base_url = base_url.rstrip("/")
+        self.max_retries = max_retries
+        self.retry_delay = retry_delay_seconds
+        self.request_timeout = request_timeout_seconds
+        self.record = record
+        self._limit = asyncio.Semaphore(max_concurrency)
+        self._session: aiohttp.ClientSession | None = None
+        self._max_concurrency = max_concurrency
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._max_concurrency, keepalive_timeout=30)
+            self._session = aiohttp.ClientSession(connector=connector)
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def ready(self) -> bool:
+        """True when the pool's `/readyz` answers 200."""
+        try:
+            async with self._http().get(
+                self.base_url + "/readyz", timeout=aiohttp.ClientTimeout(total=5)
+            ) as resp:
+                return resp.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            return False
+
+    async def execute(
+        self, tool: str, payload: Any, timeout_seconds: float | None = None, session: str | None = None
+    ) -> CallResult:
+        """Run `tool` with `payload` in the pool; retries transient failures, never raises for them."""
+        body: dict[str, Any] = {"tool": tool, "input": payload}
+        limit = timeout_seconds if timeout_seconds is not None else self.request_timeout
+        if timeout_seconds is not None:
+            body["timeoutSeconds"] = timeout_seconds
+        if session is not None:
+            body["session"] = session
+        http_timeout = aiohttp.ClientTimeout(total=limit + HTTP_GRACE_SECONDS)
+        start = time.perf_counter()
+        async with self._limit:
+            result = await self._with_retries(body, http_timeout, limit)
+        self.record(tool, result.status, time.perf_counter() - start)
+        return result
+
+    async def _with_retries(
+        self, body: dict[str, Any], http_timeout: aiohttp.ClientTimeout, limit: float
+    ) -> CallResult:
+        error = ""
+        for attempt in range(self.max_retries + 1):
+            wait = backoff_seconds(attempt, self.retry_delay)
+            try:
+                async with self._http().post(self.url, json=body, timeout=http_timeout) as resp:
+                    if resp.status == 200:
+                        return _parse(await resp.json(content_type=None), attempt + 1)
+                    text = (await resp.text())[:300]
+                    error = f"HTTP {resp.status}: {text}"
+                    if resp.status not in RETRYABLE_HTTP:
+                        return CallResult(status="error", error=error, attempts=attempt + 1)
+                    if resp.status == 429:
+                        wait = retry_after_seconds(resp.headers.get("Retry-After"), wait)
+            except TimeoutError:
+                return CallResult(
+                    status="timeout",
+                    duration_seconds=limit,
+                    attempts=attempt + 1,
+                    error="no answer from the tool pool in time",
+                )
+            except aiohttp.ClientError as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            if attempt < self.max_retries:
+                await asyncio.sleep(wait)
+        status = "rejected" if error.startswith("HTTP 429") else "unreachable"
+        return CallResult(status=status, error=error, attempts=self.max_retries + 1)
+
+
+def _parse(doc: dict[str, Any], attempts: int) -> CallResult:
+    output = doc.get("output", "")
+    return CallResult(
+        status=str(doc.get("status", "error")),
+        output=output if isinstance(output, str) else _json_text(output),
+        stdout=str(doc.get("stdout") or ""),
+        stderr=str(doc.get("stderr") or ""),
+        exit_code=doc.get("exitCode"),
+        duration_seconds=float(doc.get("durationSeconds") or 0.0),
+        truncated=bool(doc.get("truncated", False)),
+        attempts=attempts,
+        raw=doc,
+    )
+
+
+def _json_text(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False)
+
+
+_CLIENTS: dict[tuple[str, int], PoolClient] = {}
+
+
+def shared_client(base_url: str, **options: Any) -> PoolClient:
+    """The client of this process and running event loop for `base_url` (created on first use)."""
+    key = (base_url, id(asyncio.get_running_loop()))
+    client = _CLIENTS.get(key)
+    if client is None:
+        client = _CLIENTS[key] = PoolClient(base_url, **options)
+    return client

@@ -1,0 +1,127 @@
+"""Patch `status.progress` of the trainer's own ToolRLJob, at most every few seconds.
+
+Plain HTTPS with the pod's ServiceAccount token (the operator's `J-trainer` Role allows exactly this),
+so the trainer image needs no Kubernetes client library. A failed patch is logged, never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+GROUP_VERSION = "toolrl.dev/v1alpha1"
+PLURAL = "toolrljobs"
+MIN_INTERVAL_SECONDS = 5.0
+
+
+def progress_patch(step: int, total_steps: int, reward_mean: float, now: datetime) -> dict[str, Any]:
+    """The merge patch body: only `status.progress`, which the trainer owns."""
+    return {
+        "status": {
+            "progress": {
+                "step": int(step),
+                "totalSteps": int(total_steps),
+                "rewardMean": round(float(reward_mean), 6),
+                "lastUpdateTime": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
+        }
+    }
+
+
+def status_path(namespace: str, name: str) -> str:
+    return f"/apis/{GROUP_VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
+
+
+@dataclass
+class ApiTarget:
+    """Where and as whom to patch: in a pod, from the ServiceAccount mount and service env."""
+
+    base_url: str
+    token: str
+    ssl_context: ssl.SSLContext | None
+
+    @classmethod
+    def in_cluster(cls) -> ApiTarget:
+        host = os.environ.get("KUBERNETES_SERVICE_HOST")
+        if not host:
+            raise RuntimeError(
+                "not in a Kubernetes pod (KUBERNETES_SERVICE_HOST unset): progress is not reported"
+            )
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        with open(f"{SA_DIR}/token") as fh:
+            token = fh.read().strip()
+        context = ssl.create_default_context(cafile=f"{SA_DIR}/ca.crt")
+        return cls(base_url=f"https://{host}:{port}", token=token, ssl_context=context)
+
+
+class ProgressReporter:
+    """Sends progress when the step moved and the last patch is old enough (or when forced)."""
+
+    def __init__(
+        self,
+        target: ApiTarget,
+        namespace: str,
+        name: str,
+        min_interval: float = MIN_INTERVAL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.target = target
+        self.url = target.base_url.rstrip("/") + status_path(namespace, name)
+        self.min_interval = min_interval
+        self.clock = clock
+        self._last_sent: float | None = None
+        self._pending: tuple[int, int, float] | None = None
+        self.sent = 0
+
+    def update(self, step: int, total_steps: int, reward_mean: float, force: bool = False) -> bool:
+        """Remember the latest progress; patch it now if allowed. Returns whether a patch was sent."""
+        self._pending = (step, total_steps, reward_mean)
+        now = self.clock()
+        if not force and self._last_sent is not None and now - self._last_sent < self.min_interval:
+            return False
+        return self.flush()
+
+    def flush(self) -> bool:
+        """Send the pending progress, if any."""
+        if self._pending is None:
+            return False
+        body = progress_patch(*self._pending, now=datetime.now(UTC))
+        self._last_sent = self.clock()
+        self._pending = None
+        request = urllib.request.Request(
+            self.url,
+            data=json.dumps(body).encode(),
+            method="PATCH",
+            headers={
+                "Content-Type": "application/merge-patch+json",
+                "Authorization": f"Bearer {self.target.token}",
+            },
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10, context=self.target.ssl_context) as resp:
+                resp.read()
+        except urllib.error.HTTPError as exc:
+            log.warning(
+                "progress patch refused (HTTP %s): %s; check the J-trainer Role allows patching %s/status",
+                exc.code,
+                exc.read()[:200],
+                PLURAL,
+            )
+            return False
+        except (urllib.error.URLError, OSError) as exc:
+            log.warning("progress patch failed: %s", exc)
+            return False
+        self.sent += 1
+        return True

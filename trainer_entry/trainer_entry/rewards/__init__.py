@@ -1,0 +1,52 @@
+"""Reward presets, loaded by verl as `reward.custom_reward_function` (`pkg://trainer_entry.rewards`).
+
+verl calls `compute_score(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)`; the
+preset and its settings come in `reward_kwargs` (see translate._reward). Each preset returns the
+score and its components; verl logs the dict, and the components go to our metrics too.
+(`custom` never comes here: verl loads the user's function from the ConfigMap directly.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer_entry.hub import sink
+from trainer_entry.pool_client import shared_client
+from trainer_entry.rewards import code_execution, exact_match, toolbench
+
+RUN_TIMEOUT_SECONDS = 30.0
+
+
+async def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict[str, Any] | None = None,
+    *,
+    preset: str,
+    pool_url: str = "",
+    tool: str = "python",
+    weights: dict[str, float] | None = None,
+    **_: Any,
+) -> dict[str, float]:
+    """Score one trajectory with the job's preset."""
+    if preset == "exact-match":
+        result = exact_match.score(solution_str, ground_truth)
+    elif preset == "toolbench":
+        result = toolbench.score(solution_str, weights)
+    elif preset == "code-execution":
+        result = await _code_execution(solution_str, ground_truth, pool_url, tool)
+    else:
+        raise ValueError(f"unknown reward preset {preset!r} (spec.reward.preset)")
+    sink().reward({k: v for k, v in result.items() if k != "score"})
+    return result
+
+
+async def _code_execution(solution: str, ground_truth: Any, pool_url: str, tool: str) -> dict[str, float]:
+    code = code_execution.extract_code(solution)
+    if code is None:
+        return dict(code_execution.NO_CODE)
+    source, expected = code_execution.program(code, ground_truth)
+    client = shared_client(pool_url, record=sink().tool_call)
+    result = await client.execute(tool, {"code": source}, timeout_seconds=RUN_TIMEOUT_SECONDS)
+    return code_execution.judge(result, expected)

@@ -1,0 +1,84 @@
+"""A verl tool per `spec.tools` entry, executed in the tool pool.
+
+verl loads `PoolTool` from the generated tool-config YAML (see translate.tool_config) once per agent-loop
+worker; every rollout of that worker then shares one `PoolClient`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from uuid import uuid4
+
+from verl.tools.base_tool import BaseTool
+from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+
+from trainer_entry.hub import sink
+from trainer_entry.pool_client import CallResult, PoolClient, shared_client
+
+# The argument of each tool type the pool needs, as named in the tool schema (translate.TOOL_DESCRIPTIONS).
+REQUIRED_ARGUMENT = {"python": "code", "search": "query", "http": "arguments"}
+
+
+def pool_input(tool_type: str, parameters: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+    """The `input` of `/v1/execute` for one call; raises ValueError with a message for the model."""
+    key = REQUIRED_ARGUMENT[tool_type]
+    if key not in parameters:
+        raise ValueError(f"missing argument '{key}'")
+    value = parameters[key]
+    if tool_type == "http":
+        if not isinstance(value, dict):
+            raise ValueError("'arguments' must be a JSON object")
+        return {**context, "arguments": value}
+    if not isinstance(value, str):
+        raise ValueError(f"'{key}' must be a string")
+    return {key: value}
+
+
+class PoolTool(BaseTool):
+    """Runs its calls in the tool pool; failures come back as observations, never as exceptions."""
+
+    def __init__(self, config: dict[str, Any], tool_schema: OpenAIFunctionToolSchema) -> None:
+        super().__init__(config, tool_schema)
+        self.tool_type = config["tool_type"]
+        self.timeout = float(config["timeout_seconds"])
+        self._client_options = {
+            "max_retries": int(config.get("max_retries", 3)),
+            "retry_delay_seconds": float(config.get("retry_delay_seconds", 1.0)),
+            "max_concurrency": int(config.get("max_concurrency", 256)),
+            "request_timeout_seconds": float(config.get("request_timeout_seconds", self.timeout)),
+        }
+        self.pool_url = config["pool_url"]
+        self._instances: dict[str, dict[str, Any]] = {}
+
+    def client(self) -> PoolClient:
+        return shared_client(self.pool_url, record=sink().tool_call, **self._client_options)
+
+    async def create(self, instance_id: str | None = None, **kwargs: Any) -> tuple[str, ToolResponse]:
+        instance_id = instance_id or uuid4().hex
+        self._instances[instance_id] = dict(kwargs.get("create_kwargs") or {})
+        return instance_id, ToolResponse()
+
+    async def run(self, parameters: dict[str, Any], context: dict[str, Any] | None = None) -> CallResult:
+        """One call; bad arguments are answered without a round trip."""
+        try:
+            payload = pool_input(self.tool_type, parameters, context or {})
+        except ValueError as exc:
+            sink().tool_call(self.name, "invalid", 0.0)
+            return CallResult(status="invalid", error=str(exc), stderr=f"invalid call of {self.name}: {exc}")
+        return await self.client().execute(self.name, payload, timeout_seconds=self.timeout)
+
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict]:
+        start = time.perf_counter()
+        result = await self.run(parameters, self._instances.get(instance_id, {}).get("context"))
+        metrics = {
+            "status": result.status,
+            "latency_seconds": time.perf_counter() - start,
+            "attempts": result.attempts,
+        }
+        return ToolResponse(text=result.observation()), 0.0, metrics
+
+    async def release(self, instance_id: str, **kwargs: Any) -> None:
+        self._instances.pop(instance_id, None)
