@@ -6,7 +6,11 @@ desired = ceil(load / target) over a stable window, a short panic window that on
 up during a burst, and scale-down only once every recommendation of the last
 ``scaleDownDelaySeconds`` agrees (so the pool never flaps). The rollout-aware part uses the
 trainer's phase: the expected burst is added as a recommendation shortly before and at the
-start of generation, and during training the delay is dropped so the pool returns to ``min``.
+start of generation, and during training the delay is dropped so the pool returns to ``min``
+(from the second training phase on: the first one is held, as its length is not yet known).
+The burst is the peak load seen in the previous generation phase, scaled by how many calls the
+trainer expects this time compared with then (before any history: the expected calls, capped by
+how many the trainer can have in flight).
 """
 
 from __future__ import annotations
@@ -26,8 +30,15 @@ ROLLOUT_PRESCALE = "rollout-prescale"
 ROLLOUT_PREWARM = "rollout-prewarm"
 ROLLOUT_TRAINING = "rollout-training"
 METRICS_UNAVAILABLE = "metrics-unavailable"
-REASONS = (STABLE, PANIC, SCALE_DOWN_DELAY, ROLLOUT_PRESCALE, ROLLOUT_PREWARM, ROLLOUT_TRAINING,
-           METRICS_UNAVAILABLE)
+REASONS = (
+    STABLE,
+    PANIC,
+    SCALE_DOWN_DELAY,
+    ROLLOUT_PRESCALE,
+    ROLLOUT_PREWARM,
+    ROLLOUT_TRAINING,
+    METRICS_UNAVAILABLE,
+)
 
 
 class PolicyError(ValueError):
@@ -51,18 +62,23 @@ class Policy:
     panic_threshold: float = 2.0
     # How long before the expected start of generation the pool is pre-scaled (about a pod's start-up).
     prewarm_seconds: float = 30.0
+    # Margin on a burst estimated from the previous generation's peak.
+    burst_headroom: float = 1.25
 
     def __post_init__(self) -> None:
         if self.min_replicas < 0 or self.max_replicas < 1 or self.min_replicas > self.max_replicas:
             raise PolicyError(
                 f"toolPool.replicas must satisfy 0 <= min <= max and max >= 1, got min={self.min_replicas} "
-                f"max={self.max_replicas}; fix spec.toolPool.replicas")
+                f"max={self.max_replicas}; fix spec.toolPool.replicas"
+            )
         if self.target_concurrency <= 0:
             raise PolicyError(
-                f"toolPool.targetConcurrencyPerReplica must be > 0, got {self.target_concurrency}")
+                f"toolPool.targetConcurrencyPerReplica must be > 0, got {self.target_concurrency}"
+            )
         if self.scale_down_delay_seconds < 0:
             raise PolicyError(
-                f"toolPool.scaleDownDelaySeconds must be >= 0, got {self.scale_down_delay_seconds}")
+                f"toolPool.scaleDownDelaySeconds must be >= 0, got {self.scale_down_delay_seconds}"
+            )
         if not 0 < self.panic_window_seconds <= self.stable_window_seconds:
             raise PolicyError("the panic window must be positive and no longer than the stable window")
 
@@ -78,12 +94,19 @@ class Policy:
         except KeyError as missing:
             raise PolicyError(
                 f"spec.toolPool is missing {missing}; the CRD defaults it, so apply the job through the "
-                "apiserver or set it explicitly") from None
+                "apiserver or set it explicitly"
+            ) from None
         except (TypeError, ValueError) as bad:
             raise PolicyError(f"spec.toolPool has a non-numeric value: {bad}") from None
-        return cls(min_replicas=lo, max_replicas=hi, target_concurrency=target,
-                   scale_down_delay_seconds=delay, rollout_aware=bool(pool.get("rolloutAware", False)),
-                   burst_cap=burst_cap(spec), **tuning)
+        return cls(
+            min_replicas=lo,
+            max_replicas=hi,
+            target_concurrency=target,
+            scale_down_delay_seconds=delay,
+            rollout_aware=bool(pool.get("rolloutAware", False)),
+            burst_cap=burst_cap(spec),
+            **tuning,
+        )
 
     def replicas_for(self, load: float) -> int:
         """ceil(load / target), unclamped."""
@@ -102,8 +125,11 @@ def burst_cap(spec: Mapping[str, Any]) -> int | None:
         caps.append(int(call))
     algo, rollout = spec.get("algorithm") or {}, spec.get("rollout") or {}
     if algo.get("trainBatchSize") and algo.get("rolloutsPerPrompt"):
-        caps.append(int(algo["trainBatchSize"]) * int(algo["rolloutsPerPrompt"])
-                    * int(rollout.get("maxParallelCalls") or 1))
+        caps.append(
+            int(algo["trainBatchSize"])
+            * int(algo["rolloutsPerPrompt"])
+            * int(rollout.get("maxParallelCalls") or 1)
+        )
     return min(caps) if caps else None
 
 
@@ -114,9 +140,9 @@ class Signals:
     now: float
     current_replicas: int
     ready_replicas: int
-    load: float | None          # in-flight + queued calls across the pool; None when unknown
-    problem: str = ""           # why the load is unknown
-    phase: str | None = None    # the trainer's rollout phase, None when it publishes none
+    load: float | None  # in-flight + queued calls across the pool; None when unknown
+    problem: str = ""  # why the load is unknown
+    phase: str | None = None  # the trainer's rollout phase, None when it publishes none
     expected_calls: float | None = None  # calls the coming generation phase is expected to make
 
 
@@ -124,29 +150,36 @@ class Signals:
 class State:
     """What the autoscaler remembers between ticks (start with ``State()``)."""
 
-    samples: tuple[tuple[float, float], ...] = ()          # (time, load) within the stable window
-    recommendations: tuple[tuple[float, int], ...] = ()    # (time, replicas) within the delay
+    samples: tuple[tuple[float, float], ...] = ()  # (time, load) within the stable window
+    recommendations: tuple[tuple[float, int], ...] = ()  # (time, replicas) within the delay
     panic_since: float | None = None
     panic_peak: int = 0
     phase: str | None = None
     phase_since: float | None = None
-    last_training_seconds: float | None = None             # length of the previous training phase
+    last_training_seconds: float | None = None  # length of the previous training phase
     prewarmed: bool = False
+    peak: float = 0.0  # highest load of this generation phase
+    expected: float | None = None  # calls expected for this generation phase
+    last_peak: float | None = None  # the same two, of the previous generation
+    last_expected: float | None = None
 
 
 @dataclass(frozen=True)
 class Decision:
     replicas: int
     reason: str
-    message: str                 # the inputs, in words, for the Event
+    message: str  # the inputs, in words, for the Event
     state: State = field(repr=False)
 
 
-def expected_burst(policy: Policy, expected_calls: float | None) -> float | None:
-    """Peak concurrent calls of the coming generation phase."""
+def expected_burst(policy: Policy, state: State, expected_calls: float | None) -> float | None:
+    """Peak concurrent calls of the coming generation phase, None when the trainer expects none."""
     if expected_calls is None or expected_calls <= 0:
         return None
-    return float(min(expected_calls, policy.burst_cap)) if policy.burst_cap else float(expected_calls)
+    burst = float(expected_calls)
+    if state.last_peak and state.last_expected:
+        burst = state.last_peak * expected_calls / state.last_expected * policy.burst_headroom
+    return min(burst, policy.burst_cap) if policy.burst_cap else burst
 
 
 def decide(policy: Policy, state: State, sig: Signals) -> Decision:
@@ -154,10 +187,13 @@ def decide(policy: Policy, state: State, sig: Signals) -> Decision:
     now = sig.now
     if sig.load is None:
         held = policy.clamp(sig.current_replicas)
-        return Decision(held, METRICS_UNAVAILABLE,
-                        f"holding {held} replicas: {sig.problem or 'no load metrics'}", state)
+        return Decision(
+            held, METRICS_UNAVAILABLE, f"holding {held} replicas: {sig.problem or 'no load metrics'}", state
+        )
 
     state = _track_phase(state, sig.phase, now)
+    if state.phase == "generating":
+        state = replace(state, peak=max(state.peak, sig.load), expected=sig.expected_calls or state.expected)
     samples = (*_since(state.samples, now - policy.stable_window_seconds), (now, sig.load))
     stable_load = _mean(samples)
     panic_load = _mean(_since(samples, now - policy.panic_window_seconds))
@@ -177,16 +213,17 @@ def decide(policy: Policy, state: State, sig: Signals) -> Decision:
     else:
         want, reason = want_stable, STABLE
 
-    # Rollout awareness: pre-scale for the burst, drop the delay during training.
-    burst = expected_burst(policy, sig.expected_calls) if policy.rollout_aware else None
+    # Rollout awareness: a floor for the expected burst shortly before and at the start of
+    # generation; no delay during training, when no calls are coming.
+    burst = expected_burst(policy, state, sig.expected_calls) if policy.rollout_aware else None
     prewarmed = state.prewarmed
     recs = state.recommendations or ((now, sig.current_replicas),)  # after a restart, hold a delay first
     if policy.rollout_aware and state.phase == "training":
-        if burst is not None and _generation_due(policy, state, now):
-            prewarmed = True
-        if not prewarmed:
-            recs, panic_since, panic_peak = (), None, 0
-            want, reason = want_panic, ROLLOUT_TRAINING
+        prewarmed = prewarmed or (burst is not None and _generation_due(policy, state, now))
+        recs, panic_since, panic_peak = (), None, 0
+        # Until one training phase has been timed there is no telling when generation resumes: hold.
+        known = state.last_training_seconds is not None
+        want, reason = (want_panic if known else max(want_panic, sig.current_replicas)), ROLLOUT_TRAINING
     if burst is not None and policy.replicas_for(burst) > want:
         if state.phase == "generating" and now - (state.phase_since or now) < policy.stable_window_seconds:
             want, reason = policy.replicas_for(burst), ROLLOUT_PRESCALE
@@ -195,30 +232,40 @@ def decide(policy: Policy, state: State, sig: Signals) -> Decision:
 
     # Scale down only when every recommendation of the last scaleDownDelaySeconds agrees.
     recs = (*_since(recs, now - policy.scale_down_delay_seconds), (now, want))
-    delayed = max(r for _, r in recs)
-    if delayed > want:
-        want, reason = delayed, SCALE_DOWN_DELAY
+    if max(r for _, r in recs) > want:
+        want, reason = max(r for _, r in recs), SCALE_DOWN_DELAY
 
     replicas = policy.clamp(want)
-    message = (f"{sig.current_replicas} -> {replicas} ({reason}): load now {sig.load:g}, "
-               f"stable avg {stable_load:.1f}, panic avg {panic_load:.1f}, "
-               f"target {policy.target_concurrency:g}/replica, ready {sig.ready_replicas}, "
-               f"phase {state.phase or 'unknown'}"
-               + (f", expected burst {burst:g}" if burst is not None else ""))
-    new_state = replace(state, samples=samples, recommendations=recs, panic_since=panic_since,
-                        panic_peak=panic_peak, prewarmed=prewarmed)
+    message = (
+        f"{sig.current_replicas} -> {replicas} ({reason}): load now {sig.load:g}, "
+        f"stable avg {stable_load:.1f}, panic avg {panic_load:.1f}, "
+        f"target {policy.target_concurrency:g}/replica, ready {sig.ready_replicas}, "
+        f"phase {state.phase or 'unknown'}" + (f", expected burst {burst:g}" if burst is not None else "")
+    )
+    new_state = replace(
+        state,
+        samples=samples,
+        recommendations=recs,
+        panic_since=panic_since,
+        panic_peak=panic_peak,
+        prewarmed=prewarmed,
+    )
     return Decision(replicas, reason, message, new_state)
 
 
 def _track_phase(state: State, phase: str | None, now: float) -> State:
-    """Notes phase changes and how long the last training phase lasted. An unknown phase (the
-    trainer's metrics missing for a moment) keeps the last one known."""
+    """Notes phase changes, how long the last training phase lasted and the peak of the last
+    generation. An unknown phase (the trainer's metrics missing for a moment) keeps the last one."""
     if phase not in PHASES or phase == state.phase:
         return state
-    last = state.last_training_seconds
+    changed = replace(state, phase=phase, phase_since=now, prewarmed=False)
     if state.phase == "training" and state.phase_since is not None:
-        last = now - state.phase_since
-    return replace(state, phase=phase, phase_since=now, last_training_seconds=last, prewarmed=False)
+        changed = replace(changed, last_training_seconds=now - state.phase_since)
+    if state.phase == "generating":
+        changed = replace(
+            changed, last_peak=state.peak, last_expected=state.expected, peak=0.0, expected=None
+        )
+    return changed
 
 
 def _generation_due(policy: Policy, state: State, now: float) -> bool:

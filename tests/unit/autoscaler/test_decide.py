@@ -7,8 +7,13 @@ from toolrl_operator import autoscaler as a
 
 
 def policy(**over):
-    base = dict(min_replicas=2, max_replicas=20, target_concurrency=10, scale_down_delay_seconds=60,
-                rollout_aware=False)
+    base = dict(
+        min_replicas=2,
+        max_replicas=20,
+        target_concurrency=10,
+        scale_down_delay_seconds=60,
+        rollout_aware=False,
+    )
     return a.Policy(**{**base, **over})
 
 
@@ -21,9 +26,15 @@ class Pool:
 
     def step(self, load, phase=None, expected=None, ready=None, problem=""):
         self.now += self.tick
-        sig = a.Signals(now=self.now, current_replicas=self.replicas,
-                        ready_replicas=self.replicas if ready is None else ready,
-                        load=load, problem=problem, phase=phase, expected_calls=expected)
+        sig = a.Signals(
+            now=self.now,
+            current_replicas=self.replicas,
+            ready_replicas=self.replicas if ready is None else ready,
+            load=load,
+            problem=problem,
+            phase=phase,
+            expected_calls=expected,
+        )
         d = a.decide(self.pol, self.state, sig)
         self.state, self.replicas = d.state, d.replicas
         self.decisions.append(d)
@@ -117,12 +128,15 @@ def test_reactive_ignores_the_phase():
     assert pool.step(0, phase="generating", expected=1200).replicas == 2
 
 
-def test_training_drops_to_min_without_the_delay():
-    pool = Pool(policy(rollout_aware=True, scale_down_delay_seconds=600), replicas=2)
+def test_training_drops_to_min_without_the_delay_once_its_length_is_known():
+    pool = Pool(policy(rollout_aware=True, scale_down_delay_seconds=600, prewarm_seconds=5), replicas=2)
     pool.run(60, 150, phase="generating", expected=150)
     assert pool.replicas == 15
     pool.step(0, phase="scoring")
     assert pool.replicas == 15  # scoring may run tools (code-execution rewards): normal delay
+    pool.run(30, 0, phase="training", expected=150)
+    assert (pool.replicas, pool.decisions[-1].reason) == (15, "rollout-training")  # first one: held
+    pool.run(60, 150, phase="generating", expected=150)
     pool.run(6, 0, phase="training", expected=150)
     assert (pool.replicas, pool.decisions[-1].reason) == (2, "rollout-training")
 
@@ -137,8 +151,9 @@ def test_prewarm_before_the_expected_end_of_training():
     training = pool.decisions[-50:]
     first_warm = next(i for i, d in enumerate(training) if d.reason == "rollout-prewarm")
     assert training[3].replicas == 2  # once the panic window has forgotten the generation load
-    assert 38 <= first_warm <= 42 and training[first_warm].replicas == 10
-    assert all(d.replicas == 10 for d in training[first_warm:])
+    # The burst learnt from the first generation: peak 100 x (100 / 100 calls expected) x 1.25 headroom.
+    assert 38 <= first_warm <= 42 and training[first_warm].replicas == 13
+    assert all(d.replicas == 13 for d in training[first_warm:])
 
 
 def test_unknown_phase_keeps_the_last_known_one():
@@ -155,26 +170,57 @@ def test_message_names_the_inputs():
 
 
 def test_policy_from_job_spec_reads_crd_fields_and_caps_the_burst():
-    spec = {"toolPool": {"replicas": {"min": 2, "max": 64}, "targetConcurrencyPerReplica": 16,
-                         "scaleDownDelaySeconds": 120, "rolloutAware": True},
-            "algorithm": {"trainBatchSize": 16, "rolloutsPerPrompt": 4},
-            "rollout": {"maxParallelCalls": 2, "toolCall": {"maxConcurrency": 256}}}
+    spec = {
+        "toolPool": {
+            "replicas": {"min": 2, "max": 64},
+            "targetConcurrencyPerReplica": 16,
+            "scaleDownDelaySeconds": 120,
+            "rolloutAware": True,
+        },
+        "algorithm": {"trainBatchSize": 16, "rolloutsPerPrompt": 4},
+        "rollout": {"maxParallelCalls": 2, "toolCall": {"maxConcurrency": 256}},
+    }
     pol = a.Policy.from_job_spec(spec)
     assert (pol.min_replicas, pol.max_replicas, pol.target_concurrency) == (2, 64, 16)
     assert pol.scale_down_delay_seconds == 120 and pol.rollout_aware
     assert pol.burst_cap == 128  # 16 x 4 x 2 < 256
-    assert a.expected_burst(pol, 5000) == 128 and a.expected_burst(pol, 40) == 40
+    assert a.expected_burst(pol, a.State(), 5000) == 128 and a.expected_burst(pol, a.State(), 40) == 40
+    assert a.expected_burst(pol, a.State(), None) is None
 
 
-@pytest.mark.parametrize(("pool", "error"), [
-    ({"replicas": {"min": 2}, "targetConcurrencyPerReplica": 1, "scaleDownDelaySeconds": 0}, "max"),
-    ({"replicas": {"min": 5, "max": 2}, "targetConcurrencyPerReplica": 1, "scaleDownDelaySeconds": 0},
-     "min <= max"),
-    ({"replicas": {"min": 1, "max": 2}, "targetConcurrencyPerReplica": 0, "scaleDownDelaySeconds": 0},
-     "targetConcurrencyPerReplica"),
-    ({"replicas": {"min": 1, "max": 2}, "targetConcurrencyPerReplica": "x", "scaleDownDelaySeconds": 0},
-     "non-numeric"),
-])
+def test_burst_is_learnt_from_the_previous_generation_and_follows_the_expected_calls():
+    pool = Pool(policy(rollout_aware=True, burst_cap=1000, max_replicas=100), replicas=2)
+    pool.run(30, 0, phase="training", expected=2000)
+    first = pool.step(0, phase="generating", expected=2000)
+    assert first.replicas == 100  # no history yet: min(2000 expected, cap 1000) / 10, clamped
+    pool.run(30, 200, phase="generating", expected=2000)
+    pool.run(30, 0, phase="training", expected=3000)  # the policy learnt to call tools more often
+    d = pool.step(0, phase="generating", expected=3000)
+    assert (d.replicas, d.reason) == (38, "rollout-prescale")  # 200 x 3000 / 2000 x 1.25 = 375 -> 38
+
+
+@pytest.mark.parametrize(
+    ("pool", "error"),
+    [
+        ({"replicas": {"min": 2}, "targetConcurrencyPerReplica": 1, "scaleDownDelaySeconds": 0}, "max"),
+        (
+            {"replicas": {"min": 5, "max": 2}, "targetConcurrencyPerReplica": 1, "scaleDownDelaySeconds": 0},
+            "min <= max",
+        ),
+        (
+            {"replicas": {"min": 1, "max": 2}, "targetConcurrencyPerReplica": 0, "scaleDownDelaySeconds": 0},
+            "targetConcurrencyPerReplica",
+        ),
+        (
+            {
+                "replicas": {"min": 1, "max": 2},
+                "targetConcurrencyPerReplica": "x",
+                "scaleDownDelaySeconds": 0,
+            },
+            "non-numeric",
+        ),
+    ],
+)
 def test_bad_policy_says_what_to_fix(pool, error):
     with pytest.raises(a.PolicyError, match=error):
         a.Policy.from_job_spec({"toolPool": pool})
