@@ -1,0 +1,230 @@
+"""Benchmark of issue 3: how fast the operator turns ToolRLJobs into children and a status.
+
+    python bench/operator/run.py [--serial 50] [--burst 200] [--out bench/results/operator.json]
+
+Needs the local control plane (`make cluster-up`); starts the real operator (`python -m
+toolrl_operator`) against it.
+
+(1) serial: jobs created one after another; for each, the time from create to its first status
+    (written once all nine children are applied) and to `phase: Running` (KubeRay's cluster up
+    on the fake GPU nodes). p50/p95. Each job is deleted after it is measured.
+(2) burst: jobs created at once; the time until every job has all its children and a current
+    status (Provisioning or Running: 32 fake GPUs cannot run them all), and the operator's peak
+    RSS (VmHWM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import uuid
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client, config
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "e2e"))
+from localcluster import LocalCluster  # noqa: E402
+from localcluster.__main__ import DEFAULT_ROOT  # noqa: E402
+from operator_process import OperatorProcess, install_crd  # noqa: E402
+
+GROUP, VERSION, PLURAL = "toolrl.dev", "v1alpha1", "toolrljobs"
+CHILD_KINDS = {  # kind -> (api group/version, plural)
+    "ConfigMap": ("", "v1", "configmaps"),
+    "ServiceAccount": ("", "v1", "serviceaccounts"),
+    "Service": ("", "v1", "services"),
+    "Deployment": ("apps", "v1", "deployments"),
+    "PodDisruptionBudget": ("policy", "v1", "poddisruptionbudgets"),
+    "NetworkPolicy": ("networking.k8s.io", "v1", "networkpolicies"),
+    "Role": ("rbac.authorization.k8s.io", "v1", "roles"),
+    "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+    "RayJob": ("ray.io", "v1", "rayjobs"),
+}
+
+
+def job(name: str) -> dict[str, Any]:
+    """The example, shrunk so many fit on the fake nodes: 1 GPU, a tiny head and pool."""
+    doc = yaml.safe_load((REPO / "examples" / "toolrljob.yaml").read_text())
+    doc["metadata"]["name"] = name
+    spec = doc["spec"]
+    spec["cluster"]["workers"] = {"replicas": 1, "gpusPerWorker": 1}
+    spec["cluster"]["head"] = {"resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}}
+    spec["toolPool"]["replicas"] = {"min": 1, "max": 2}
+    spec["toolPool"]["resources"] = {"requests": {"cpu": "50m", "memory": "64Mi"}}
+    return doc
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+class Bench:
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+
+    def namespace(self, prefix: str) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        self.core.create_namespace({"metadata": {"name": name}})
+        return name
+
+    def create(self, namespace: str, name: str) -> None:
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, job(name))
+
+    def jobs(self, namespace: str) -> list[dict[str, Any]]:
+        return self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+
+    def children(self, namespace: str) -> Counter[tuple[str, str]]:
+        """(job, kind) -> how many children of that kind the job has."""
+        counts: Counter[tuple[str, str]] = Counter()
+        for kind, (group, version, plural) in CHILD_KINDS.items():
+            path = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+            items = self._list(path, namespace, plural)
+            for item in items:
+                counts[(item["metadata"]["labels"]["toolrl.dev/job"], kind)] += 1
+        return counts
+
+    def _list(self, path: str, namespace: str, plural: str) -> list[dict[str, Any]]:
+        method, url, headers, body, _ = self.api_client.param_serialize(
+            "GET",
+            f"{path}/namespaces/{namespace}/{plural}",
+            query_params=[("labelSelector", "app.kubernetes.io/managed-by=toolrl-operator")],
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        response = self.api_client.call_api(method, url, header_params=headers, body=body)
+        response.read()
+        return json.loads(response.data)["items"]
+
+
+def serial(bench: Bench, count: int) -> dict[str, Any]:
+    namespace = bench.namespace("bench-op-serial")
+    to_status, to_running = [], []
+    try:
+        for i in range(count):
+            name = f"serial-{i:03d}"
+            started = time.monotonic()
+            bench.create(namespace, name)
+            first = None
+            while True:
+                status = (
+                    bench.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name).get(
+                        "status"
+                    )
+                    or {}
+                )
+                now = time.monotonic() - started
+                if first is None and status.get("observedGeneration"):
+                    first = now
+                if status.get("phase") == "Running":
+                    break
+                if now > 120:
+                    raise RuntimeError(f"{name} not Running after 120 s: {status}")
+                time.sleep(0.02)
+            to_status.append(first if first is not None else now)
+            to_running.append(now)
+            kinds = {
+                kind
+                for (job_name, kind), n in bench.children(namespace).items()
+                if job_name == name and n == 1
+            }
+            if kinds != set(CHILD_KINDS):
+                raise RuntimeError(f"{name}: children missing: {set(CHILD_KINDS) - kinds}")
+            bench.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            print(
+                f"serial {i + 1}/{count}: status {to_status[-1]:.3f}s running {to_running[-1]:.3f}s",
+                flush=True,
+            )
+    finally:
+        bench.core.delete_namespace(namespace)
+
+    def summary(values: list[float]) -> dict[str, float]:
+        return {
+            "p50_s": round(statistics.median(values), 3),
+            "p95_s": round(percentile(values, 0.95), 3),
+            "max_s": round(max(values), 3),
+        }
+
+    return {"jobs": count, "children_and_status": summary(to_status), "running": summary(to_running)}
+
+
+def burst(bench: Bench, count: int, op: OperatorProcess) -> dict[str, Any]:
+    namespace = bench.namespace("bench-op-burst")
+    names = [f"burst-{i:03d}" for i in range(count)]
+    try:
+        started = time.monotonic()
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda n: bench.create(namespace, n), names))
+        created = time.monotonic() - started
+        while True:
+            jobs = bench.jobs(namespace)
+            current = [
+                j
+                for j in jobs
+                if (j.get("status") or {}).get("observedGeneration") == j["metadata"]["generation"]
+            ]
+            if len(current) == count:
+                break
+            if time.monotonic() - started > 600:
+                raise RuntimeError(f"only {len(current)}/{count} jobs converged after 600 s")
+            time.sleep(0.25)
+        converged = time.monotonic() - started
+        counts = bench.children(namespace)
+        complete = sum(1 for n in names if all(counts[(n, kind)] == 1 for kind in CHILD_KINDS))
+        phases = Counter(j["status"]["phase"] for j in jobs)
+        rss = op.peak_rss_bytes()
+        print(
+            f"burst: {count} jobs created in {created:.1f}s, converged in {converged:.1f}s, "
+            f"{complete} with all children, phases {dict(phases)}, peak RSS {rss / 2**20:.0f} MiB",
+            flush=True,
+        )
+    finally:
+        bench.core.delete_namespace(namespace)
+    return {
+        "jobs": count,
+        "create_s": round(created, 2),
+        "converged_s": round(converged, 2),
+        "jobs_with_all_children": complete,
+        "phases": dict(phases),
+        "operator_peak_rss_mib": round(rss / 2**20, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--serial", type=int, default=50)
+    parser.add_argument("--burst", type=int, default=200)
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "operator.json")
+    args = parser.parse_args()
+
+    cluster = LocalCluster.recorded(DEFAULT_ROOT)
+    if cluster is None or not cluster.is_running():
+        sys.exit("no local cluster is running: start one with `make cluster-up`")
+    install_crd(cluster)
+    bench = Bench(config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+    log = REPO / ".local-cluster" / "bench-operator.log"
+    results: dict[str, Any] = {}
+    with OperatorProcess(cluster.kubeconfig, log_path=log) as op:
+        if args.serial:
+            results["serial"] = serial(bench, args.serial)
+        if args.burst:
+            results["burst"] = burst(bench, args.burst, op)
+        results["operator_peak_rss_mib"] = round(op.peak_rss_bytes() / 2**20, 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""The real operator (`python -m toolrl_operator`) as a child process, for e2e tests and benches.
+
+install_crd(cluster)                       # crds/toolrl.dev_toolrljobs.yaml, waits for Established
+wait_until(lambda: ..., timeout, "what")   # poll until truthy; get_json(cluster, "trj", name, "-n", ns)
+with OperatorProcess(cluster.kubeconfig, namespaces=[ns], log_path=tmp_path / "op.log") as op:
+    ...                                    # op.metrics_url, op.kill(), op.start(), op.peak_rss_bytes()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from localcluster.cluster import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+CRD_FILE = REPO / "crds" / "toolrl.dev_toolrljobs.yaml"
+CRD_NAME = "toolrljobs.toolrl.dev"
+T = TypeVar("T")
+
+
+def get_json(cluster: Any, *args: str) -> Any:
+    """`kubectl get ... -o json`, parsed."""
+    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+
+
+def wait_until(probe: Callable[[], T], timeout: float, what: str, interval: float = 0.5) -> T:
+    """Poll `probe` until it returns something truthy (returned); fail naming `what` otherwise."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last seen: {last!r}")
+
+
+def install_crd(cluster: Any, crd_file: Path = CRD_FILE) -> None:
+    """Apply the ToolRLJob CRD (server-side) and wait until the API serves it."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd_file))
+    cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+
+
+class OperatorProcess:
+    """Start, kill and restart the operator against a kubeconfig; ports are picked free."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        namespaces: Sequence[str] = (),
+        log_path: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.kubeconfig = Path(kubeconfig)
+        self.namespaces = list(namespaces)
+        self.log_path = log_path
+        self.env = env or {}
+        self.liveness_port = free_port()
+        self.metrics_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def liveness_url(self) -> str:
+        return f"http://127.0.0.1:{self.liveness_port}/healthz"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "the operator is not running; call start()"
+        return self.proc.pid
+
+    def start(self, timeout: float = 60.0) -> OperatorProcess:
+        """Launch the operator and wait until its liveness endpoint answers."""
+        argv = [
+            sys.executable,
+            "-m",
+            "toolrl_operator",
+            "--liveness-port",
+            str(self.liveness_port),
+            "--metrics-port",
+            str(self.metrics_port),
+        ]
+        for ns in self.namespaces:
+            argv += ["--namespace", ns]
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **self.env}
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        out = self.log_path.open("ab") if self.log_path else subprocess.DEVNULL
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        finally:
+            if self.log_path:
+                out.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the operator exited with {self.proc.returncode}:\n{self.log_tail()}")
+            if self.alive():
+                return self
+            time.sleep(0.2)
+        self.kill()
+        raise RuntimeError(
+            f"the operator did not answer {self.liveness_url} in {timeout}s:\n{self.log_tail()}"
+        )
+
+    def alive(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.liveness_url, timeout=2) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as resp:
+            return resp.read().decode()
+
+    def peak_rss_bytes(self) -> int:
+        """The process's peak resident set size so far (VmHWM), read from /proc."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmHWM in /proc status; this needs Linux")
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, as a crash would leave things."""
+        self._signal(signal.SIGKILL, grace=0)
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after `grace` seconds."""
+        self._signal(signal.SIGTERM, grace)
+
+    def _signal(self, sig: signal.Signals, grace: float) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout=grace or None)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_path or not self.log_path.exists():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def __enter__(self) -> OperatorProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

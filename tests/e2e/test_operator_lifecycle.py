@@ -1,0 +1,321 @@
+"""A ToolRLJob's life on the real control plane with the real KubeRay operator: apply, Running,
+failure and success as KubeRay reports them, suspend/resume, spec edits, deletion."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from operator_process import OperatorProcess, get_json, install_crd, wait_until
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolrljob.yaml"
+JOB = "gsm8k-python"
+CHILDREN = [
+    ("configmap", f"{JOB}-config", "config"),
+    ("rayjob", JOB, "trainer"),
+    ("deployment", f"{JOB}-tools", "tool-pool"),
+    ("service", f"{JOB}-tools", "tool-pool"),
+    ("poddisruptionbudget", f"{JOB}-tools", "tool-pool"),
+    ("networkpolicy", f"{JOB}-tools", "tool-pool"),
+    ("serviceaccount", f"{JOB}-trainer", "trainer"),
+    ("role", f"{JOB}-trainer", "trainer"),
+    ("rolebinding", f"{JOB}-trainer", "trainer"),
+]
+KINDS = ",".join(
+    [
+        "configmaps",
+        "rayjobs",
+        "deployments",
+        "services",
+        "pdb",
+        "networkpolicies",
+        "serviceaccounts",
+        "roles",
+        "rolebindings",
+        "pods",
+    ]
+)
+
+
+@pytest.fixture
+def operator(cluster, namespace, tmp_path) -> Iterator[OperatorProcess]:
+    install_crd(cluster)
+    op = OperatorProcess(cluster.kubeconfig, namespaces=[namespace], log_path=tmp_path / "operator.log")
+    with op:
+        yield op
+    print(op.log_tail(80))
+
+
+def small_job(name: str) -> dict[str, Any]:
+    """The example on one 1-GPU worker with a 1-replica pool, so several fit on the fake nodes."""
+    job = yaml.safe_load(EXAMPLE.read_text())
+    job["metadata"]["name"] = name
+    job["spec"]["cluster"]["workers"] = {"replicas": 1, "gpusPerWorker": 1}
+    job["spec"]["toolPool"]["replicas"] = {"min": 1, "max": 4}
+    return job
+
+
+def apply(cluster, namespace: str, job: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(job))
+
+
+def trj(cluster, namespace: str, name: str = JOB) -> dict[str, Any]:
+    return get_json(cluster, "trj", name, "-n", namespace)
+
+
+def wait_phase(cluster, namespace: str, phase: str, name: str = JOB, timeout: float = 240) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        job = trj(cluster, namespace, name)
+        status = job.get("status") or {}
+        current = status.get("observedGeneration") == job["metadata"]["generation"]
+        return job if current and status.get("phase") == phase else None
+
+    return wait_until(probe, timeout, f"{name} phase {phase}", interval=1.0)
+
+
+def conditions(job: dict[str, Any]) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in job["status"]["conditions"]}
+
+
+def event_reasons(cluster, namespace: str, name: str = JOB) -> set[str]:
+    events = get_json(
+        cluster,
+        "events",
+        "-n",
+        namespace,
+        "--field-selector",
+        f"involvedObject.kind=ToolRLJob,involvedObject.name={name}",
+    )
+    return {e["reason"] for e in events["items"]}
+
+
+def test_apply_creates_every_child_and_reaches_running(cluster, namespace, operator) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", str(EXAMPLE))
+    job = wait_phase(cluster, namespace, "Running")
+    uid = job["metadata"]["uid"]
+
+    for kind, name, component in CHILDREN:
+        child = get_json(cluster, kind, name, "-n", namespace)
+        labels = child["metadata"]["labels"]
+        assert labels["app.kubernetes.io/managed-by"] == "toolrl-operator", kind
+        assert labels["toolrl.dev/job"] == JOB, kind
+        assert labels["app.kubernetes.io/component"] == component, kind
+        owners = child["metadata"]["ownerReferences"]
+        assert [(o["kind"], o["uid"], o["controller"]) for o in owners] == [("ToolRLJob", uid, True)], kind
+
+    rayjob = get_json(cluster, "rayjob", JOB, "-n", namespace)
+    spec = rayjob["spec"]
+    assert spec["entrypoint"] == "python -m trainer_entry run --spec /etc/toolrl/job.json"
+    assert spec["shutdownAfterJobFinishes"] is True
+    assert spec["ttlSecondsAfterFinished"] == 3600
+    assert spec["suspend"] is False
+    workers = spec["rayClusterSpec"]["workerGroupSpecs"][0]
+    assert workers["replicas"] == 2
+    assert workers["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 8
+
+    cm = get_json(cluster, "configmap", f"{JOB}-config", "-n", namespace)
+    doc = json.loads(cm["data"]["job.json"])
+    assert doc["metadata"]["uid"] == uid
+    assert doc["spec"]["rollout"]["toolCall"]["maxConcurrency"] == 256, "CRD defaults are applied"
+    assert yaml.safe_load(cm["data"]["tools.yaml"])["tools"][0]["name"] == "python"
+
+    # The Ray cluster runs on the fake GPU nodes.
+    cluster_name = job["status"]["rayClusterName"]
+    assert cluster_name
+    pods = get_json(cluster, "pods", "-n", namespace, "-l", f"ray.io/cluster={cluster_name}")["items"]
+    workers = [p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]
+    assert len(workers) == 2 and len(pods) == 3
+    assert all(p["status"]["phase"] == "Running" for p in pods)
+    for pod in workers:
+        node = get_json(cluster, "node", pod["spec"]["nodeName"])
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+
+    # The tool pool is ready and the status says so.
+    def pool_ready() -> dict[str, Any] | None:
+        job = trj(cluster, namespace)
+        return job if job["status"]["toolPool"].get("readyReplicas") == 2 else None
+
+    pool = wait_until(pool_ready, 60, "2 ready tool-pool replicas in the status")
+    status = pool["status"]
+    assert status["toolPool"]["endpoint"] == f"http://{JOB}-tools.{namespace}.svc:8080"
+    assert conditions(pool) == {
+        "ToolPoolReady": "True",
+        "ClusterReady": "True",
+        "Running": "True",
+        "Succeeded": "False",
+        "Failed": "False",
+        "Suspended": "False",
+    }
+    assert status["rayJobName"] == JOB
+    assert status["startTime"]
+    pod_spec = get_json(cluster, "deployment", f"{JOB}-tools", "-n", namespace)["spec"]["template"]["spec"]
+    assert pod_spec["automountServiceAccountToken"] is False
+    assert pod_spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+
+    table = cluster.kubectl("get", "trj", "-n", namespace).stdout.splitlines()
+    assert table[0].split() == ["NAME", "PHASE", "STEP", "REWARD", "TOOLS", "AGE"]
+    assert table[1].split()[:2] == [JOB, "Running"]
+    assert "2/2" in table[1].split()
+
+    expected_events = {"Created", "PhaseRunning", "RayClusterReady", "ReplicasReady"}
+    assert expected_events <= event_reasons(cluster, namespace)
+    metrics = operator.metrics()
+    assert f'toolrl_operator_jobs{{namespace="{namespace}",phase="Running"}} 1.0' in metrics
+    assert "toolrl_operator_reconcile_duration_seconds_count" in metrics
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_kuberay_failure_and_success_reach_the_job(cluster, namespace, operator) -> None:
+    for name in ("fails", "succeeds"):
+        apply(cluster, namespace, small_job(name))
+    for name in ("fails", "succeeds"):
+        wait_phase(cluster, namespace, "Running", name)
+
+    cluster.stop_component("kuberay")  # from here on this test writes what KubeRay would write
+    try:
+        failed = {
+            "jobDeploymentStatus": "Failed",
+            "jobStatus": "FAILED",
+            "reason": "AppFailed",
+            "message": "Job entrypoint command failed with exit code 1",
+            "endTime": _now(),
+        }
+        done = {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED", "endTime": _now()}
+        for name, status in (("fails", failed), ("succeeds", done)):
+            cluster.kubectl(
+                "patch",
+                "rayjob",
+                name,
+                "-n",
+                namespace,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                json.dumps({"status": status}),
+            )
+
+        job = wait_phase(cluster, namespace, "Failed", "fails", timeout=60)
+        assert job["status"]["reason"] == "AppFailed"
+        assert job["status"]["message"] == "Job entrypoint command failed with exit code 1"
+        assert job["status"]["completionTime"] == failed["endTime"]
+        cond = {c["type"]: c for c in job["status"]["conditions"]}["Failed"]
+        assert (cond["status"], cond["reason"]) == ("True", "AppFailed")
+        assert "AppFailed" in event_reasons(cluster, namespace, "fails")
+
+        job = wait_phase(cluster, namespace, "Succeeded", "succeeds", timeout=60)
+        assert conditions(job)["Succeeded"] == "True"
+        assert conditions(job)["Running"] == "False"
+        assert job["status"]["completionTime"] == done["endTime"]
+        assert "PhaseSucceeded" in event_reasons(cluster, namespace, "succeeds")
+    finally:
+        cluster.start_component("kuberay")
+
+
+def test_suspend_and_resume(cluster, namespace, operator) -> None:
+    apply(cluster, namespace, small_job(JOB))
+    job = wait_phase(cluster, namespace, "Running")
+    first_cluster = job["status"]["rayClusterName"]
+
+    cluster.kubectl("patch", "trj", JOB, "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    job = wait_phase(cluster, namespace, "Suspended")
+    assert conditions(job)["Suspended"] == "True"
+    assert get_json(cluster, "rayjob", JOB, "-n", namespace)["spec"]["suspend"] is True
+    assert pool_replicas(cluster, namespace) == 0
+    wait_until(
+        lambda: not get_json(cluster, "rayclusters", "-n", namespace)["items"],
+        60,
+        "KubeRay deleting the RayCluster of the suspended job",
+    )
+    assert "Suspended" in event_reasons(cluster, namespace)
+
+    cluster.kubectl("patch", "trj", JOB, "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":false}}')
+    job = wait_phase(cluster, namespace, "Running")
+    assert get_json(cluster, "rayjob", JOB, "-n", namespace)["spec"]["suspend"] is False
+    assert pool_replicas(cluster, namespace) == 1
+    assert job["status"]["rayClusterName"] and job["status"]["rayClusterName"] != first_cluster
+    assert "Resumed" in event_reasons(cluster, namespace)
+
+
+def test_tool_pool_edits_autoscaler_replicas_and_deleted_children(cluster, namespace, operator) -> None:
+    job = small_job(JOB)
+    apply(cluster, namespace, job)
+    wait_phase(cluster, namespace, "Running")
+    old_checksum = get_json(cluster, "deployment", f"{JOB}-tools", "-n", namespace)["spec"]["template"][
+        "metadata"
+    ]["annotations"]["toolrl.dev/tools-checksum"]
+
+    edited = copy.deepcopy(job)
+    edited["spec"]["toolPool"]["replicas"] = {"min": 3, "max": 6}
+    edited["spec"]["toolPool"]["resources"] = {"requests": {"cpu": "500m", "memory": "1Gi"}}
+    edited["spec"]["tools"][0]["timeoutSeconds"] = 20
+    apply(cluster, namespace, edited)
+
+    def pool_applied() -> dict[str, Any] | None:
+        dep = get_json(cluster, "deployment", f"{JOB}-tools", "-n", namespace)
+        return dep if dep["spec"]["replicas"] == 3 else None
+
+    dep = wait_until(pool_applied, 60, "the tool pool scaled to the new min")
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["requests"] == {"cpu": "500m", "memory": "1Gi"}
+    assert dep["spec"]["template"]["metadata"]["annotations"]["toolrl.dev/tools-checksum"] != old_checksum
+    cm = get_json(cluster, "configmap", f"{JOB}-config", "-n", namespace)
+    tools = yaml.safe_load(cm["data"]["tools.yaml"])
+    assert tools["tools"][0]["timeoutSeconds"] == 20
+    wait_until(
+        lambda: trj(cluster, namespace)["status"]["toolPool"].get("summary") == "3/3",
+        60,
+        "status.toolPool 3/3",
+    )
+
+    # The autoscaler (issue 7) writes status.toolPool.desiredReplicas; the Deployment follows it.
+    cluster.kubectl(
+        "patch",
+        "trj",
+        JOB,
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        '{"status":{"toolPool":{"desiredReplicas":5}}}',
+    )
+    wait_until(lambda: pool_replicas(cluster, namespace) == 5, 60, "the Deployment following desiredReplicas")
+
+    # A deleted child comes back.
+    cluster.kubectl("delete", "service", f"{JOB}-tools", "-n", namespace)
+    service = ("get", "service", f"{JOB}-tools", "-n", namespace)
+    wait_until(lambda: cluster.kubectl(*service, check=False).returncode == 0, 60, "the Service re-created")
+    assert "ChildDeleted" in event_reasons(cluster, namespace)
+
+
+def test_delete_removes_everything(cluster, namespace, operator) -> None:
+    apply(cluster, namespace, small_job(JOB))
+    wait_phase(cluster, namespace, "Running")
+    assert get_json(cluster, KINDS, "-n", namespace, "-l", f"toolrl.dev/job={JOB}")["items"]
+
+    cluster.kubectl("delete", "trj", JOB, "-n", namespace, "--wait=true", "--timeout=60s")
+
+    def leftovers() -> list[str]:
+        items = get_json(cluster, KINDS, "-n", namespace, "-l", f"toolrl.dev/job={JOB}")["items"]
+        items += get_json(cluster, "rayclusters,pods,jobs", "-n", namespace)["items"]
+        return [f"{i['kind']}/{i['metadata']['name']}" for i in items]
+
+    wait_until(lambda: not leftovers() or None, 120, "garbage collection of every child")
+    assert trj_names(cluster, namespace) == []
+
+
+def pool_replicas(cluster, namespace: str) -> int:
+    return get_json(cluster, "deployment", f"{JOB}-tools", "-n", namespace)["spec"]["replicas"]
+
+
+def trj_names(cluster, namespace: str) -> list[str]:
+    return [j["metadata"]["name"] for j in get_json(cluster, "trj", "-n", namespace)["items"]]

@@ -1,0 +1,99 @@
+"""SIGKILL the operator while it reconciles 20 jobs, restart it: every job converges, with
+exactly one of each child and a complete status."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import yaml
+from kubernetes import client, config
+from operator_process import OperatorProcess, get_json, install_crd, wait_until
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolrljob.yaml"
+JOBS = 20
+CHILD_KINDS = [
+    "configmaps",
+    "rayjobs",
+    "deployments",
+    "services",
+    "pdb",
+    "networkpolicies",
+    "serviceaccounts",
+    "roles",
+    "rolebindings",
+]
+
+
+def job(name: str) -> dict:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"]["name"] = name
+    doc["spec"]["cluster"]["workers"] = {"replicas": 1, "gpusPerWorker": 1}
+    doc["spec"]["cluster"]["head"] = {"resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}}
+    doc["spec"]["toolPool"]["replicas"] = {"min": 1, "max": 2}
+    return doc
+
+
+def test_sigkill_mid_reconcile_then_restart_converges(cluster, namespace, tmp_path) -> None:
+    install_crd(cluster)
+    api = client.CustomObjectsApi(config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+    names = [f"restart-{i:02d}" for i in range(JOBS)]
+    op = OperatorProcess(cluster.kubeconfig, namespaces=[namespace], log_path=tmp_path / "operator.log")
+    op.start()
+    try:
+        docs = "\n---\n".join(json.dumps(job(n)) for n in names)
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=docs)
+
+        def some_rayjobs() -> int:
+            return len(api.list_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs")["items"])
+
+        wait_until(some_rayjobs, 60, "the operator creating a first RayJob", interval=0.02)
+        op.kill()
+        jobs = api.list_namespaced_custom_object("toolrl.dev", "v1alpha1", namespace, "toolrljobs")["items"]
+        reconciled = sum(1 for j in jobs if (j.get("status") or {}).get("observedGeneration"))
+        assert reconciled < JOBS, "the operator finished before it was killed; nothing was interrupted"
+
+        time.sleep(1)
+        op.start()
+
+        def converged() -> bool:
+            jobs = get_json(cluster, "trj", "-n", namespace)["items"]
+            return len(jobs) == JOBS and all(
+                (j.get("status") or {}).get("phase") == "Running"
+                and j["status"].get("observedGeneration") == j["metadata"]["generation"]
+                for j in jobs
+            )
+
+        wait_until(converged, 420, f"all {JOBS} jobs Running", interval=2.0)
+    finally:
+        op.stop()
+        print(op.log_tail(60))
+
+    jobs = {j["metadata"]["name"]: j for j in get_json(cluster, "trj", "-n", namespace)["items"]}
+    assert sorted(jobs) == names
+    for kind in CHILD_KINDS:
+        items = get_json(cluster, kind, "-n", namespace, "-l", "app.kubernetes.io/managed-by=toolrl-operator")
+        per_job = Counter(i["metadata"]["labels"]["toolrl.dev/job"] for i in items["items"])
+        assert per_job == dict.fromkeys(names, 1), f"{kind}: {per_job}"
+        for item in items["items"]:
+            owner = jobs[item["metadata"]["labels"]["toolrl.dev/job"]]["metadata"]["uid"]
+            assert [o["uid"] for o in item["metadata"]["ownerReferences"]] == [owner], kind
+    rayclusters = get_json(cluster, "rayclusters", "-n", namespace)["items"]
+    clusters = Counter(c["metadata"]["ownerReferences"][0]["name"] for c in rayclusters)
+    assert clusters == dict.fromkeys(names, 1), "one RayCluster per RayJob"
+    for name, j in jobs.items():
+        status = j["status"]
+        assert status["rayJobName"] == name
+        assert status["rayClusterName"]
+        assert status["startTime"]
+        assert {c["type"] for c in status["conditions"]} == {
+            "ToolPoolReady",
+            "ClusterReady",
+            "Running",
+            "Succeeded",
+            "Failed",
+            "Suspended",
+        }
+        assert status["toolPool"]["endpoint"] == f"http://{name}-tools.{namespace}.svc:8080"

@@ -1,0 +1,145 @@
+"""The apiserver rejects invalid ToolRLJobs with the CRD's own messages (one case per rule).
+
+Server-side dry-run runs the real admission chain: schema, defaults, CEL. No operator needed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from operator_process import install_crd
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolrljob.yaml"
+DELETE = object()
+PYTHON = {"name": "python", "type": "python"}
+
+
+def example() -> dict[str, Any]:
+    return yaml.safe_load(EXAMPLE.read_text())
+
+
+def changed(changes: dict[str, Any]) -> dict[str, Any]:
+    """The example with dotted-path changes applied (DELETE removes the field)."""
+    job = example()
+    for path, value in changes.items():
+        *parents, leaf = path.split(".")
+        node = job
+        for part in parents:
+            node = node.setdefault(part, {})
+        if value is DELETE:
+            node.pop(leaf, None)
+        else:
+            node[leaf] = copy.deepcopy(value)
+    return job
+
+
+CASES: list[tuple[str, dict[str, Any], str]] = [
+    # CEL rules
+    ("name-length", {"metadata.name": "a" * 48}, "metadata.name must be at most 47 characters"),
+    ("name-dns1035", {"metadata.name": "9lives"}, "must start with a lowercase letter"),
+    ("tp-divides-gpus", {"rollout.tensorParallelSize": 3}, "must divide cluster.workers.gpusPerWorker"),
+    (
+        "protocol-needs-python",
+        {
+            "rollout.protocol": "python-tags",
+            "reward.preset": "exact-match",
+            "tools": [{"name": "web", "type": "http", "url": "http://x:80"}],
+        },
+        "rollout.protocol tool-tags and python-tags run code",
+    ),
+    (
+        "code-execution-needs-python",
+        {"tools": [{"name": "web", "type": "http", "url": "http://x:80"}]},
+        "reward.preset code-execution runs code in the tool pool",
+    ),
+    ("parquet-files", {"data.trainFiles": ["/data/train.csv"]}, "data files must be .parquet files"),
+    ("epochs-and-steps", {"algorithm.totalTrainingSteps": 10}, "set exactly one of spec.algorithm"),
+    ("epochs-or-steps", {"algorithm.totalEpochs": DELETE}, "set exactly one of spec.algorithm"),
+    ("group-needs-2-rollouts", {"algorithm.rolloutsPerPrompt": 1}, "rolloutsPerPrompt to 2 or more"),
+    ("unique-tool-names", {"tools": [PYTHON, PYTHON]}, "tool names must be unique"),
+    ("http-needs-url", {"tools": [PYTHON, {"name": "web", "type": "http"}]}, "a tool of type http needs url"),
+    ("search-needs-corpus", {"tools": [PYTHON, {"name": "s", "type": "search"}]}, "needs corpus"),
+    (
+        "url-only-for-http",
+        {"tools": [{"name": "python", "type": "python", "url": "http://x:80"}]},
+        "url is only used by tools of type http",
+    ),
+    (
+        "url-is-http",
+        {"tools": [PYTHON, {"name": "web", "type": "http", "url": "ftp://x/y"}]},
+        "url must be an absolute http:// or https:// URL",
+    ),
+    ("tool-name-identifier", {"tools": [{"name": "my-tool", "type": "python"}]}, "must be an identifier"),
+    ("pool-min-le-max", {"toolPool.replicas": {"min": 5, "max": 4}}, "min must be less than or equal"),
+    ("custom-needs-configmap", {"reward.preset": "custom"}, "preset custom needs reward.custom"),
+    ("save-freq-nonzero", {"checkpoint": {"saveFreq": 0}}, "saveFreq must be a positive step"),
+    ("resume-value", {"checkpoint": {"resume": "sometimes"}}, "checkpoint.resume must be auto, disable"),
+    ("extra-args-hydra", {"trainer": {"extraArgs": ["--lr 1"]}}, "must be a Hydra override"),
+    # schema constraints
+    ("enum", {"rollout.engine": "tgi"}, 'Unsupported value: "tgi"'),
+    ("minimum", {"rollout.maxToolTurns": -1}, "should be greater than or equal to 0"),
+    ("maximum", {"rollout.gpuMemoryUtilization": 0.99}, "should be less than or equal to 0.95"),
+    ("required", {"model": DELETE}, "spec.model: Required value"),
+    ("min-items", {"tools": []}, "should have at least 1 items"),
+    ("type", {"algorithm.trainBatchSize": "big"}, "must be of type integer"),
+    ("gpus-minimum", {"cluster.workers.gpusPerWorker": 0}, "should be greater than or equal to 1"),
+]
+
+
+@pytest.fixture(scope="module")
+def crd(cluster) -> None:
+    install_crd(cluster)
+
+
+def dry_run(cluster, namespace: str, job: dict[str, Any]):
+    return cluster.kubectl(
+        "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(job), check=False
+    )
+
+
+def test_the_example_is_accepted(cluster, crd, namespace) -> None:
+    res = dry_run(cluster, namespace, example())
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize(("changes", "message"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_invalid_job_is_rejected_with_the_rules_message(cluster, crd, namespace, changes, message) -> None:
+    spec_changes = {k if k.startswith("metadata.") else f"spec.{k}": v for k, v in changes.items()}
+    res = dry_run(cluster, namespace, changed(spec_changes))
+    assert res.returncode != 0, f"accepted: {changes}"
+    assert message in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"spec": {"model": {"path": "Qwen/Other"}}}, "spec.model.path is immutable"),
+        ({"spec": {"cluster": {"workers": {"gpusPerWorker": 4}}}}, "gpusPerWorker is immutable"),
+    ],
+    ids=["model-path", "gpus-per-worker"],
+)
+def test_immutable_fields_cannot_change(cluster, crd, namespace, patch, message) -> None:
+    cluster.kubectl("create", "-n", namespace, "-f", str(EXAMPLE))
+    res = cluster.kubectl(
+        "patch", "trj", "gsm8k-python", "-n", namespace, "--type=merge", "-p", json.dumps(patch), check=False
+    )
+    assert res.returncode != 0, "the patch was accepted"
+    assert message in res.stderr, res.stderr
+    mutable = {"spec": {"toolPool": {"replicas": {"min": 3}}}}
+    ok = cluster.kubectl(
+        "patch",
+        "trj",
+        "gsm8k-python",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps(mutable),
+        check=False,
+    )
+    assert ok.returncode == 0, ok.stderr
