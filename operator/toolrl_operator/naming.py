@@ -23,7 +23,7 @@ COMPONENT_CONFIG = "config"
 TOOL_POOL_PORT = 8080
 TRAINER_METRICS_PORT = 9400
 CONFIG_MOUNT = "/etc/toolrl"
-REWARD_MOUNT = "/etc/toolrl-reward"
+REWARD_DIR = "reward"  # inside CONFIG_MOUNT: /etc/toolrl/reward/<key>
 DATA_MOUNT = "/data"
 CHECKPOINT_MOUNT = "/checkpoints"
 

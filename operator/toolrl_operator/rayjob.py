@@ -12,7 +12,7 @@ from .naming import (
     CONFIG_MOUNT,
     DATA_MOUNT,
     LABEL_KUEUE_QUEUE,
-    REWARD_MOUNT,
+    REWARD_DIR,
     TRAINER_METRICS_PORT,
     child_metadata,
     config_name,
@@ -40,10 +40,24 @@ def trainer_env(name: str, namespace: str) -> list[dict[str, str]]:
 
 
 def _volumes(job: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Volumes of every Ray pod and where the container mounts them."""
+    """Volumes of every Ray pod and where the container mounts them. /etc/toolrl is one projected
+    volume: the job's ConfigMap, plus a custom reward's file under reward/."""
     spec = job["spec"]
+    sources: list[dict[str, Any]] = [{"configMap": {"name": config_name(job["metadata"]["name"])}}]
+    reward = spec.get("reward", {})
+    if reward.get("preset") == "custom":
+        custom = reward["custom"]
+        key = custom.get("key", "reward.py")
+        sources.append(
+            {
+                "configMap": {
+                    "name": custom["configMap"],
+                    "items": [{"key": key, "path": f"{REWARD_DIR}/{key}"}],
+                }
+            }
+        )
     volumes: list[dict[str, Any]] = [
-        {"name": "toolrl-config", "configMap": {"name": config_name(job["metadata"]["name"])}},
+        {"name": "toolrl-config", "projected": {"sources": sources}},
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
     ]
     mounts: list[dict[str, Any]] = [
@@ -57,10 +71,6 @@ def _volumes(job: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, 
         if source:
             volumes.append({"name": vol_name, **copy.deepcopy(source)})
             mounts.append({"name": vol_name, "mountPath": path})
-    reward = spec.get("reward", {})
-    if reward.get("preset") == "custom":
-        volumes.append({"name": "reward", "configMap": {"name": reward["custom"]["configMap"]}})
-        mounts.append({"name": "reward", "mountPath": REWARD_MOUNT, "readOnly": True})
     return volumes, mounts
 
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 import yaml
-from toolrl_operator import naming
 from toolrl_operator.children import build_children
 from toolrl_operator.configmap import build_configmap
 from toolrl_operator.rayjob import ENTRYPOINT, GPU_RESOURCE, build_rayjob
@@ -103,7 +102,9 @@ def test_rayjob_runs_trainer_entry_with_the_contract_environment(make_job) -> No
     assert mounts["/data"] == "data"
     assert "/checkpoints" not in mounts, "the example has no checkpoint volume"
     volumes = {v["name"]: v for v in head["volumes"]}
-    assert volumes["toolrl-config"]["configMap"]["name"] == "gsm8k-python-config"
+    assert volumes["toolrl-config"]["projected"]["sources"] == [
+        {"configMap": {"name": "gsm8k-python-config"}}
+    ]
     assert volumes["data"]["emptyDir"] == {"sizeLimit": "20Gi"}
     assert container["resources"] == {"requests": {"cpu": "4", "memory": "16Gi"}}
 
@@ -149,9 +150,10 @@ def test_rayjob_passes_run_policy_node_placement_and_volumes(make_job) -> None:
     assert worker["containers"][0]["image"] == "custom:1"
     mounts = {m["mountPath"]: m["name"] for m in worker["containers"][0]["volumeMounts"]}
     assert mounts["/checkpoints"] == "checkpoints"
-    assert mounts[naming.REWARD_MOUNT] == "reward"
     volumes = {v["name"]: v for v in worker["volumes"]}
-    assert volumes["reward"]["configMap"]["name"] == "my-reward"
+    assert volumes["toolrl-config"]["projected"]["sources"][1] == {
+        "configMap": {"name": "my-reward", "items": [{"key": "reward.py", "path": "reward/reward.py"}]}
+    }
     assert volumes["checkpoints"]["persistentVolumeClaim"] == {"claimName": "ckpt"}
 
 
