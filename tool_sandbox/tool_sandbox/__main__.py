@@ -1,0 +1,60 @@
+"""`python -m tool_sandbox serve --host H --port P [--config tools.yaml]`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import sys
+
+from tool_sandbox.config import ConfigError, ServerSettings, default_tools, load_tools
+
+
+def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
+    defaults = ServerSettings()
+    parser = argparse.ArgumentParser(prog="tool_sandbox", description="Sandboxed tool server for RL rollouts")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the HTTP tool server")
+    serve.add_argument("--host", default=defaults.host)
+    serve.add_argument("--port", type=int, default=defaults.port)
+    serve.add_argument("--config", help="tools.yaml ({\"tools\": [...]}, the job's spec.tools); "
+                                        "default: one python tool")
+    serve.add_argument("--workers", type=int, default=defaults.workers, help="warm worker processes")
+    serve.add_argument("--capacity", type=int, default=defaults.capacity, help="calls executing at once")
+    serve.add_argument("--queue-size", type=int, default=defaults.queue_size, help="calls waiting before 429")
+    serve.add_argument("--max-sessions", type=int, default=defaults.max_sessions)
+    serve.add_argument("--session-idle-seconds", type=float, default=defaults.session_idle_seconds)
+    serve.add_argument("--spares-per-worker", type=int, default=defaults.spares_per_worker)
+    serve.add_argument("--workdir", default=defaults.workdir, help="where per-call directories are made")
+    serve.add_argument("--no-landlock", action="store_true", help="do not use Landlock even if available")
+    args = parser.parse_args(argv)
+    for name in ("workers", "capacity", "queue_size", "max_sessions"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    settings = dataclasses.replace(
+        defaults, host=args.host, port=args.port, workers=args.workers, capacity=args.capacity,
+        queue_size=args.queue_size, max_sessions=args.max_sessions,
+        session_idle_seconds=args.session_idle_seconds, spares_per_worker=args.spares_per_worker,
+        workdir=args.workdir, landlock=not args.no_landlock,
+    )
+    return settings, args.config
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings, config_path = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        tools = load_tools(config_path) if config_path else default_tools()
+    except ConfigError as exc:
+        sys.exit(f"tool_sandbox: {exc}")
+    from tool_sandbox.api.app import serve
+
+    try:
+        asyncio.run(serve(settings, tools))
+    except ConfigError as exc:
+        sys.exit(f"tool_sandbox: {exc}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,274 @@
+"""The HTTP server: the pool's own API, SandboxFusion's /run_code, VerlTool's /get_observation,
+health, readiness and metrics, all on one port and one event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from tool_sandbox.admission import Admission, Rejected
+from tool_sandbox.api import sandboxfusion, verltool
+from tool_sandbox.api.requests import (
+    ExecuteRequest,
+    RequestError,
+    parse_batch,
+    parse_execute,
+    parse_json,
+    parse_session_create,
+)
+from tool_sandbox.config import ServerSettings, ToolConfig
+from tool_sandbox.metrics import Metrics
+from tool_sandbox.sandbox import outcome
+from tool_sandbox.sandbox.pool import Pool
+from tool_sandbox.sessions import SessionLimit, Sessions
+from tool_sandbox.tools import Tool, ToolInputError, ToolResult, build_tools, needs_pool
+from tool_sandbox.tools.python import PythonTool
+
+log = logging.getLogger(__name__)
+
+
+class Service:
+    """Tools, sessions, backpressure and metrics, independent of HTTP."""
+
+    def __init__(self, settings: ServerSettings, tools: tuple[ToolConfig, ...]) -> None:
+        self.settings = settings
+        self.pool = Pool(settings) if needs_pool(tools) else None
+        self.tools: dict[str, Tool] = build_tools(tools, self.pool, settings)
+        self.admission = Admission(settings.capacity, settings.queue_size)
+        self.sessions = Sessions(settings.max_sessions, settings.session_idle_seconds)
+        self.metrics = Metrics()
+        self.metrics.bind(lambda: self.admission.inflight, lambda: self.admission.waiting,
+                          settings.capacity, lambda: len(self.sessions.live))
+        self.tools_ready = False
+        self._reaper: asyncio.Task[None] | None = None
+
+    @property
+    def python_tools(self) -> list[str]:
+        return [name for name, tool in self.tools.items() if isinstance(tool, PythonTool)]
+
+    async def start(self) -> None:
+        if self.pool is not None:
+            await self.pool.start()
+        for tool in self.tools.values():
+            await tool.start()
+        self.tools_ready = True
+        self._reaper = asyncio.create_task(self.sessions.reap_forever(min(30.0, self.settings.session_idle_seconds)))
+
+    async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+        await self.sessions.close_all()
+        for tool in self.tools.values():
+            await tool.close()
+        if self.pool is not None:
+            await self.pool.close()
+
+    def ready(self) -> bool:
+        return self.tools_ready and (self.pool is None or self.pool.is_ready())
+
+    async def admit(self, tool: str, job: Callable[[], Awaitable[ToolResult]]) -> ToolResult:
+        """Run `job` under backpressure and record it; raises Rejected when the queue is full."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            async with self.admission.slot():
+                result = await job()
+        except Rejected:
+            self.metrics.observe(tool, outcome.REJECTED, loop.time() - started, False)
+            raise
+        self.metrics.observe(tool, result.status, loop.time() - started, result.truncated)
+        return result
+
+    async def execute(self, request: ExecuteRequest) -> ToolResult:
+        tool = self.tools[request.tool]
+        if request.session is None:
+            return await self.admit(tool.name, lambda: tool.execute(request.input, request.timeout))
+        session = self.sessions.get(request.session)
+        if session is None:
+            raise RequestError(f"unknown or expired session {request.session!r}; open one with POST /v1/sessions",
+                               404)
+        if session.tool is not tool:
+            raise RequestError(f"session {request.session!r} belongs to tool {session.tool.name!r}")
+        return await self.admit(tool.name, lambda: self._in_session(session.id, request.input, request.timeout))
+
+    async def _in_session(self, session_id: str, payload: Any, timeout: float | None) -> ToolResult:
+        session = self.sessions.live.get(session_id)
+        if session is None:
+            return ToolResult(status=outcome.ERROR, message="session was closed")
+        async with session.lock:
+            result, alive = await session.tool.execute_in_session(session.handle, payload, timeout)
+        if not alive:
+            self.sessions.live.pop(session_id, None)
+            result.message = (result.message + "; " if result.message else "") + "the session has ended"
+        return result
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(text=json.dumps(body), status=status, content_type="application/json", headers=headers)
+
+
+def _rejected(exc: Rejected) -> web.Response:
+    body = ToolResult(status=outcome.REJECTED, message=str(exc)).to_json()
+    return _json(body, 429, {"Retry-After": str(exc.retry_after)})
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                  ) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except RequestError as exc:
+        return _json({"error": str(exc)}, exc.status)
+    except ToolInputError as exc:
+        return _json({"error": str(exc)}, 400)
+    except Rejected as exc:
+        return _rejected(exc)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _json({"error": exc.text or exc.reason}, exc.status, {k: v for k, v in exc.headers.items()
+                                                                      if k.lower() in ("allow", "retry-after")})
+
+
+async def _body(request: web.Request) -> Any:
+    return parse_json(await request.read())
+
+
+def build_app(service: Service) -> web.Application:
+    app = web.Application(client_max_size=service.settings.max_body_bytes, middlewares=[_errors])
+    routes = web.RouteTableDef()
+
+    @routes.post("/v1/execute")
+    async def execute(request: web.Request) -> web.Response:
+        call = parse_execute(await _body(request), service.tools)
+        return _json((await service.execute(call)).to_json())
+
+    @routes.post("/v1/execute/batch")
+    async def execute_batch(request: web.Request) -> web.Response:
+        calls = parse_batch(await _body(request), service.tools)
+
+        async def one(call: ExecuteRequest) -> dict[str, Any]:
+            try:
+                return (await service.execute(call)).to_json()
+            except Rejected as exc:
+                return ToolResult(status=outcome.REJECTED, message=str(exc)).to_json()
+            except (RequestError, ToolInputError) as exc:
+                return ToolResult(status=outcome.ERROR, message=str(exc)).to_json()
+
+        return _json({"results": await asyncio.gather(*(one(c) for c in calls))})
+
+    @routes.post("/v1/sessions")
+    async def open_session(request: web.Request) -> web.Response:
+        tool = service.tools[parse_session_create(await _body(request), service.python_tools)]
+        assert isinstance(tool, PythonTool)
+        try:
+            session = await service.sessions.open(tool)
+        except SessionLimit as exc:
+            return _json({"error": str(exc)}, 429, {"Retry-After": "5"})
+        if isinstance(session, ToolResult):
+            return _json({"error": f"could not start the session: {session.message}"}, 503)
+        return _json({"session": session.id, "tool": tool.name}, 201)
+
+    @routes.delete("/v1/sessions/{session_id}")
+    async def close_session(request: web.Request) -> web.Response:
+        if not await service.sessions.close(request.match_info["session_id"]):
+            raise RequestError(f"unknown session {request.match_info['session_id']!r}", 404)
+        return _json({"closed": True})
+
+    @routes.post("/run_code")
+    async def run_code(request: web.Request) -> web.Response:
+        call = sandboxfusion.parse_run_code(await _body(request))
+        if call.language not in sandboxfusion.PYTHON_LANGUAGES:
+            return _json(sandboxfusion.unsupported_language(call.language))
+        if not service.python_tools:
+            return _json(sandboxfusion.no_python_tool())
+        tool = service.tools[service.python_tools[0]]
+        assert isinstance(tool, PythonTool)
+        payload = {"code": call.code, "stdin": call.stdin}
+        result = await service.admit(tool.name, lambda: tool.execute(
+            payload, call.run_timeout, memory_mib=call.memory_limit_mb, files=call.files, fetch=call.fetch_files))
+        return _json(sandboxfusion.to_response(result))
+
+    @routes.post("/get_observation")
+    async def get_observation(request: web.Request) -> web.Response:
+        steps = verltool.parse_request(await _body(request))
+        answers = await asyncio.gather(*(_observe(service, step) for step in steps))
+        return _json({"observations": [a[0] for a in answers], "dones": [a[1] for a in answers],
+                      "valids": [a[2] for a in answers]})
+
+    @routes.get("/healthz")
+    async def healthz(request: web.Request) -> web.Response:
+        return _json({"status": "ok"})
+
+    @routes.get("/readyz")
+    async def readyz(request: web.Request) -> web.Response:
+        layers = service.pool.layers() if service.pool is not None else {}
+        body = {"ready": service.ready(), "tools": list(service.tools), "sandbox": layers}
+        return _json(body, 200 if service.ready() else 503)
+
+    @routes.get("/metrics")
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=service.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app.add_routes(routes)
+    return app
+
+
+async def _observe(service: Service, step: verltool.Step) -> tuple[str, bool, bool]:
+    """One trajectory's step: (observation, done, valid). Python state lives in a session per trajectory."""
+    session_id = f"verltool:{step.trajectory_id}"
+    if step.finish:
+        await service.sessions.close(session_id)
+        return "", True, True
+    call = verltool.extract(step.action)
+    if call is None:
+        return "", False, False
+    kind, text = call
+    names = [n for n, t in service.tools.items() if t.type == kind]
+    if not names:
+        return f"[no {kind} tool in this pool]", False, False
+    try:
+        if kind == "python":
+            tool = service.tools[names[0]]
+            assert isinstance(tool, PythonTool)
+            if service.sessions.get(session_id) is None:
+                opened = await service.sessions.open(tool, session_id)
+                if isinstance(opened, ToolResult):
+                    return verltool.observation(opened), False, False
+            result = await service.execute(ExecuteRequest(tool.name, text, None, session_id))
+        else:
+            result = await service.execute(ExecuteRequest(names[0], text, None, None))
+    except (Rejected, SessionLimit) as exc:
+        return f"[{outcome.REJECTED}: {exc}]", False, False
+    except ToolInputError as exc:
+        return f"[{outcome.ERROR}: {exc}]", False, False
+    return verltool.observation(result), False, True
+
+
+async def serve(settings: ServerSettings, tools: tuple[ToolConfig, ...]) -> None:
+    """Run until SIGTERM/SIGINT."""
+    service = Service(settings, tools)
+    runner = web.AppRunner(build_app(service), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port, backlog=1024)
+    await site.start()
+    log.info("tool-sandbox listening on %s:%d, tools: %s", settings.host, settings.port, ", ".join(service.tools))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await service.start()
+        await stop.wait()
+    finally:
+        with contextlib.suppress(Exception):
+            await service.close()
+        await runner.cleanup()

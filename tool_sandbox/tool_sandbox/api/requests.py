@@ -1,0 +1,81 @@
+"""Validation of the pool's own API bodies (pure): a bad body becomes a RequestError whose
+message names the field and what was expected."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+MAX_BATCH = 1024
+
+
+class RequestError(ValueError):
+    """Answered with 400 (or `status`) and this message."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class ExecuteRequest:
+    tool: str
+    input: Any
+    timeout: float | None
+    session: str | None
+
+
+def parse_json(raw: bytes) -> Any:
+    if not raw:
+        raise RequestError("empty request body; send a JSON object")
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError(f"request body is not valid JSON: {exc}") from exc
+
+
+def require_object(body: Any, what: str = "request body") -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise RequestError(f"{what} must be a JSON object, got {_kind(body)}")
+    return body
+
+
+def parse_execute(body: Any, tools: dict[str, Any], where: str = "") -> ExecuteRequest:
+    """`{tool, input, timeoutSeconds?, session?}` for a configured tool."""
+    body = require_object(body, f"{where}body" if where else "request body")
+    tool = body.get("tool")
+    if not isinstance(tool, str):
+        raise RequestError(f"{where}tool is required: a string naming one of {', '.join(tools)}")
+    if tool not in tools:
+        raise RequestError(f"{where}unknown tool {tool!r}; this pool serves {', '.join(tools)}")
+    if "input" not in body:
+        raise RequestError(f"{where}input is required (code for python, a query for search, a JSON body for http)")
+    timeout = body.get("timeoutSeconds")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
+        raise RequestError(f"{where}timeoutSeconds must be a positive number, got {timeout!r}")
+    session = body.get("session")
+    if session is not None and not isinstance(session, str):
+        raise RequestError(f"{where}session must be a string id from POST /v1/sessions, got {_kind(session)}")
+    return ExecuteRequest(tool, body["input"], None if timeout is None else float(timeout), session)
+
+
+def parse_batch(body: Any, tools: dict[str, Any]) -> list[ExecuteRequest]:
+    """`{calls: [execute request, ...]}`."""
+    calls = require_object(body).get("calls")
+    if not isinstance(calls, list) or not calls:
+        raise RequestError("calls is required: a non-empty list of {tool, input, timeoutSeconds?, session?}")
+    if len(calls) > MAX_BATCH:
+        raise RequestError(f"a batch holds at most {MAX_BATCH} calls, got {len(calls)}; split it")
+    return [parse_execute(call, tools, f"calls[{i}].") for i, call in enumerate(calls)]
+
+
+def parse_session_create(body: Any, session_tools: list[str]) -> str:
+    tool = require_object(body).get("tool")
+    if not isinstance(tool, str) or tool not in session_tools:
+        raise RequestError(f"tool must name a tool with sessions: one of {', '.join(session_tools) or '(none)'}")
+    return tool
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__

@@ -1,0 +1,152 @@
+"""The pool's configuration: `tools.yaml` (the job's `spec.tools`, verbatim) and server settings.
+
+Parsing is pure: text in, frozen dataclasses out, or a ConfigError that names the entry, the
+field and what to do."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+TOOL_TYPES = ("python", "search", "http")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class ConfigError(ValueError):
+    """The tool configuration is invalid; the message says where and how to fix it."""
+
+
+@dataclass(frozen=True)
+class ToolConfig:
+    """One entry of `spec.tools` (field names as in the ToolRLJob CRD)."""
+
+    name: str
+    type: str
+    description: str = ""
+    timeout_seconds: float = 10.0
+    memory_limit_mib: int = 512
+    max_output_bytes: int = 4096
+    corpus: str = ""
+    top_k: int = 3
+    url: str = ""
+    # Server-side knobs beyond the CRD (usable in a hand-written tools.yaml).
+    file_size_limit_mib: int = 16
+    max_open_files: int = 64
+    max_processes: int = 64
+    max_retries: int = 3
+    retry_delay_seconds: float = 0.5
+    rate_limit_per_second: float = 50.0
+
+
+_FIELDS = {
+    "name": ("name", str),
+    "type": ("type", str),
+    "description": ("description", str),
+    "timeoutSeconds": ("timeout_seconds", float),
+    "memoryLimitMiB": ("memory_limit_mib", int),
+    "maxOutputBytes": ("max_output_bytes", int),
+    "corpus": ("corpus", str),
+    "topK": ("top_k", int),
+    "url": ("url", str),
+    "fileSizeLimitMiB": ("file_size_limit_mib", int),
+    "maxOpenFiles": ("max_open_files", int),
+    "maxProcesses": ("max_processes", int),
+    "maxRetries": ("max_retries", int),
+    "retryDelaySeconds": ("retry_delay_seconds", float),
+    "rateLimitPerSecond": ("rate_limit_per_second", float),
+}
+_POSITIVE = ("timeoutSeconds", "memoryLimitMiB", "maxOutputBytes", "topK", "fileSizeLimitMiB",
+             "maxOpenFiles", "maxProcesses", "rateLimitPerSecond")
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How the server runs; one home for every default."""
+
+    host: str = "0.0.0.0"
+    port: int = 8080
+    workers: int = 2  # warm worker processes (zygotes)
+    capacity: int = 32  # calls executing at once across all workers
+    queue_size: int = 256  # calls waiting for capacity before 429
+    max_sessions: int = 64
+    session_idle_seconds: float = 300.0
+    session_cpu_seconds: int = 600
+    spares_per_worker: int = 4
+    max_body_bytes: int = 4 << 20
+    workdir: str = field(default_factory=lambda: os.path.join(os.environ.get("TMPDIR", "/tmp"), "tool-sandbox"))
+    sandbox_uid_base: int = 200000  # children run as uid base+slot when the server is root
+    landlock: bool = True
+
+
+def parse_tools(text: str, source: str = "tools.yaml") -> tuple[ToolConfig, ...]:
+    """Parse `{"tools": [...]}` (YAML or JSON) into validated tool configs."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML/JSON ({exc}); fix the syntax") from exc
+    if not isinstance(document, dict) or not isinstance(document.get("tools"), list):
+        raise ConfigError(f'{source}: expected a mapping with a list under "tools", like {{"tools": [...]}}')
+    if not document["tools"]:
+        raise ConfigError(f"{source}: tools is empty; list at least one tool")
+    tools = tuple(_parse_tool(entry, f"{source}: tools[{i}]") for i, entry in enumerate(document["tools"]))
+    names = [tool.name for tool in tools]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"{source}: tool name {name!r} appears more than once; names must be unique")
+    return tools
+
+
+def load_tools(path: str) -> tuple[ToolConfig, ...]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return parse_tools(handle.read(), path)
+    except OSError as exc:
+        raise ConfigError(f"cannot read tool config {path}: {exc.strerror}; pass --config PATH") from exc
+
+
+def default_tools() -> tuple[ToolConfig, ...]:
+    """Without a config file the pool serves one Python tool with the CRD defaults."""
+    return (ToolConfig(name="python", type="python"),)
+
+
+def _parse_tool(entry: Any, where: str) -> ToolConfig:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: expected a mapping with name and type, got {type(entry).__name__}")
+    unknown = sorted(set(entry) - set(_FIELDS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(_FIELDS)}")
+    for required in ("name", "type"):
+        if required not in entry:
+            raise ConfigError(f"{where}: missing {required!r}")
+    values: dict[str, Any] = {}
+    for key, raw in entry.items():
+        attr, kind = _FIELDS[key]
+        values[attr] = _coerce(raw, kind, f"{where}.{key}")
+        if key in _POSITIVE and values[attr] <= 0:
+            raise ConfigError(f"{where}.{key}: must be positive, got {raw!r}")
+    name, kind = values["name"], values["type"]
+    if not _NAME.match(name):
+        raise ConfigError(f"{where}.name: {name!r} is not an identifier (letters, digits, _)")
+    if kind not in TOOL_TYPES:
+        raise ConfigError(f"{where}.type: {kind!r} is not one of {', '.join(TOOL_TYPES)}")
+    if kind == "search" and not values.get("corpus"):
+        raise ConfigError(f"{where}: a search tool needs corpus (path of a JSONL file)")
+    if kind == "http" and not str(values.get("url", "")).startswith(("http://", "https://")):
+        raise ConfigError(f"{where}: an http tool needs url, an absolute http:// or https:// URL")
+    return ToolConfig(**values)
+
+
+def _coerce(raw: Any, kind: type, where: str) -> Any:
+    if kind is str:
+        if not isinstance(raw, str):
+            raise ConfigError(f"{where}: expected a string, got {type(raw).__name__}")
+        return raw
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise ConfigError(f"{where}: expected a number, got {raw!r}")
+    if kind is int and raw != int(raw):
+        raise ConfigError(f"{where}: expected a whole number, got {raw!r}")
+    return kind(raw)

@@ -1,0 +1,119 @@
+"""What a sandboxed child does once isolated: wait for code, run it, report, exit.
+
+A one-shot child runs one program with script semantics (`__name__ == "__main__"`, exit code
+from `sys.exit`, a traceback on stderr) and exits. A session child keeps one namespace and runs
+cells with notebook semantics (the value of a trailing expression is printed) until told to stop."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import contextlib
+import os
+import sys
+import threading
+import traceback
+from typing import Any
+
+from tool_sandbox.sandbox import layers, wire
+
+
+def main(spec: layers.Layers, workdir: str, fds: tuple[int, int, int, int]) -> None:
+    """Entry point in the forked child; never returns."""
+    code = 70
+    try:
+        vm_bytes = layers.enter(spec, workdir, fds)
+    except BaseException as exc:  # report why the sandbox could not be set up
+        _report({"setupError": f"{type(exc).__name__}: {exc}"})
+        os._exit(code)
+    try:
+        request = wire.read_frame(layers.REQUEST_FD)
+        if request is None:
+            os._exit(0)
+        layers.apply_limits(layers.Limits(**request["limits"]), vm_bytes)
+        _set_stdin(request.get("stdin") or "")
+        if request["mode"] == "session":
+            code = _session(request["code"])
+        else:
+            os.close(layers.CONTROL_FD)
+            os.close(layers.REQUEST_FD)
+            code, _ = run(request["code"], _fresh_namespace(), notebook=False)
+            _join_threads()
+    finally:
+        _flush()
+        os._exit(code)
+
+
+def run(code: str, namespace: dict[str, Any], notebook: bool) -> tuple[int, bool]:
+    """Run `code` in `namespace`: (the exit code a Python process would have, sys.exit called)."""
+    try:
+        tree = ast.parse(code, "<tool>", "exec")
+        last = None
+        if notebook and tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        exec(compile(tree, "<tool>", "exec"), namespace)
+        if last is not None:
+            value = eval(compile(last, "<tool>", "eval"), namespace)
+            if value is not None:
+                print(repr(value))
+        return 0, False
+    except SystemExit as exc:
+        return _exit_code(exc), True
+    except BaseException as exc:
+        traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None)
+        return 1, False
+
+
+def _session(first_code: str) -> int:
+    namespace = _fresh_namespace()
+    code: str | None = first_code
+    while code is not None:
+        status, exited = run(code, namespace, notebook=True)
+        _flush()
+        if exited:
+            return status  # sys.exit ends the session as it ends a kernel
+        _report({"done": True, "exitCode": status})
+        message = wire.read_frame(layers.REQUEST_FD)
+        code = None if message is None else message["code"]
+    return 0
+
+
+def _fresh_namespace() -> dict[str, Any]:
+    return {"__name__": "__main__", "__builtins__": builtins}
+
+
+def _exit_code(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code & 0xFF
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _set_stdin(text: str) -> None:
+    if not text:
+        return
+    fd = os.memfd_create("stdin")
+    wire.write_all(fd, text.encode())
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.dup2(fd, 0)
+    os.close(fd)
+
+
+def _join_threads() -> None:
+    """Wait for non-daemon threads, as the interpreter does at exit."""
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BaseException):  # a broken stream must not hide the exit code
+            stream.flush()
+
+
+def _report(message: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):
+        wire.write_all(layers.CONTROL_FD, wire.encode(message))

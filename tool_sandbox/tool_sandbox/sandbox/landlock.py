@@ -1,0 +1,131 @@
+"""Landlock (Linux >= 5.13) through raw syscalls: confines a process's filesystem access,
+TCP bind/connect (ABI 4) and signals/abstract sockets (ABI 6) to what it is given."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import stat
+from collections.abc import Iterable
+
+_SYS_CREATE_RULESET = 444
+_SYS_ADD_RULE = 445
+_SYS_RESTRICT_SELF = 446
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+
+EXECUTE = 1 << 0
+WRITE_FILE = 1 << 1
+READ_FILE = 1 << 2
+READ_DIR = 1 << 3
+REMOVE_DIR = 1 << 4
+REMOVE_FILE = 1 << 5
+MAKE_CHAR = 1 << 6
+MAKE_DIR = 1 << 7
+MAKE_REG = 1 << 8
+MAKE_SOCK = 1 << 9
+MAKE_FIFO = 1 << 10
+MAKE_BLOCK = 1 << 11
+MAKE_SYM = 1 << 12
+REFER = 1 << 13
+TRUNCATE = 1 << 14
+IOCTL_DEV = 1 << 15
+
+NET_BIND_TCP = 1 << 0
+NET_CONNECT_TCP = 1 << 1
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0
+SCOPE_SIGNAL = 1 << 1
+
+_FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
+READ_ONLY = READ_FILE | READ_DIR
+READ_WRITE = (
+    READ_FILE | READ_DIR | WRITE_FILE | REMOVE_DIR | REMOVE_FILE | MAKE_DIR | MAKE_REG | MAKE_FIFO
+    | MAKE_SYM | REFER | TRUNCATE
+)
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+def _syscall(*args: object) -> int:
+    result = _libc.syscall(*args)
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"landlock syscall {args[0]}: {os.strerror(err)}")
+    return result
+
+
+def abi_version() -> int:
+    """The kernel's Landlock ABI version, 0 when Landlock is absent or disabled."""
+    result = _libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), _CREATE_RULESET_VERSION)
+    return max(int(result), 0)
+
+
+def _handled_fs(abi: int) -> int:
+    rights = (1 << 13) - 1
+    if abi >= 2:
+        rights |= REFER
+    if abi >= 3:
+        rights |= TRUNCATE
+    if abi >= 5:
+        rights |= IOCTL_DEV
+    return rights
+
+
+def ruleset(read_only: Iterable[str], read_write: Iterable[str], abi: int) -> int:
+    """Build a ruleset allowing only the given paths; returns its fd for `enforce`.
+
+    Built while the caller can still open every path (before dropping its uid). TCP
+    bind/connect and signals to processes outside the domain are denied where the ABI has them."""
+    handled = _handled_fs(abi)
+    attr = _RulesetAttr(
+        handled_access_fs=handled,
+        handled_access_net=(NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0,
+        scoped=(SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0,
+    )
+    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8)
+    fd = _syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0)
+    try:
+        for paths, rights in ((read_only, READ_ONLY), (read_write, READ_WRITE)):
+            for path in paths:
+                _allow(fd, path, rights & handled)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def enforce(fd: int) -> None:
+    """Confine the calling process to the ruleset (needs no_new_privs); closes the fd."""
+    try:
+        _syscall(_SYS_RESTRICT_SELF, fd, 0)
+    finally:
+        os.close(fd)
+
+
+def _allow(ruleset: int, path: str, rights: int) -> None:
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            rights &= _FILE_RIGHTS
+        rule = _PathBeneath(allowed_access=rights, parent_fd=fd)
+        _syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0)
+    finally:
+        os.close(fd)

@@ -1,0 +1,58 @@
+"""Pure rules that turn what happened to a sandboxed process into the API's answer."""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+
+OK = "ok"
+ERROR = "error"
+TIMEOUT = "timeout"
+KILLED = "killed"
+REJECTED = "rejected"
+STATUSES = (OK, ERROR, TIMEOUT, KILLED, REJECTED)
+
+_SIGNAL_REASONS = {
+    signal.SIGXCPU: "CPU time limit exceeded",
+    signal.SIGXFSZ: "file size limit exceeded",
+    signal.SIGSEGV: "segmentation fault",
+    signal.SIGBUS: "bus error",
+    signal.SIGABRT: "aborted",
+    signal.SIGSYS: "forbidden system call",
+    signal.SIGKILL: "killed",
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str
+    exit_code: int | None
+    message: str
+
+
+def classify(wait_status: int | None, timed_out: bool, output_exceeded: bool) -> Outcome:
+    """Map a wait status plus what the worker did to (status, exit code, reason).
+
+    Exit codes follow Python's subprocess convention: a signal N is reported as -N."""
+    if wait_status is None:
+        return Outcome(ERROR, None, "sandbox process vanished")
+    code = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else -os.WTERMSIG(wait_status)
+    if timed_out:
+        return Outcome(TIMEOUT, code, "wall-clock timeout: the process group was killed")
+    if output_exceeded:
+        return Outcome(KILLED, code, "output limit exceeded: the process group was killed")
+    if code >= 0:
+        return Outcome(OK if code == 0 else ERROR, code, "" if code == 0 else f"exit code {code}")
+    sig = -code
+    if sig == signal.SIGXCPU:
+        return Outcome(TIMEOUT, code, _SIGNAL_REASONS[sig])
+    return Outcome(KILLED, code, _SIGNAL_REASONS.get(sig, f"killed by signal {sig}"))
+
+
+def cap_output(data: bytes, total: int, limit: int) -> tuple[str, bool]:
+    """Decode at most `limit` bytes of a stream of `total` bytes, with a visible marker if cut."""
+    if total <= limit:
+        return data.decode("utf-8", errors="replace"), False
+    text = data[:limit].decode("utf-8", errors="replace")
+    return f"{text}\n[... output truncated: {total} bytes, first {limit} shown ...]", True

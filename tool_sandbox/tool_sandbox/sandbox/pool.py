@@ -1,0 +1,171 @@
+"""Server side of the warm workers: starts them as separate programs, routes calls to the least
+busy one, and restarts any that dies (answering its in-flight calls with an error)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import struct
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from tool_sandbox.config import ServerSettings
+from tool_sandbox.sandbox import outcome, wire
+
+log = logging.getLogger(__name__)
+_HEADER = struct.Struct(">I")
+_ENV_KEPT = ("PATH", "PYTHONPATH", "LANG", "LC_ALL")
+
+
+class WorkerLost(Exception):
+    """The worker serving a call or session exited."""
+
+
+@dataclass
+class _Worker:
+    index: int
+    generation: int = 0
+    process: asyncio.subprocess.Process | None = None
+    pending: dict[int, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    layers: dict[str, Any] = field(default_factory=dict)
+
+
+def worker_environment() -> dict[str, str]:
+    """Only what the interpreter needs: none of the server's secrets reach a worker."""
+    env = {key: os.environ[key] for key in _ENV_KEPT if key in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               PYTHONDONTWRITEBYTECODE="1")
+    return env
+
+
+class Pool:
+    def __init__(self, settings: ServerSettings) -> None:
+        self.settings = settings
+        self.workers = [_Worker(i) for i in range(settings.workers)]
+        self.next_id = 1
+        self.restarts = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
+
+    async def start(self) -> None:
+        for worker in self.workers:
+            self._tasks.append(asyncio.create_task(self._supervise(worker)))
+
+    async def wait_ready(self, timeout: float | None = None) -> None:
+        await asyncio.wait_for(asyncio.gather(*(w.ready.wait() for w in self.workers)), timeout)
+
+    def is_ready(self) -> bool:
+        return all(w.ready.is_set() for w in self.workers)
+
+    def layers(self) -> dict[str, Any]:
+        return self.workers[0].layers
+
+    async def close(self) -> None:
+        self._closing = True
+        for task in self._tasks:
+            task.cancel()
+        for worker in self.workers:
+            if worker.process and worker.process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    worker.process.kill()
+                await worker.process.wait()
+
+    # ---- calls ----------------------------------------------------------------------------
+
+    def pick(self) -> int:
+        """Index of the ready worker with the fewest calls in flight."""
+        ready = [w for w in self.workers if w.ready.is_set()] or self.workers
+        return min(ready, key=lambda w: len(w.pending)).index
+
+    async def call(self, message: dict[str, Any], worker_index: int | None = None,
+                   generation: int | None = None) -> tuple[dict[str, Any], int, int]:
+        """Send one request; returns (reply, worker index, worker generation)."""
+        index = self.pick() if worker_index is None else worker_index
+        worker = self.workers[index]
+        if worker_index is None:
+            await worker.ready.wait()
+        if generation is not None and generation != worker.generation:
+            raise WorkerLost("the worker holding this session restarted")
+        if worker.process is None or worker.process.stdin is None:
+            raise WorkerLost("worker not running")
+        call_id = self.next_id
+        self.next_id += 1
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        worker.pending[call_id] = future
+        gen = worker.generation
+        worker.process.stdin.write(wire.encode({**message, "id": call_id}))
+        try:
+            return await future, index, gen
+        finally:
+            worker.pending.pop(call_id, None)
+
+    # ---- supervision ---------------------------------------------------------------------
+
+    async def _supervise(self, worker: _Worker) -> None:
+        while not self._closing:
+            try:
+                await self._run_worker(worker)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("worker %d failed", worker.index)
+            worker.ready.clear()
+            worker.generation += 1
+            for future in worker.pending.values():
+                if not future.done():
+                    future.set_exception(WorkerLost("sandbox worker exited during the call"))
+            worker.pending.clear()
+            if self._closing:
+                return
+            self.restarts += 1
+            log.warning("sandbox worker %d exited; restarting", worker.index)
+            await asyncio.sleep(0.2)
+
+    async def _run_worker(self, worker: _Worker) -> None:
+        settings = {
+            "workdir": os.path.join(self.settings.workdir, f"w{worker.index}"),
+            "uidBase": self.settings.sandbox_uid_base + 1000 * worker.index,
+            "slots": min(1000, self.settings.capacity + self.settings.max_sessions
+                         + self.settings.spares_per_worker + 8),
+            "spares": self.settings.spares_per_worker,
+            "landlock": self.settings.landlock,
+        }
+        worker.process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tool_sandbox.sandbox.zygote", json.dumps(settings),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            env=worker_environment(), limit=wire.MAX_FRAME,
+        )
+        stdout = worker.process.stdout
+        assert stdout is not None
+        try:
+            while True:
+                header = await stdout.readexactly(_HEADER.size)
+                (size,) = _HEADER.unpack(header)
+                message = json.loads(await stdout.readexactly(size))
+                if message.get("op") == "ready":
+                    worker.layers = message.get("layers", {})
+                    worker.ready.set()
+                    log.info("sandbox worker %d ready: %s", worker.index, worker.layers)
+                    continue
+                future = worker.pending.get(message.get("id"))
+                if future is not None and not future.done():
+                    future.set_result(message)
+        except asyncio.IncompleteReadError:
+            pass
+        finally:
+            if worker.process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    worker.process.kill()
+            await worker.process.wait()
+
+
+def lost_result(message: str) -> dict[str, Any]:
+    """The reply for a call whose worker died under it."""
+    return {"status": outcome.ERROR, "exitCode": None, "stdout": "", "stderr": "", "truncated": False,
+            "durationSeconds": 0.0, "message": message, "sandboxError": True}

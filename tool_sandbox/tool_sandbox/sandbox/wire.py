@@ -1,0 +1,59 @@
+"""Framing between server, worker and child: a 4-byte big-endian length, then JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from typing import Any
+
+_HEADER = struct.Struct(">I")
+MAX_FRAME = 64 << 20
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    body = json.dumps(message, separators=(",", ":")).encode()
+    return _HEADER.pack(len(body)) + body
+
+
+def split(buffer: bytearray) -> list[dict[str, Any]]:
+    """Remove and return the complete frames at the start of `buffer`."""
+    messages = []
+    while len(buffer) >= _HEADER.size:
+        (size,) = _HEADER.unpack_from(buffer)
+        if size > MAX_FRAME:
+            raise ValueError(f"frame of {size} bytes exceeds {MAX_FRAME}")
+        end = _HEADER.size + size
+        if len(buffer) < end:
+            break
+        messages.append(json.loads(bytes(buffer[_HEADER.size:end])))
+        del buffer[:end]
+    return messages
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def read_frame(fd: int) -> dict[str, Any] | None:
+    """Blocking read of one frame; None at end of file."""
+    header = _read_exact(fd, _HEADER.size)
+    if header is None:
+        return None
+    (size,) = _HEADER.unpack(header)
+    body = _read_exact(fd, size)
+    if body is None:
+        return None
+    return json.loads(body)
+
+
+def _read_exact(fd: int, size: int) -> bytes | None:
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = os.read(fd, size - len(chunks))
+        if not chunk:
+            return None
+        chunks += chunk
+    return bytes(chunks)

@@ -1,0 +1,468 @@
+"""The warm worker ("zygote"): a single-threaded process that imports the heavy libraries once
+and forks one isolated child per call.
+
+It is started by the server as a separate program (never forked from the multi-threaded
+server), speaks framed JSON on its stdin/stdout, and keeps a few children forked and isolated
+ahead of time, so a call costs one pipe write, the code itself and one exit.
+
+Run as `python -m tool_sandbox.sandbox.zygote '<json settings>'`."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import dataclasses
+import importlib
+import json
+import os
+import selectors
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tool_sandbox.sandbox import child, landlock, outcome, seccomp, wire
+from tool_sandbox.sandbox.layers import Layers
+
+PRELOAD = (
+    "numpy", "sympy", "math", "cmath", "re", "json", "collections", "itertools", "functools",
+    "operator", "heapq", "bisect", "fractions", "decimal", "statistics", "random", "string",
+    "datetime", "time", "typing", "dataclasses", "copy", "io", "textwrap", "array", "struct",
+    "hashlib", "base64", "unicodedata", "pprint", "enum", "numbers", "traceback", "threading",
+    "csv", "calendar", "difflib", "queue", "contextlib", "warnings", "ast", "string", "uuid",
+)
+_CHUNK = 1 << 16
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+@dataclass
+class Call:
+    """One request being served by a child."""
+
+    id: int
+    started: float
+    deadline: float
+    max_output: int
+    kill_bytes: int
+    fetch: list[str]
+    session_open: bool = False
+    out: bytearray = field(default_factory=bytearray)
+    err: bytearray = field(default_factory=bytearray)
+    out_total: int = 0
+    err_total: int = 0
+    timed_out: bool = False
+    exceeded: bool = False
+
+
+@dataclass
+class Child:
+    pid: int
+    pidfd: int
+    request_w: int
+    out_r: int
+    err_r: int
+    ctl_r: int
+    workdir: str
+    slot: int
+    ctl_buf: bytearray = field(default_factory=bytearray)
+    call: Call | None = None
+    session: int | None = None
+    setup_error: str = ""
+    open_fds: set[int] = field(default_factory=set)
+
+
+class Worker:
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.settings = settings
+        self.root = settings["workdir"]
+        self.spare_target = int(settings.get("spares", 2))
+        self.free_slots = list(range(int(settings.get("slots", 64))))
+        self.uid_base = settings.get("uidBase") if os.geteuid() == 0 else None
+        self.children: dict[int, Child] = {}  # by pid
+        self.by_fd: dict[int, tuple[Child, str]] = {}
+        self.spares: list[Child] = []
+        self.sessions: dict[int, Child] = {}
+        self.next_session = 1
+        self.selector = selectors.DefaultSelector()
+        self.inbox = bytearray()
+        self.in_fd = os.dup(0)
+        self.out_fd = os.dup(1)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+        abi = landlock.abi_version() if settings.get("landlock", True) else 0
+        self.layers = Layers(
+            uid=None,
+            gid=None,
+            landlock_abi=abi,
+            read_only_paths=_read_only_paths(),
+            static_bpf=seccomp.static_filter(),
+            worker_pid=os.getpid(),
+        )
+
+    # ---- children -------------------------------------------------------------------------
+
+    def spawn(self) -> Child | None:
+        if not self.free_slots:
+            return None
+        slot = self.free_slots.pop()
+        uid = None if self.uid_base is None else int(self.uid_base) + slot
+        workdir = os.path.join(self.root, f"s{slot}-{time.monotonic_ns()}")
+        os.mkdir(workdir, 0o700)
+        if uid is not None:
+            os.chown(workdir, uid, uid)
+        request_r, request_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        ctl_r, ctl_w = os.pipe()
+        layers = dataclasses.replace(self.layers, uid=uid, gid=uid)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                child.main(layers, workdir, (request_r, out_w, err_w, ctl_w))
+            finally:
+                os._exit(70)
+        for fd in (request_r, out_w, err_w, ctl_w):
+            os.close(fd)
+        kid = Child(pid, os.pidfd_open(pid), request_w, out_r, err_r, ctl_r, workdir, slot)
+        for fd, role in ((out_r, "out"), (err_r, "err"), (ctl_r, "ctl"), (kid.pidfd, "exit")):
+            os.set_blocking(fd, False)
+            self.selector.register(fd, selectors.EVENT_READ)
+            self.by_fd[fd] = (kid, role)
+            kid.open_fds.add(fd)
+        self.children[pid] = kid
+        return kid
+
+    def take_spare(self) -> Child | None:
+        while self.spares:
+            kid = self.spares.pop(0)
+            if kid.pid in self.children:
+                return kid
+        return self.spawn()
+
+    def kill(self, kid: Child) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(kid.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(kid.pid, signal.SIGKILL)
+
+    def reap(self, kid: Child) -> None:
+        _, status = os.waitpid(kid.pid, 0)
+        for fd, role in ((kid.out_r, "out"), (kid.err_r, "err"), (kid.ctl_r, "ctl")):
+            if fd in kid.open_fds:
+                self.on_readable(kid, role, drain=True)
+        if kid.call is not None:
+            self.finish(kid, outcome.classify(status, kid.call.timed_out, kid.call.exceeded))
+        elif kid.setup_error:
+            print(f"tool-sandbox worker: child setup failed: {kid.setup_error}", file=sys.stderr)
+        for fd in list(kid.open_fds):
+            self.close_fd(kid, fd)
+        self.close_request(kid)
+        shutil.rmtree(kid.workdir, ignore_errors=True)
+        del self.children[kid.pid]
+        if kid.session is not None:
+            self.sessions.pop(kid.session, None)
+        self.free_slots.append(kid.slot)
+
+    def close_request(self, kid: Child) -> None:
+        if kid.request_w >= 0:
+            os.close(kid.request_w)
+            kid.request_w = -1
+
+    def close_fd(self, kid: Child, fd: int) -> None:
+        self.selector.unregister(fd)
+        del self.by_fd[fd]
+        kid.open_fds.discard(fd)
+        os.close(fd)
+
+    # ---- calls --------------------------------------------------------------------------
+
+    def start(self, msg: dict[str, Any], kid: Child, mode: str) -> None:
+        now = time.monotonic()
+        max_output = int(msg.get("maxOutputBytes", 4096))
+        kid.call = Call(
+            id=msg["id"],
+            started=now,
+            deadline=now + float(msg["timeout"]),
+            max_output=max_output,
+            kill_bytes=max(64 * max_output, 1 << 20),
+            fetch=list(msg.get("fetch") or []),
+            session_open=mode == "session" and kid.session is None,
+        )
+        frame = {"code": msg.get("code", "")}
+        if mode != "exec":
+            frame.update(mode=mode, limits=msg["limits"], stdin=msg.get("stdin") or "")
+        try:
+            wire.write_all(kid.request_w, wire.encode(frame))
+            if mode == "run":
+                self.close_request(kid)
+        except OSError:
+            self.kill(kid)  # died before reading: reported when its exit is seen
+
+    def finish(self, kid: Child, result: outcome.Outcome, session_alive: bool = False) -> None:
+        call = kid.call
+        kid.call = None
+        assert call is not None
+        message = result.message
+        if kid.setup_error:
+            result = outcome.Outcome(outcome.ERROR, None, "")
+            message = f"sandbox setup failed: {kid.setup_error}"
+        stdout, cut_out = outcome.cap_output(bytes(call.out), call.out_total, call.max_output)
+        stderr, cut_err = outcome.cap_output(bytes(call.err), call.err_total, call.max_output)
+        reply: dict[str, Any] = {
+            "id": call.id,
+            "status": result.status,
+            "exitCode": result.exit_code,
+            "stdout": stdout,
+            "stderr": stderr,
+            "truncated": cut_out or cut_err,
+            "durationSeconds": round(time.monotonic() - call.started, 6),
+            "message": message,
+            "sandboxError": bool(kid.setup_error),
+        }
+        if kid.session is not None:
+            reply["sessionAlive"] = session_alive
+        if call.fetch:
+            reply["files"] = _fetch(kid.workdir, call.fetch, call.max_output * 64)
+        if call.session_open:
+            if session_alive:
+                kid.session = self.next_session
+                self.sessions[kid.session] = kid
+                self.next_session += 1
+                reply["session"] = kid.session
+            elif reply["status"] == outcome.OK:
+                reply.update(status=outcome.ERROR, message="session process exited while opening")
+        self.send(reply)
+
+    def on_readable(self, kid: Child, role: str, drain: bool = False) -> None:
+        fd = {"out": kid.out_r, "err": kid.err_r, "ctl": kid.ctl_r}[role]
+        while True:
+            try:
+                data = os.read(fd, _CHUNK)
+            except BlockingIOError:
+                return
+            if not data:
+                self.close_fd(kid, fd)
+                return
+            if role == "ctl":
+                kid.ctl_buf += data
+                for frame in wire.split(kid.ctl_buf):
+                    self.on_control(kid, frame)
+            elif kid.call is not None:
+                self.collect(kid, kid.call, role, data)
+            if not drain:
+                return
+
+    def collect(self, kid: Child, call: Call, role: str, data: bytes) -> None:
+        buf = call.out if role == "out" else call.err
+        if len(buf) < call.max_output:
+            buf += data[: call.max_output - len(buf)]
+        if role == "out":
+            call.out_total += len(data)
+        else:
+            call.err_total += len(data)
+        if call.out_total + call.err_total > call.kill_bytes and not call.exceeded:
+            call.exceeded = True
+            self.kill(kid)
+
+    def on_control(self, kid: Child, frame: dict[str, Any]) -> None:
+        if "setupError" in frame:
+            kid.setup_error = str(frame["setupError"])
+        elif frame.get("done") and kid.call is not None:
+            for fd, role in ((kid.out_r, "out"), (kid.err_r, "err")):
+                if fd in kid.open_fds:
+                    self.on_readable(kid, role, drain=True)
+            code = int(frame.get("exitCode", 0))
+            result = outcome.Outcome(outcome.OK if code == 0 else outcome.ERROR, code, "")
+            self.finish(kid, result, session_alive=True)
+
+    # ---- server messages ------------------------------------------------------------------
+
+    def handle(self, msg: dict[str, Any]) -> None:
+        op = msg.get("op")
+        if op in ("run", "open"):
+            kid = self.take_spare()
+            if kid is None:
+                self.reply_error(msg, outcome.REJECTED, "no free sandbox slot in this worker")
+                return
+            if op == "run":
+                _place_files(kid.workdir, msg.get("files") or {}, self.uid_base, kid.slot)
+            self.start(msg, kid, "run" if op == "run" else "session")
+        elif op == "exec":
+            kid = self.sessions.get(int(msg.get("session", -1)))
+            if kid is None or kid.call is not None:
+                why = "unknown or closed session" if kid is None else "session is busy with another call"
+                self.reply_error(msg, outcome.ERROR, why)
+                return
+            self.start(msg, kid, "exec")
+        elif op == "close":
+            kid = self.sessions.pop(int(msg.get("session", -1)), None)
+            if kid is not None:
+                kid.session = None
+                self.kill(kid)
+            self.send({"id": msg["id"], "status": outcome.OK, "closed": kid is not None})
+        else:
+            self.reply_error(msg, outcome.ERROR, f"unknown worker operation {op!r}")
+
+    def reply_error(self, msg: dict[str, Any], status: str, message: str) -> None:
+        self.send({"id": msg.get("id"), "status": status, "exitCode": None, "stdout": "", "stderr": "",
+                   "truncated": False, "durationSeconds": 0.0, "message": message, "sandboxError": True})
+
+    def send(self, message: dict[str, Any]) -> None:
+        wire.write_all(self.out_fd, wire.encode(message))
+
+    # ---- loop -----------------------------------------------------------------------------
+
+    def check_deadlines(self) -> float | None:
+        now = time.monotonic()
+        nearest = None
+        for kid in self.children.values():
+            call = kid.call
+            if call is None or call.timed_out:
+                continue
+            if now >= call.deadline:
+                call.timed_out = True
+                self.kill(kid)
+            else:
+                nearest = call.deadline - now if nearest is None else min(nearest, call.deadline - now)
+        return nearest
+
+    def run(self) -> None:
+        os.set_blocking(self.in_fd, False)
+        self.selector.register(self.in_fd, selectors.EVENT_READ)
+        self.send({"op": "ready", "pid": os.getpid(), "layers": self.describe()})
+        while True:
+            wait = self.check_deadlines()
+            if len(self.spares) < self.spare_target and self.free_slots:
+                wait = 0
+            for key, _ in self.selector.select(wait):
+                if key.fd == self.in_fd:
+                    self.on_server()
+                    continue
+                entry = self.by_fd.get(key.fd)
+                if entry is None:
+                    continue
+                kid, role = entry
+                if role == "exit":
+                    self.reap(kid)
+                else:
+                    self.on_readable(kid, role)
+            if len(self.spares) < self.spare_target:
+                spare = self.spawn()
+                if spare is not None:
+                    self.spares.append(spare)
+
+    def on_server(self) -> None:
+        try:
+            data = os.read(self.in_fd, 1 << 20)
+        except BlockingIOError:
+            return
+        if not data:
+            self.shutdown()
+        self.inbox += data
+        for msg in wire.split(self.inbox):
+            self.handle(msg)
+
+    def shutdown(self) -> None:
+        for kid in list(self.children.values()):
+            self.kill(kid)
+        for kid in list(self.children.values()):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(kid.pid, 0)
+            shutil.rmtree(kid.workdir, ignore_errors=True)
+        os._exit(0)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "landlockAbi": self.layers.landlock_abi,
+            "seccomp": True,
+            "noNewPrivs": True,
+            "uidBase": self.uid_base,
+            "preloaded": sorted(m for m in PRELOAD if m in sys.modules),
+        }
+
+
+def _read_only_paths() -> tuple[str, ...]:
+    """What a child may read: the interpreter and its libraries, shared libraries, a few devices."""
+    candidates = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path, "/usr/lib", "/usr/lib64",
+                  "/lib", "/lib64", "/usr/local/lib", "/usr/share/zoneinfo", "/etc/localtime",
+                  "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"]
+    seen: list[str] = []
+    for path in candidates:
+        if path and os.path.exists(path) and path not in seen:
+            seen.append(os.path.realpath(path) if os.path.isdir(path) else path)
+    return tuple(dict.fromkeys(seen))
+
+
+def _place_files(workdir: str, files: dict[str, str], uid_base: int | None, slot: int) -> None:
+    """Write SandboxFusion-style `files` (path -> base64) into a child's working directory."""
+    for name, content in files.items():
+        path = _inside(workdir, name)
+        if path is None or content is None:
+            continue
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(base64.b64decode(content))
+        if uid_base is not None:
+            for target in (path, os.path.dirname(path)):
+                os.chown(target, uid_base + slot, uid_base + slot)
+
+
+def _fetch(workdir: str, names: list[str], limit: int) -> dict[str, str]:
+    """Read files the code left behind, never following a link out of the directory."""
+    found = {}
+    for name in names:
+        path = _inside(workdir, name)
+        if path is None or os.path.realpath(path) != path:
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        with os.fdopen(fd, "rb") as handle:
+            if not os.path.stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            found[name] = base64.b64encode(handle.read(limit)).decode()
+    return found
+
+
+def _inside(workdir: str, name: str) -> str | None:
+    path = os.path.normpath(os.path.join(workdir, name))
+    return path if path.startswith(workdir + os.sep) else None
+
+
+def _sweep(root: str, uid_base: int | None, slots: int) -> None:
+    """Remove what a previous worker left: its directories and, as root, its processes."""
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root, 0o711, exist_ok=True)
+    if uid_base is None:
+        return
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if uid_base <= os.stat(f"/proc/{entry}").st_uid < uid_base + slots:
+                os.kill(int(entry), signal.SIGKILL)
+
+
+def main() -> None:
+    settings = json.loads(sys.argv[1])
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name in settings.get("preload", PRELOAD):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    uid_base = settings.get("uidBase") if os.geteuid() == 0 else None
+    _sweep(settings["workdir"], uid_base, int(settings.get("slots", 64)))
+    Worker(settings).run()
+
+
+if __name__ == "__main__":
+    main()

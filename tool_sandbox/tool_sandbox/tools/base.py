@@ -1,0 +1,60 @@
+"""What every tool type shares: the result shape and the interface the server calls."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tool_sandbox.config import ToolConfig
+
+
+class ToolInputError(ValueError):
+    """The call's input does not fit the tool; answered with 400 and this message."""
+
+
+@dataclass
+class ToolResult:
+    """The answer of `POST /v1/execute` (keys in camelCase on the wire)."""
+
+    status: str
+    output: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    exitCode: int | None = None
+    durationSeconds: float = 0.0
+    truncated: bool = False
+    message: str = ""
+    files: dict[str, str] = field(default_factory=dict)
+    sandboxError: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        body = asdict(self)
+        if not body["files"]:
+            del body["files"]
+        return body
+
+
+class Tool:
+    """A configured tool. Subclasses implement `execute`; stateful ones also sessions."""
+
+    type = ""
+    supports_sessions = False
+
+    def __init__(self, config: ToolConfig) -> None:
+        self.config = config
+        self.name = config.name
+
+    async def start(self) -> None:
+        """Load what the tool needs before the pool reports ready."""
+
+    async def close(self) -> None:
+        """Release connections and files."""
+
+    async def execute(self, payload: Any, timeout: float | None) -> ToolResult:
+        raise NotImplementedError
+
+    def effective_timeout(self, timeout: float | None) -> float:
+        """A caller may shorten the configured timeout, never extend it."""
+        if timeout is None:
+            return self.config.timeout_seconds
+        return min(float(timeout), self.config.timeout_seconds)

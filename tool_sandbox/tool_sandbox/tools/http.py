@@ -1,0 +1,101 @@
+"""The `http` tool: forwards a call's JSON input to an external API (for example a StableToolBench
+server), with a per-attempt timeout, retries with backoff on 5xx and connection errors, and a
+rate limit shared by every call to the tool."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import aiohttp
+
+from tool_sandbox.config import ToolConfig
+from tool_sandbox.sandbox import outcome
+from tool_sandbox.tools.base import Tool, ToolInputError, ToolResult
+
+
+class RateLimiter:
+    """A token bucket: `rate` calls per second, bursts up to `rate` (at least one)."""
+
+    def __init__(self, rate: float, clock: Any = time.monotonic) -> None:
+        self.rate = rate
+        self.capacity = max(1.0, rate)
+        self.tokens = self.capacity
+        self.clock = clock
+        self.updated = clock()
+
+    def delay(self) -> float:
+        """Take a token; return how long to wait before using it (0 when one was available)."""
+        now = self.clock()
+        self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
+        self.updated = now
+        self.tokens -= 1.0
+        return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
+
+
+def backoff(attempt: int, base: float) -> float:
+    """Delay before retry `attempt` (1-based): base, 2*base, 4*base ..."""
+    return base * (2 ** (attempt - 1))
+
+
+class HttpTool(Tool):
+    type = "http"
+
+    def __init__(self, config: ToolConfig) -> None:
+        super().__init__(config)
+        self.limiter = RateLimiter(config.rate_limit_per_second)
+        self.client: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self.client = aiohttp.ClientSession(raise_for_status=False)
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+
+    async def execute(self, payload: Any, timeout: float | None) -> ToolResult:
+        if not isinstance(payload, dict | list):
+            raise ToolInputError("input of an http tool must be a JSON object (sent as the request body)")
+        assert self.client is not None
+        seconds = self.effective_timeout(timeout)
+        started = time.monotonic()
+        wait = self.limiter.delay()
+        if wait > seconds:
+            return self._result(outcome.REJECTED, "", started, f"rate limit of {self.config.rate_limit_per_second}/s")
+        await asyncio.sleep(wait)
+        last = ""
+        status = outcome.ERROR
+        for attempt in range(self.config.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(backoff(attempt, self.config.retry_delay_seconds))
+            try:
+                async with self.client.post(self.config.url, json=payload,
+                                            timeout=aiohttp.ClientTimeout(total=seconds)) as response:
+                    body = await response.text(errors="replace")
+                    if response.status < 500:
+                        ok = response.status < 400
+                        return self._result(outcome.OK if ok else outcome.ERROR, body, started,
+                                            "" if ok else f"HTTP {response.status}", response.status)
+                    last, status = f"HTTP {response.status} after {attempt + 1} attempt(s)", outcome.ERROR
+            except TimeoutError:
+                last, status = f"no answer within {seconds}s after {attempt + 1} attempt(s)", outcome.TIMEOUT
+            except aiohttp.ClientError as exc:
+                last, status = f"{type(exc).__name__}: {exc} after {attempt + 1} attempt(s)", outcome.ERROR
+        return self._result(status, "", started, last)
+
+    def _result(self, status: str, body: str, started: float, message: str, code: int | None = None) -> ToolResult:
+        text = _pretty(body)
+        raw = text.encode()
+        limit = self.config.max_output_bytes
+        output, truncated = outcome.cap_output(raw[:limit], len(raw), limit)
+        return ToolResult(status=status, output=output, stdout=output, exitCode=code, truncated=truncated,
+                          durationSeconds=round(time.monotonic() - started, 6), message=message)
+
+
+def _pretty(body: str) -> str:
+    try:
+        return json.dumps(json.loads(body), ensure_ascii=False)
+    except ValueError:
+        return body

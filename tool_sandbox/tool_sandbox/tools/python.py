@@ -1,0 +1,111 @@
+"""The `python` tool: code runs in a sandboxed child of a warm worker (see tool_sandbox.sandbox)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tool_sandbox.config import ServerSettings, ToolConfig
+from tool_sandbox.sandbox.layers import Limits
+from tool_sandbox.sandbox.pool import Pool, WorkerLost, lost_result
+from tool_sandbox.tools.base import Tool, ToolInputError, ToolResult
+
+
+@dataclass(frozen=True)
+class SessionHandle:
+    """Where a session's process lives: worker index, worker generation, id inside the worker."""
+
+    worker: int
+    generation: int
+    worker_session: int
+
+
+def parse_code(payload: Any) -> tuple[str, str]:
+    """A python call's input: the code as a string, or {"code": ..., "stdin"?: ...}."""
+    if isinstance(payload, str):
+        return payload, ""
+    if isinstance(payload, dict) and isinstance(payload.get("code"), str):
+        stdin = payload.get("stdin") or ""
+        if not isinstance(stdin, str):
+            raise ToolInputError("input.stdin must be a string")
+        return payload["code"], stdin
+    raise ToolInputError('input of a python tool must be a string of code or {"code": "...", "stdin": "..."}')
+
+
+class PythonTool(Tool):
+    type = "python"
+    supports_sessions = True
+
+    def __init__(self, config: ToolConfig, pool: Pool, settings: ServerSettings) -> None:
+        super().__init__(config)
+        self.pool = pool
+        self.settings = settings
+
+    def limits(self, cpu_seconds: float, memory_mib: int | None = None) -> dict[str, Any]:
+        memory = self.config.memory_limit_mib if not memory_mib or memory_mib <= 0 else memory_mib
+        return Limits(
+            timeout_seconds=cpu_seconds,
+            memory_mib=min(memory, self.config.memory_limit_mib),
+            file_size_mib=self.config.file_size_limit_mib,
+            open_files=self.config.max_open_files,
+            processes=self.config.max_processes,
+        ).__dict__
+
+    async def execute(self, payload: Any, timeout: float | None, *, memory_mib: int | None = None,
+                      files: dict[str, str] | None = None, fetch: list[str] | None = None) -> ToolResult:
+        code, stdin = parse_code(payload)
+        seconds = self.effective_timeout(timeout)
+        message = {"op": "run", "code": code, "stdin": stdin, "timeout": seconds,
+                   "limits": self.limits(seconds, memory_mib), "maxOutputBytes": self.config.max_output_bytes,
+                   "files": files or {}, "fetch": fetch or []}
+        try:
+            reply, _, _ = await self.pool.call(message)
+        except WorkerLost as exc:
+            reply = lost_result(str(exc))
+        return _result(reply)
+
+    async def open_session(self) -> SessionHandle | ToolResult:
+        message = {"op": "open", "code": "", "timeout": self.config.timeout_seconds,
+                   "limits": self.limits(self.settings.session_cpu_seconds),
+                   "maxOutputBytes": self.config.max_output_bytes}
+        try:
+            reply, worker, generation = await self.pool.call(message)
+        except WorkerLost as exc:
+            return _result(lost_result(str(exc)))
+        if "session" not in reply:
+            return _result(reply)
+        return SessionHandle(worker, generation, int(reply["session"]))
+
+    async def execute_in_session(self, handle: SessionHandle, payload: Any,
+                                 timeout: float | None) -> tuple[ToolResult, bool]:
+        """Run a cell; also says whether the session's process is still alive afterwards."""
+        code, _ = parse_code(payload)
+        message = {"op": "exec", "session": handle.worker_session, "code": code,
+                   "timeout": self.effective_timeout(timeout), "maxOutputBytes": self.config.max_output_bytes}
+        try:
+            reply, _, _ = await self.pool.call(message, handle.worker, handle.generation)
+        except WorkerLost as exc:
+            reply = lost_result(str(exc))
+        return _result(reply), bool(reply.get("sessionAlive", False))
+
+    async def close_session(self, handle: SessionHandle) -> None:
+        try:
+            await self.pool.call({"op": "close", "session": handle.worker_session}, handle.worker,
+                                 handle.generation)
+        except WorkerLost:
+            pass  # the process went with its worker
+
+
+def _result(reply: dict[str, Any]) -> ToolResult:
+    return ToolResult(
+        status=reply["status"],
+        output=reply.get("stdout", ""),
+        stdout=reply.get("stdout", ""),
+        stderr=reply.get("stderr", ""),
+        exitCode=reply.get("exitCode"),
+        durationSeconds=float(reply.get("durationSeconds", 0.0)),
+        truncated=bool(reply.get("truncated", False)),
+        message=reply.get("message", ""),
+        files=reply.get("files") or {},
+        sandboxError=bool(reply.get("sandboxError", False)),
+    )
