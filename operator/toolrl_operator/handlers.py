@@ -183,6 +183,9 @@ def apply_job(job: dict[str, Any], rayjob: dict[str, Any] | None) -> None:
     try:
         for manifest in build_children(job, rt.settings, current_suspend):
             live[manifest["kind"]] = rt.kube.apply(manifest)
+        rt.applied_generation[key] = job["metadata"].get("generation", 1)
+        manifest = {"kind": "status", "metadata": {"name": key[1]}}
+        refresh_status(job, _rayjob_view(live["RayJob"]), _deployment_view(live["Deployment"]))
     except ApiError as err:
         _failed(
             job, err.reason or str(err.status), f"{manifest['kind']} {manifest['metadata']['name']}: {err}"
@@ -191,8 +194,6 @@ def apply_job(job: dict[str, Any], rayjob: dict[str, Any] | None) -> None:
     except Exception as err:  # connection resets and timeouts: retry, and count them
         _failed(job, type(err).__name__, f"{manifest.get('kind', '?')}: {err}")
         raise kopf.TemporaryError(str(err), delay=2) from err
-    rt.applied_generation[key] = job["metadata"].get("generation", 1)
-    refresh_status(job, _rayjob_view(live["RayJob"]), _deployment_view(live["Deployment"]))
     RECONCILE_DURATION.observe(time.monotonic() - started)
 
 
@@ -213,6 +214,7 @@ def refresh_status(
         if not generation:
             return  # nothing applied yet: the reconcile handler writes the first status
         new = compute_status({**job, "status": old}, rayjob, deployment, generation, _now())
+        PHASES.record(key[0], key[1], new["phase"])
         changes = status_changes(old, new)
         if not changes:
             return
@@ -221,10 +223,8 @@ def refresh_status(
         except ApiError as err:
             if err.status == 404:
                 return
-            RECONCILE_ERRORS.labels(err.reason or str(err.status)).inc()
             raise
         rt.written_status[key] = written.get("status") or {}
-    PHASES.record(key[0], key[1], new["phase"])
     _announce_status(job, old, new)
 
 
@@ -263,7 +263,7 @@ def rayjob_event(
     if type == "DELETED":
         _repair(key, None)
     else:
-        refresh_status(job, _rayjob_view(body), _first(deployments.get(key)))
+        _refresh_from_child(job, _rayjob_view(body), _first(deployments.get(key)))
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={**OWNED, LABEL_COMPONENT: COMPONENT_TOOL_POOL})
@@ -283,7 +283,17 @@ def deployment_event(
     if type == "DELETED":
         _repair(key, _first(rayjobs.get(key)))
     else:
-        refresh_status(job, _first(rayjobs.get(key)), _deployment_view(body))
+        _refresh_from_child(job, _first(rayjobs.get(key)), _deployment_view(body))
+
+
+def _refresh_from_child(
+    job: dict[str, Any], rayjob: dict[str, Any] | None, deployment: dict[str, Any] | None
+) -> None:
+    try:
+        refresh_status(job, rayjob, deployment)
+    except ApiError as err:
+        _failed(job, err.reason or str(err.status), f"status: {err}")
+        raise
 
 
 def _repair(key: Key, rayjob: dict[str, Any] | None) -> None:
