@@ -1,0 +1,53 @@
+"""Small pure pieces of the runtime: REST paths, CLI namespaces, the jobs-by-phase gauge."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import REGISTRY
+from toolrl_operator.__main__ import namespaces, parse_args
+from toolrl_operator.apply import resource_path
+from toolrl_operator.handlers import plain
+from toolrl_operator.metrics import PhaseBook
+
+
+def test_resource_paths_for_core_and_group_kinds() -> None:
+    assert resource_path("v1", "ConfigMap", "rl", "j-config") == "/api/v1/namespaces/rl/configmaps/j-config"
+    assert resource_path("ray.io/v1", "RayJob", "rl", "j") == "/apis/ray.io/v1/namespaces/rl/rayjobs/j"
+    assert (
+        resource_path("toolrl.dev/v1alpha1", "ToolRLJob", "rl", "j", "status")
+        == "/apis/toolrl.dev/v1alpha1/namespaces/rl/toolrljobs/j/status"
+    )
+    with pytest.raises(ValueError, match="unknown kind 'Secret'"):
+        resource_path("v1", "Secret", "rl", "x")
+
+
+def test_namespaces_from_repeated_and_comma_separated_flags() -> None:
+    args = parse_args(["--namespace", "a,b", "--namespace", " c ", "--metrics-port", "9000"])
+    assert namespaces(args.namespace) == ["a", "b", "c"]
+    assert (args.metrics_port, args.liveness_port) == (9000, 8080)
+    assert namespaces(parse_args([]).namespace) == []
+
+
+def _gauge(namespace: str, phase: str) -> float | None:
+    return REGISTRY.get_sample_value("toolrl_operator_jobs", {"namespace": namespace, "phase": phase})
+
+
+def test_phase_book_counts_jobs_not_transitions() -> None:
+    book = PhaseBook()
+    book.record("unit-ns", "a", "Running")
+    book.record("unit-ns", "a", "Running")
+    book.record("unit-ns", "b", "Running")
+    assert _gauge("unit-ns", "Running") == 2
+    book.record("unit-ns", "a", "Failed")
+    assert (_gauge("unit-ns", "Running"), _gauge("unit-ns", "Failed")) == (1, 1)
+    book.record("unit-ns", "a", None)
+    book.record("unit-ns", "b", None)
+    assert (_gauge("unit-ns", "Running"), _gauge("unit-ns", "Failed")) == (0, 0)
+
+
+def test_plain_copies_nested_views() -> None:
+    source = {"a": [{"b": 1}], "c": (2, 3)}
+    copied = plain(source)
+    assert copied == {"a": [{"b": 1}], "c": [2, 3]}
+    copied["a"][0]["b"] = 9
+    assert source["a"][0]["b"] == 1
