@@ -1,0 +1,56 @@
+"""The KEDA ScaledObject builder."""
+
+import pytest
+from toolrl_operator import keda
+
+
+def job(**pool):
+    tool_pool = {
+        "replicas": {"min": 2, "max": 40},
+        "targetConcurrencyPerReplica": 16,
+        "scaleDownDelaySeconds": 90,
+        "rolloutAware": True,
+        "autoscaler": "keda",
+        **pool,
+    }
+    return {
+        "apiVersion": "toolrl.dev/v1alpha1",
+        "kind": "ToolRLJob",
+        "metadata": {"name": "gsm8k", "namespace": "rl", "uid": "u-1"},
+        "spec": {"toolPool": tool_pool},
+    }
+
+
+def test_scaled_object_targets_the_pool_with_a_prometheus_trigger():
+    so = keda.build_scaled_object(job(), "http://prometheus.monitoring:9090")
+    assert (so["apiVersion"], so["kind"], so["metadata"]["name"]) == (
+        "keda.sh/v1alpha1",
+        "ScaledObject",
+        "gsm8k-tools",
+    )
+    assert so["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert so["metadata"]["labels"]["app.kubernetes.io/component"] == "tool-pool"
+    spec = so["spec"]
+    assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "gsm8k-tools"}
+    assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (2, 40)
+    behavior = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    assert behavior["scaleDown"]["stabilizationWindowSeconds"] == 90
+    (trigger,) = spec["triggers"]
+    assert trigger["type"] == "prometheus" and trigger["metricType"] == "AverageValue"
+    meta = trigger["metadata"]
+    assert meta["serverAddress"] == "http://prometheus.monitoring:9090"
+    assert meta["threshold"] == "16" and meta["ignoreNullValues"] == "false"
+    assert 'toolrl_tool_queue_depth{namespace="rl",pod=~"gsm8k-tools-.+"}' in meta["query"]
+    assert keda.uses_keda(job()) and not keda.uses_keda(job(autoscaler="native"))
+
+
+def test_suspended_job_pauses_keda_at_zero():
+    suspended = job()
+    suspended["spec"]["suspend"] = True
+    so = keda.build_scaled_object(suspended, "http://p:9090")
+    assert so["metadata"]["annotations"] == {"autoscaling.keda.sh/paused-replicas": "0"}
+
+
+def test_keda_without_prometheus_says_what_to_set():
+    with pytest.raises(keda.KedaConfigError, match="TOOLRL_PROMETHEUS_URL"):
+        keda.build_scaled_object(job(), "")
