@@ -20,7 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run_cmd = sub.add_parser("run", help="run the verl training a ToolRLJob describes")
     run_cmd.add_argument("--spec", default=os.environ.get("TOOLRL_JOB_SPEC", "/etc/toolrl/job.json"))
-    run_cmd.add_argument("--dry-run", action="store_true", help="print the verl call and generated files, then exit")
+    run_cmd.add_argument(
+        "--dry-run", action="store_true", help="print the verl call and generated files, then exit"
+    )
     run_cmd.add_argument("--workdir", type=Path, default=None, help="where to write the generated files")
     args = parser.parse_args(argv)
     try:

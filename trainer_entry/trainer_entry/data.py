@@ -60,13 +60,18 @@ def function_name(api: dict[str, Any]) -> str:
 def _api_schema(api: dict[str, Any]) -> dict[str, Any]:
     properties = {}
     for param in api.get("required_parameters", []) + api.get("optional_parameters", []):
-        properties[param["name"]] = {"type": str(param.get("type", "string")).lower(),
-                                     "description": param.get("description", "")}
+        properties[param["name"]] = {
+            "type": str(param.get("type", "string")).lower(),
+            "description": param.get("description", ""),
+        }
     return {
         "name": function_name(api),
-        "description": f'{api["tool_name"]}: {api.get("api_description", "")}'.strip(),
-        "parameters": {"type": "object", "properties": properties,
-                       "required": [p["name"] for p in api.get("required_parameters", [])]},
+        "description": f"{api['tool_name']}: {api.get('api_description', '')}".strip(),
+        "parameters": {
+            "type": "object",
+            "properties": properties,
+            "required": [p["name"] for p in api.get("required_parameters", [])],
+        },
     }
 
 
@@ -74,8 +79,15 @@ def toolbench_row(record: dict[str, Any], index: int, split: str, tool: str) -> 
     """One StableToolBench query (G1/G2/G3 instruction format) as a ReAct row calling the http tool."""
     apis = record["api_list"]
     schemas = [_api_schema(api) for api in apis] + [FINISH_SCHEMA]
-    routes = [{"function": function_name(a), "category": a["category_name"], "tool_name": a["tool_name"],
-               "api_name": a["api_name"]} for a in apis]
+    routes = [
+        {
+            "function": function_name(a),
+            "category": a["category_name"],
+            "tool_name": a["tool_name"],
+            "api_name": a["api_name"],
+        }
+        for a in apis
+    ]
     relevant = [list(pair) for pair in record.get("relevant APIs", [])]
     return {
         "data_source": "stabletoolbench",
@@ -86,7 +98,9 @@ def toolbench_row(record: dict[str, Any], index: int, split: str, tool: str) -> 
         "ability": "tool-use",
         "reward_model": {"style": "rule", "ground_truth": json.dumps(relevant)},
         "extra_info": {
-            "index": index, "split": split, "query_id": str(record.get("query_id", index)),
+            "index": index,
+            "split": split,
+            "query_id": str(record.get("query_id", index)),
             "need_tools_kwargs": True,
             "tools_kwargs": {tool: {"create_kwargs": {"routes": routes}}},
         },
@@ -108,8 +122,12 @@ def gsm8k_row(record: dict[str, Any], index: int, split: str, tool: str) -> dict
         "prompt": [{"role": "system", "content": PYTHON_SYSTEM}, {"role": "user", "content": question}],
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": match.group(1).strip().replace(",", "")},
-        "extra_info": {"index": index, "split": split, "need_tools_kwargs": False,
-                       "tools_kwargs": {tool: {"create_kwargs": {"routes": []}}}},
+        "extra_info": {
+            "index": index,
+            "split": split,
+            "need_tools_kwargs": False,
+            "tools_kwargs": {tool: {"create_kwargs": {"routes": []}}},
+        },
         "agent_name": agent_loop_name("python-tags"),
     }
 
@@ -124,7 +142,9 @@ def read_records(path: Path) -> list[dict[str, Any]]:
                 try:
                     records.append(json.loads(line))
                 except json.JSONDecodeError as exc:
-                    raise DataError(f"{path}: record {len(records)} (line {line_no + 1}): invalid JSON: {exc.msg}")
+                    raise DataError(
+                        f"{path}: record {len(records)} (line {line_no + 1}): invalid JSON: {exc.msg}"
+                    )
         return records
     try:
         doc = json.loads(text)
@@ -138,8 +158,9 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 CONVERTERS = {"toolbench": toolbench_row, "gsm8k": gsm8k_row}
 
 
-def convert(kind: str, path: Path, records: list[dict[str, Any]], split: str, tool: str,
-            offset: int = 0) -> list[dict[str, Any]]:
+def convert(
+    kind: str, path: Path, records: list[dict[str, Any]], split: str, tool: str, offset: int = 0
+) -> list[dict[str, Any]]:
     rows = []
     for i, record in enumerate(records):
         try:
@@ -177,16 +198,28 @@ def write_parquet(rows: list[dict[str, Any]], out: Path) -> None:
         raise
 
 
-def prepare(kind: str, inputs: list[Path], output_dir: Path, *, split: bool, train_ratio: float,
-            max_samples: int | None, seed: int, tool: str) -> dict[str, int]:
+def prepare(
+    kind: str,
+    inputs: list[Path],
+    output_dir: Path,
+    *,
+    split: bool,
+    train_ratio: float,
+    max_samples: int | None,
+    seed: int,
+    tool: str,
+) -> dict[str, int]:
     """Convert `inputs` into `output_dir/train.parquet` (and `test.parquet` with `split`)."""
     records: list[tuple[Path, int, dict[str, Any]]] = []
     for path in inputs:
         records += [(path, i, r) for i, r in enumerate(read_records(path))]
     if max_samples is not None:
         records = records[:max_samples]
-    parts = dict(zip(("train", "test"), split_records(records, train_ratio, seed), strict=True)) if split else {
-        "train": records}
+    parts = (
+        dict(zip(("train", "test"), split_records(records, train_ratio, seed), strict=True))
+        if split
+        else {"train": records}
+    )
     converted = {}
     for name, part in parts.items():
         rows = []
@@ -202,7 +235,9 @@ def prepare(kind: str, inputs: list[Path], output_dir: Path, *, split: bool, tra
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer_entry.data", description=__doc__)
-    parser.add_argument("kind", choices=sorted(CONVERTERS), help="toolbench: StableToolBench JSON; gsm8k: JSONL")
+    parser.add_argument(
+        "kind", choices=sorted(CONVERTERS), help="toolbench: StableToolBench JSON; gsm8k: JSONL"
+    )
     parser.add_argument("inputs", nargs="+", type=Path)
     parser.add_argument("--output-dir", type=Path, required=True)
     parser.add_argument("--split", action="store_true", help="also write test.parquet")
@@ -215,8 +250,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--train-ratio must be in (0, 1]")
     tool = args.tool or ("toolbench" if args.kind == "toolbench" else "python")
     try:
-        counts = prepare(args.kind, args.inputs, args.output_dir, split=args.split, train_ratio=args.train_ratio,
-                         max_samples=args.max_samples, seed=args.seed, tool=tool)
+        counts = prepare(
+            args.kind,
+            args.inputs,
+            args.output_dir,
+            split=args.split,
+            train_ratio=args.train_ratio,
+            max_samples=args.max_samples,
+            seed=args.seed,
+            tool=tool,
+        )
     except (DataError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

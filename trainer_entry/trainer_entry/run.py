@@ -64,7 +64,9 @@ def generated_files(job: Job, translation: Translation) -> dict[str, str]:
     }
 
 
-def write_workdir(job: Job, translation: Translation, workdir: Path, reward_dir: Path = CUSTOM_REWARD_DIR) -> None:
+def write_workdir(
+    job: Job, translation: Translation, workdir: Path, reward_dir: Path = CUSTOM_REWARD_DIR
+) -> None:
     """Write the generated files (and the custom reward from its ConfigMap) into `workdir`."""
     workdir.mkdir(parents=True, exist_ok=True)
     for name, text in generated_files(job, translation).items():

@@ -184,6 +184,14 @@ def check_spec(spec: dict[str, Any]) -> None:
             "algorithm.rolloutsPerPrompt",
             "a group estimator needs at least 2 rollouts per prompt (with 1 every advantage is 0)",
         )
+    mini = _get(spec, "algorithm.ppoMiniBatchSize")
+    if mini is not None:
+        _positive_int(spec, "algorithm.ppoMiniBatchSize")
+        _need(
+            _get(spec, "algorithm.trainBatchSize") % mini == 0,
+            "algorithm.ppoMiniBatchSize",
+            f"must divide algorithm.trainBatchSize ({_get(spec, 'algorithm.trainBatchSize')})",
+        )
     _number(spec, "algorithm.learningRate", 0.0)
     _number(spec, "algorithm.klLoss.coef", 0.0)
     steps = _get(spec, "algorithm.totalTrainingSteps")

@@ -49,7 +49,10 @@ def hydra_value(value: Any) -> str:
     if isinstance(value, str):
         if PLAIN.fullmatch(value) and value.lower() not in ("true", "false", "null", "nan", "inf"):
             return value
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        # Hydra: only backslashes that precede a quote (or the closing quote) are escapes.
+        quoted = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
+        quoted = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, quoted)
+        return "'" + quoted + "'"
     if isinstance(value, list | tuple):
         return "[" + ",".join(hydra_value(v) for v in value) + "]"
     if isinstance(value, dict):
@@ -163,6 +166,7 @@ def _overrides(job: Job, pool_url: str) -> list[str]:
     v = hydra_value
     out = [
         f"actor_rollout_ref.model.path={v(s['model']['path'])}",
+        f"critic.model.path={v(s['model']['path'])}",
         f"data.train_files={v(data['trainFiles'])}",
         f"data.val_files={v(val_files)}",
         f"data.max_prompt_length={data['maxPromptLength']}",

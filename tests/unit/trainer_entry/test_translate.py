@@ -1,0 +1,208 @@
+"""The translation composed with verl's own ppo_trainer config, and checked by verl."""
+
+import pytest
+from hydra.errors import ConfigCompositionException, InstantiationException
+from verl.trainer.ppo.core_algos import AdvantageEstimator
+from verl.utils.config import omega_conf_to_dataclass
+
+from trainer_entry import verl_config
+from trainer_entry.spec import ESTIMATORS, parse_job
+from trainer_entry.translate import TOOL_CONFIG_FILE, hydra_value, translate
+
+POOL = "http://j-tools.rl.svc:8080"
+
+
+def job(**spec):
+    base = {
+        "model": {"path": "Qwen/Qwen2.5-3B-Instruct"},
+        "data": {
+            "trainFiles": ["/data/gsm8k/train.parquet"],
+            "valFiles": ["/data/gsm8k/test.parquet"],
+            "maxPromptLength": 512,
+            "maxResponseLength": 1536,
+        },
+        "algorithm": {
+            "advantageEstimator": "grpo",
+            "rolloutsPerPrompt": 4,
+            "klLoss": {"enabled": True, "coef": 0.002},
+            "learningRate": 2.0e-6,
+            "trainBatchSize": 64,
+            "totalEpochs": 3,
+        },
+        "rollout": {
+            "engine": "sglang",
+            "tensorParallelSize": 2,
+            "gpuMemoryUtilization": 0.5,
+            "protocol": "hermes",
+            "maxToolTurns": 5,
+            "maxParallelCalls": 2,
+            "maxToolResponseLength": 777,
+        },
+        "tools": [
+            {"name": "python", "type": "python", "timeoutSeconds": 7},
+            {"name": "search", "type": "search", "corpus": "/data/c.jsonl"},
+        ],
+        "reward": {"preset": "code-execution"},
+        "cluster": {"workers": {"replicas": 2, "gpusPerWorker": 4}},
+        "checkpoint": {"saveFreq": 10, "resume": "auto"},
+    }
+    base.update(spec)
+    return parse_job({"metadata": {"name": "gsm8k-python", "namespace": "rl"}, "spec": base})
+
+
+def composed(j):
+    cfg = verl_config.compose(translate(j, POOL).overrides)
+    verl_config.check(cfg)
+    return cfg
+
+
+def test_every_field_lands_on_its_verl_key():
+    cfg = composed(job())
+    arr = cfg.actor_rollout_ref
+    assert arr.model.path == "Qwen/Qwen2.5-3B-Instruct"
+    assert list(cfg.data.train_files) == ["/data/gsm8k/train.parquet"]
+    assert list(cfg.data.val_files) == ["/data/gsm8k/test.parquet"]
+    assert (cfg.data.max_prompt_length, cfg.data.max_response_length) == (512, 1536)
+    assert (arr.rollout.prompt_length, arr.rollout.response_length) == (512, 1536)
+    assert cfg.data.train_batch_size == 64
+    assert cfg.algorithm.adv_estimator == "grpo"
+    assert arr.rollout.n == 4
+    assert arr.actor.use_kl_loss is True and arr.actor.kl_loss_coef == 0.002
+    assert arr.actor.optim.lr == 2.0e-6
+    assert cfg.trainer.total_epochs == 3
+    assert (arr.rollout.name, arr.rollout.mode) == ("sglang", "async")
+    assert arr.rollout.tensor_model_parallel_size == 2
+    assert arr.rollout.gpu_memory_utilization == 0.5
+    mt = arr.rollout.multi_turn
+    assert mt.enable and mt.format == "hermes" and mt.tool_config_path == TOOL_CONFIG_FILE
+    assert (mt.max_user_turns, mt.max_assistant_turns, mt.max_parallel_calls) == (5, 6, 2)
+    assert mt.max_tool_response_length == 777
+    assert arr.rollout.agent.default_agent_loop == "tool_agent"
+    assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node) == (2, 4)
+    assert cfg.trainer.save_freq == 10 and cfg.trainer.resume_mode == "auto"
+    assert cfg.trainer.default_local_dir == "/checkpoints/rl/gsm8k-python"
+    assert cfg.trainer.experiment_name == "gsm8k-python" and cfg.trainer.project_name == "rl"
+    reward = cfg.reward.custom_reward_function
+    assert reward.path == "pkg://trainer_entry.rewards" and reward.name == "compute_score"
+    assert dict(reward.reward_kwargs) == {"preset": "code-execution", "pool_url": POOL, "tool": "python"}
+
+
+def test_tag_protocols_use_our_registered_loop():
+    for protocol, loop in (
+        ("tool-tags", "toolrl_tool_tags"),
+        ("python-tags", "toolrl_python_tags"),
+        ("react", "toolrl_react"),
+    ):
+        j = job(rollout={"protocol": protocol})
+        cfg = composed(j)
+        assert cfg.actor_rollout_ref.rollout.agent.default_agent_loop == loop
+        names = [entry["name"] for entry in translate(j, POOL).agent_loops]
+        assert loop in names
+
+
+def test_gae_adds_a_critic_and_steps_replace_epochs(tiny_model):
+    algorithm = {"advantageEstimator": "gae", "rolloutsPerPrompt": 1, "totalTrainingSteps": 7}
+    cfg = composed(job(algorithm=algorithm, model={"path": str(tiny_model)}))
+    assert cfg.critic.model.path == str(tiny_model)
+    assert cfg.algorithm.adv_estimator == "gae"
+    assert cfg.trainer.total_training_steps == 7
+    from verl.trainer.ppo.utils import need_critic
+
+    assert need_critic(cfg)
+
+
+def test_toolbench_weights_and_resume_path():
+    weights = {
+        "formatWeight": 0.2,
+        "functionCallWeight": 0.2,
+        "finishWeight": 0.2,
+        "errorPenalty": -1.0,
+        "finishBonus": 1.0,
+    }
+    cfg = composed(
+        job(
+            reward={"preset": "toolbench", "toolbench": weights},
+            checkpoint={"saveFreq": -1, "resume": "/checkpoints/rl/old/global_step_40"},
+        )
+    )
+    assert dict(cfg.reward.custom_reward_function.reward_kwargs.weights) == weights
+    assert cfg.trainer.resume_mode == "resume_path"
+    assert cfg.trainer.resume_from_path == "/checkpoints/rl/old/global_step_40"
+
+
+def test_custom_reward_points_verl_at_the_users_function():
+    cfg = composed(
+        job(reward={"preset": "custom", "custom": {"configMap": "my-reward", "function": "score_it"}})
+    )
+    assert cfg.reward.custom_reward_function.name == "score_it"
+    assert cfg.reward.custom_reward_function.path == "toolrl_custom_reward.py"
+    assert "reward_kwargs" not in cfg.reward.custom_reward_function
+
+
+def test_no_val_files_trains_without_validation():
+    cfg = composed(job(data={"trainFiles": ["/data/t.parquet"]}))
+    assert list(cfg.data.val_files) == ["/data/t.parquet"]
+    assert cfg.trainer.val_before_train is False and cfg.trainer.test_freq == -1
+
+
+def test_extra_args_pass_through_last():
+    cfg = composed(
+        job(trainer={"extraArgs": ["trainer.val_before_train=false", "actor_rollout_ref.rollout.n=2"]})
+    )
+    assert cfg.trainer.val_before_train is False
+    assert cfg.actor_rollout_ref.rollout.n == 2
+
+
+def test_a_misspelled_key_fails_composition():
+    with pytest.raises(ConfigCompositionException):
+        composed(job(trainer={"extraArgs": ["trainer.val_befor_train=false"]}))
+
+
+def test_verls_own_checks_run():
+    with pytest.raises(InstantiationException, match="ppo_micro_batch_size"):
+        composed(job(trainer={"extraArgs": ["actor_rollout_ref.actor.use_dynamic_bsz=false"]}))
+
+
+def test_rollout_section_converts_to_verls_dataclass():
+    cfg = composed(job())
+    rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+    assert rollout.multi_turn.max_tool_response_length == 777
+
+
+def test_our_estimators_are_verls():
+    assert set(ESTIMATORS) <= {e.value for e in AdvantageEstimator}
+
+
+def test_tool_config_carries_the_call_policy():
+    j = job(
+        rollout={
+            "toolCall": {
+                "timeoutSeconds": 12,
+                "maxRetries": 5,
+                "retryDelaySeconds": 0.25,
+                "maxConcurrency": 64,
+            }
+        }
+    )
+    tools = translate(j, POOL).tool_config["tools"]
+    assert [t["tool_schema"]["function"]["name"] for t in tools] == ["python", "search"]
+    python = tools[0]["config"]
+    assert python == {
+        "type": "native",
+        "pool_url": POOL,
+        "tool_type": "python",
+        "timeout_seconds": 7.0,
+        "request_timeout_seconds": 12.0,
+        "max_retries": 5,
+        "retry_delay_seconds": 0.25,
+        "max_concurrency": 64,
+    }
+    assert tools[1]["config"]["timeout_seconds"] == 12.0
+
+
+@pytest.mark.parametrize(
+    "text", ["plain", "with space", "it's", "1e-6", "true", "a,b", "x=y", r"back\slash", "end\\", "q\\'s"]
+)
+def test_strings_survive_hydra(text):
+    cfg = verl_config.compose([f"trainer.experiment_name={hydra_value(text)}"])
+    assert cfg.trainer.experiment_name == text
