@@ -144,7 +144,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
                 except json.JSONDecodeError as exc:
                     raise DataError(
                         f"{path}: record {len(records)} (line {line_no + 1}): invalid JSON: {exc.msg}"
-                    )
+                    ) from None
         return records
     try:
         doc = json.loads(text)

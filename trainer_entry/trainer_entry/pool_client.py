@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,6 +95,7 @@ class PoolClient:
         max_concurrency: int = 256,
         request_timeout_seconds: float = 30.0,
         record: Recorder = _no_record,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.url = base_url.rstrip("/") + "/v1/execute"
         self.base_url = base_url.rstrip("/")
@@ -102,6 +103,7 @@ class PoolClient:
         self.retry_delay = retry_delay_seconds
         self.request_timeout = request_timeout_seconds
         self.record = record
+        self.sleep = sleep
         self._limit = asyncio.Semaphore(max_concurrency)
         self._session: aiohttp.ClientSession | None = None
         self._max_concurrency = max_concurrency
@@ -169,7 +171,7 @@ class PoolClient:
             except aiohttp.ClientError as exc:
                 error = f"{type(exc).__name__}: {exc}"
             if attempt < self.max_retries:
-                await asyncio.sleep(wait)
+                await self.sleep(wait)
         status = "rejected" if error.startswith("HTTP 429") else "unreachable"
         return CallResult(status=status, error=error, attempts=self.max_retries + 1)
 

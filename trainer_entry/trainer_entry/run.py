@@ -85,7 +85,8 @@ def write_workdir(
 def describe(job: Job, translation: Translation, spec_path: str) -> str:
     """The dry-run text: the exact verl call with its overrides, and the generated files."""
     lines = [
-        "# entrypoint: verl.trainer.main_ppo.run_ppo(config, task_runner_class=trainer_entry.runner.ToolRLTaskRunner)",
+        "# entrypoint: verl.trainer.main_ppo.run_ppo(config,"
+        " task_runner_class=trainer_entry.runner.ToolRLTaskRunner)",
         "# config: verl's ppo_trainer composed with these overrides (equivalent command line):",
         "python -m verl.trainer.main_ppo \\",
     ]

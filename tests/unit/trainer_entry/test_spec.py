@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from trainer_entry.spec import DEFAULTS, SpecError, load_job, parse_job
 
 

@@ -2,12 +2,12 @@
 
 import pytest
 from hydra.errors import ConfigCompositionException, InstantiationException
+from trainer_entry.spec import ESTIMATORS, parse_job
+from trainer_entry.translate import TOOL_CONFIG_FILE, hydra_value, translate
 from verl.trainer.ppo.core_algos import AdvantageEstimator
 from verl.utils.config import omega_conf_to_dataclass
 
 from trainer_entry import verl_config
-from trainer_entry.spec import ESTIMATORS, parse_job
-from trainer_entry.translate import TOOL_CONFIG_FILE, hydra_value, translate
 
 POOL = "http://j-tools.rl.svc:8080"
 

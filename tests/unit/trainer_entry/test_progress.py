@@ -1,0 +1,83 @@
+"""status.progress patches: body, path, auth, and the 5-second throttle."""
+
+import json
+import threading
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from trainer_entry.progress import ApiTarget, ProgressReporter, progress_patch, status_path
+
+
+class FakeApi(BaseHTTPRequestHandler):
+    seen: list = []
+    code = 200
+
+    def do_PATCH(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        FakeApi.seen.append((self.path, dict(self.headers), json.loads(body)))
+        self.send_response(FakeApi.code)
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args):
+        return
+
+
+@pytest.fixture
+def api():
+    FakeApi.seen, FakeApi.code = [], 200
+    server = HTTPServer(("127.0.0.1", 0), FakeApi)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield ApiTarget(base_url=f"http://127.0.0.1:{server.server_port}", token="tok", ssl_context=None)
+    server.shutdown()
+
+
+def test_patch_body_is_only_progress():
+    body = progress_patch(7, 100, 0.4567891, datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+    assert body == {
+        "status": {
+            "progress": {
+                "step": 7,
+                "totalSteps": 100,
+                "rewardMean": 0.456789,
+                "lastUpdateTime": "2026-01-02T03:04:05Z",
+            }
+        }
+    }
+    assert status_path("rl", "j") == "/apis/toolrl.dev/v1alpha1/namespaces/rl/toolrljobs/j/status"
+
+
+def test_throttled_to_the_interval_and_flushed_at_the_end(api):
+    now = [100.0]
+    reporter = ProgressReporter(api, "rl", "j", min_interval=5.0, clock=lambda: now[0])
+    assert reporter.update(1, 10, 0.1)
+    now[0] += 2
+    assert not reporter.update(2, 10, 0.2)
+    now[0] += 2
+    assert not reporter.update(3, 10, 0.3)
+    now[0] += 1.5
+    assert reporter.update(4, 10, 0.4)
+    assert not reporter.update(5, 10, 0.5)
+    assert reporter.flush()
+    steps = [body["status"]["progress"]["step"] for _, _, body in FakeApi.seen]
+    assert steps == [1, 4, 5]
+    path, headers, _ = FakeApi.seen[0]
+    assert path == "/apis/toolrl.dev/v1alpha1/namespaces/rl/toolrljobs/j/status"
+    assert headers["Authorization"] == "Bearer tok"
+    assert headers["Content-Type"] == "application/merge-patch+json"
+
+
+def test_refused_patch_is_logged_not_raised(api, caplog):
+    FakeApi.code = 403
+    reporter = ProgressReporter(api, "rl", "j")
+    assert not reporter.update(1, 10, 0.0)
+    assert "J-trainer Role" in caplog.text
+
+
+def test_outside_a_pod(monkeypatch):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(RuntimeError, match="not in a Kubernetes pod"):
+        ApiTarget.in_cluster()

@@ -1,0 +1,159 @@
+"""Reward presets on hand-checked cases, and toolbench on a real StableToolBench trajectory."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainer_entry.hub import Sink, use_sink
+from trainer_entry.metrics import TrainerMetrics
+from trainer_entry.pool_client import CallResult
+from trainer_entry.rewards import code_execution, compute_score, exact_match, toolbench
+
+STB = Path(__file__).resolve().parents[4] / "shared" / "data" / "stabletoolbench"
+WEIGHTS = {
+    "formatWeight": 0.1,
+    "functionCallWeight": 0.2,
+    "finishWeight": 0.3,
+    "errorPenalty": -0.5,
+    "finishBonus": 0.5,
+}
+
+
+@pytest.mark.parametrize(
+    ("solution", "truth", "expected"),
+    [
+        ("She has 3 + 4 = 7 apples.\n#### 7", "7", {"score": 1.0, "correct": 1.0, "format": 1.0}),
+        ("The answer is $1,250.00.", "1250", {"score": 1.0, "correct": 1.0, "format": 1.0}),
+        ("so \\boxed{-3}", "-3", {"score": 1.0, "correct": 1.0, "format": 1.0}),
+        ("I think 12, no wait, 13", "13", {"score": 1.0, "correct": 1.0, "format": 0.0}),
+        ("#### 8", "7", {"score": 0.0, "correct": 0.0, "format": 1.0}),
+        ("no idea", "7", {"score": 0.0, "correct": 0.0, "format": 0.0}),
+    ],
+)
+def test_exact_match(solution, truth, expected):
+    assert exact_match.score(solution, truth) == expected
+
+
+def test_extract_code_takes_the_last_block_of_any_style():
+    text = "```python\nprint(1)\n```\nthen <PYTHON>print(2)</PYTHON>"
+    assert code_execution.extract_code(text) == "print(2)"
+    assert code_execution.extract_code("no code") is None
+
+
+def test_code_program_and_judge():
+    source, expected = code_execution.program("def f(): return 2", {"tests": "assert f() == 2"})
+    assert source == "def f(): return 2\n\nassert f() == 2\n" and expected is None
+    assert code_execution.program("print(4)", "4") == ("print(4)", "4")
+    ok = CallResult(status="ok", stdout="4\n", exit_code=0)
+    assert code_execution.judge(ok, "4") == {"score": 1.0, "has_code": 1.0, "ran": 1.0, "passed": 1.0}
+    assert code_execution.judge(ok, "5")["score"] == 0.0
+    failed = CallResult(status="error", stderr="AssertionError", exit_code=1)
+    assert code_execution.judge(failed, None) == {"score": 0.0, "has_code": 1.0, "ran": 0.0, "passed": 0.0}
+
+
+def test_toolbench_on_the_real_stabletoolbench_trajectory():
+    doc = json.loads((STB / "answer_588_CoT.json").read_text())
+    steps = toolbench.steps_from_answer(doc)
+    assert [s.name for s in steps] == [
+        "transfermarkt_search_for_theclique",
+        "transfermarkt_details_for_theclique",
+        "songkick_search_artist_for_theclique",
+        "get_artist_overview_for_theclique",
+        "songkick_artist_for_theclique",
+        "list_artist_concerts_for_theclique",
+    ]
+    result = toolbench.score_steps(steps, WEIGHTS)
+    # 6 well-formed calls, every observation has an empty "error", Finish never called (win: false):
+    # 0.1 * 1 + 0.2 * 1 + 0.3 * 0 - 0.5 * 0 + 0.5 * 0 = 0.3
+    assert result == pytest.approx(
+        {"score": 0.3, "format": 1.0, "function_call": 1.0, "finish": 0.0, "error_rate": 0.0, "answered": 0.0}
+    )
+
+
+def react_text(steps):
+    return "".join(
+        f"Thought: go\nAction: {n}\nAction Input: {i}\n" + (f"Observation: {o}\n" if o else "")
+        for n, i, o in steps
+    )
+
+
+def test_toolbench_text_of_the_real_trajectory_scores_the_same():
+    doc = json.loads((STB / "answer_588_CoT.json").read_text())
+    chain = doc["trys"][-1]["chain"]
+    pairs = [
+        (chain[i]["description"], chain[i + 1]["description"].replace("\n", " "), chain[i + 1]["observation"])
+        for i in range(0, len(chain), 2)
+    ]
+    assert toolbench.score(react_text(pairs), WEIGHTS)["score"] == pytest.approx(0.3)
+
+
+def test_toolbench_finish_error_and_malformed_calls():
+    text = react_text(
+        [
+            ("a_for_t", '{"q": 1}', '{"error": "Rate limit", "response": ""}'),
+            ("b_for_t", '{"q": 2}', '{"error": "", "response": "fine"}'),
+            (
+                "Finish",
+                '{"return_type": "give_answer", "final_answer": "Messi played for Barcelona and PSG."}',
+                None,
+            ),
+        ]
+    )
+    result = toolbench.score(text, WEIGHTS)
+    # format 1, function_call 1/2, finish 1, error_rate 1/2, answered 1
+    assert result["score"] == pytest.approx(0.1 + 0.2 * 0.5 + 0.3 - 0.5 * 0.5 + 0.5)
+    bad = react_text(
+        [("a_for_t", "{oops", "Error: bad"), ("Finish", '{"return_type": "give_up_and_restart"}', None)]
+    )
+    result = toolbench.score(bad, WEIGHTS)
+    assert result == pytest.approx(
+        {
+            "score": 0.3 - 0.5,
+            "format": 0.0,
+            "function_call": 0.0,
+            "finish": 1.0,
+            "error_rate": 1.0,
+            "answered": 0.0,
+        }
+    )
+    assert toolbench.score("I cannot help.", WEIGHTS)["score"] == 0.0
+
+
+def test_toolbench_reads_hermes_calls():
+    text = (
+        '<tool_call>\n{"name": "a_for_t", "arguments": {"q": 1}}\n</tool_call>user\n<tool_response>\n'
+        '{"error": "", "response": "ok"}\n</tool_response>assistant\n<tool_call>\n{"name": "Finish", '
+        '"arguments": {"return_type": "give_answer", "final_answer": "done"}}\n</tool_call>'
+    )
+    assert toolbench.score(text, WEIGHTS)["score"] == pytest.approx(0.1 + 0.2 + 0.3 + 0.5)
+
+
+async def test_compute_score_dispatches_and_reports_components():
+    metrics = TrainerMetrics()
+    use_sink(Sink(local=metrics))
+    result = await compute_score("gsm8k", "#### 7", "7", {}, preset="exact-match")
+    assert result == {"score": 1.0, "correct": 1.0, "format": 1.0}
+    metrics.record_step({"timing_s/step": 1.0, "critic/score/mean": 1.0}, step=1)
+    assert (
+        metrics.registry.get_sample_value("toolrl_trainer_reward_component", {"component": "correct"}) == 1.0
+    )
+    with pytest.raises(ValueError, match="unknown reward preset"):
+        await compute_score("x", "", "", {}, preset="bleu")
+
+
+async def test_custom_preset_is_loaded_by_verl_from_the_workdir(tmp_path, monkeypatch):
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    (tmp_path / "toolrl_custom_reward.py").write_text(
+        "def score_it(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    hit = float(ground_truth in solution_str)\n"
+        "    return {'score': 2 * hit, 'hit': hit}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    cfg = OmegaConf.create(
+        {"reward": {"custom_reward_function": {"path": "toolrl_custom_reward.py", "name": "score_it"}}}
+    )
+    fn = get_custom_reward_fn(cfg)
+    assert fn(data_source="d", solution_str="it is 42", ground_truth="42") == {"score": 2.0, "hit": 1.0}
