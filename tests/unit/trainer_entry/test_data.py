@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from trainer_entry.data import DataError, function_name, main, prepare
 
 G1 = Path(__file__).resolve().parents[4] / "shared" / "data" / "stabletoolbench" / "G1_instruction.json"

@@ -4,7 +4,6 @@ import socket
 import urllib.request
 
 import pytest
-
 from trainer_entry.hub import Sink, TrackingBackend, use_sink
 from trainer_entry.metrics import TrainerMetrics
 

@@ -5,7 +5,6 @@ import socket
 
 import pytest
 from aiohttp import web
-
 from trainer_entry.pool_client import CallResult, PoolClient, backoff_seconds, retry_after_seconds
 
 

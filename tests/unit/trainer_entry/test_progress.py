@@ -6,7 +6,6 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
-
 from trainer_entry.progress import ApiTarget, ProgressReporter, progress_patch, status_path
 
 

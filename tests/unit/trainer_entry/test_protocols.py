@@ -1,7 +1,6 @@
 """Parsing calls and formatting observations of the text protocols."""
 
 import pytest
-
 from trainer_entry.protocols import Call, get_protocol
 
 

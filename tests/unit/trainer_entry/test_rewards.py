@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from trainer_entry.hub import Sink, use_sink
 from trainer_entry.metrics import TrainerMetrics
 from trainer_entry.pool_client import CallResult
