@@ -42,8 +42,9 @@ TOOL_POOL = Row("Tool pool", (
     ), "Calls executing now, the slots the ready replicas offer, and calls waiting for a slot."),
     Panel("Tool pool replicas: desired vs ready", "short", (
         Target(f"max(toolrl_autoscaler_desired_replicas{{{JOB}}})", "desired"),
+        Target(f"max(toolrl_autoscaler_max_replicas{{{JOB}}})", "max"),
         Target(f"count(toolrl_tool_capacity{{{JOB}}})", "ready (serving metrics)"),
-    ), "The autoscaler's decision and the tool-pool pods that answer scrapes."),
+    ), "The autoscaler's decision, the job's ceiling, and the tool-pool pods that answer scrapes."),
     Panel("Scale decisions by reason", "short", (
         Target(f"sum by (reason) (increase(toolrl_autoscaler_decisions_total[{RATE}]))", "{{reason}}"),
     ), "Autoscaler decisions per interval across all jobs, by why the operator chose the replica count.",

@@ -89,6 +89,13 @@ def test_operator_deployment(render: Render) -> None:
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["TOOLRL_TRAINER_IMAGE"] == "toolrl-trainer:0.1.0"
     assert env["TOOLRL_TOOL_SANDBOX_IMAGE"] == "toolrl-tool-sandbox:0.1.0"
+    assert "args" not in container  # every namespace
+
+
+def test_watch_namespaces_and_verbose_become_operator_arguments(render: Render) -> None:
+    deploy = _one(render({"watchNamespaces": ["rl-a", "rl-b"], "verbose": True}), "Deployment")
+    [container] = deploy["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == ["--namespace=rl-a", "--namespace=rl-b", "--verbose"]
 
 
 def test_operator_pod_meets_pod_security_restricted(render: Render) -> None:
@@ -188,7 +195,7 @@ def test_dashboard_configmap_carries_the_generated_json(render: Render) -> None:
     ({"alerts": {"toolFailures": {"ratio": 5}}}, "maximum"),
     ({"alerts": {"toolLatency": {"for": "ten minutes"}}}, "does not match pattern"),
     ({"watchNamespaces": ["Not_A_Namespace"]}, "does not match pattern"),
-    ({"logLevel": "verbose"}, "logLevel"),
+    ({"verbose": "yes"}, "got string, want boolean"),
 ])
 def test_bad_values_are_rejected_with_the_schema_message(helm_bin: str, chart: Path, values: dict[str, Any],
                                                          message: str) -> None:

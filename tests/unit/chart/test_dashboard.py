@@ -16,7 +16,8 @@ from chartgen.outputs import DASHBOARD_JSON, REPO, stale_outputs
 from chartgen.panels import Panel, Target, render
 
 CONTRACTS = REPO / "docs" / "contracts.md"
-JOB_SCOPED = ("toolrl_tool_", "toolrl_trainer_", "toolrl_sandbox_", "toolrl_autoscaler_desired_replicas")
+JOB_SCOPED = ("toolrl_tool_", "toolrl_trainer_", "toolrl_sandbox_", "toolrl_autoscaler_desired_replicas",
+              "toolrl_autoscaler_max_replicas")
 
 
 def _exprs() -> list[str]:
