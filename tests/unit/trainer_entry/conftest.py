@@ -1,5 +1,10 @@
 """Fixtures: a locally trained tokenizer and a tiny random Qwen2 model (nothing is downloaded)."""
 
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -77,3 +82,59 @@ def build_tiny_model(root: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("model"))
+
+
+SANDBOX_TOOLS = """tools:
+  - {name: python, type: python, timeoutSeconds: 1, memoryLimitMiB: 256, maxOutputBytes: 4096}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def sandbox(tmp_path_factory) -> str:
+    """A real tool_sandbox server process on a free loopback port; yields its base URL."""
+    root = tmp_path_factory.mktemp("sandbox")
+    (root / "tools.yaml").write_text(SANDBOX_TOOLS)
+    port = free_port()
+    log = open(root / "server.log", "w")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tool_sandbox",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--config",
+            str(root / "tools.yaml"),
+            "--workdir",
+            str(root / "work"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if urllib.request.urlopen(url + "/readyz", timeout=2).status == 200:
+                break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(
+                f"tool_sandbox did not become ready: {(root / 'server.log').read_text()[-2000:]}"
+            )
+        time.sleep(0.2)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=20)
+    log.close()

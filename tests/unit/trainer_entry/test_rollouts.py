@@ -1,0 +1,234 @@
+"""Multi-turn rollouts on the CPU with verl's real AgentLoopWorker, our tools against a real tool_sandbox
+server process, a scripted LLM server and a tiny local model. One test per protocol."""
+
+import json
+
+import numpy as np
+import pytest
+from trainer_entry.hub import Sink, use_sink
+from trainer_entry.metrics import TrainerMetrics
+from trainer_entry.rewards import compute_score
+from trainer_entry.run import write_workdir
+from trainer_entry.spec import parse_job
+from trainer_entry.translate import agent_loop_name, translate
+from verl.protocol import DataProto
+from verl.workers.rollout.replica import TokenOutput
+
+from trainer_entry import verl_config
+
+CALL = '<tool_call>\n{{"name": "python", "arguments": {{"code": "{code}"}}}}\n</tool_call>'
+SCRIPTS = {
+    "python-tags": {
+        "multi": [
+            "Compute.\n<PYTHON>\nprint(6 * 7)\n</PYTHON>",
+            "<PYTHON>\nprint(1 / 0)\n</PYTHON>",
+            "The answer is 42.\n#### 42",
+        ],
+        "timeout": ["<PYTHON>\nimport time\ntime.sleep(5)\n</PYTHON>", "#### 0"],
+        "limit": ["<PYTHON>\nprint(1)\n</PYTHON>"] * 5,
+    },
+    "tool-tags": {
+        "multi": ["<tool>print(6 * 7)</tool>", "<tool>print(1 / 0)</tool>", "#### 42"],
+        "timeout": ["<tool>while True: pass</tool>", "#### 0"],
+        "limit": ["<tool>print(1)</tool>"] * 5,
+    },
+    "react": {
+        "multi": [
+            'Thought: run it\nAction: python\nAction Input: {"code": "print(6 * 7)"}\n',
+            'Action: python\nAction Input: {"code": "print(1 / 0)"}\n',
+            'Action: Finish\nAction Input: {"return_type": "give_answer", "final_answer": "42"}',
+        ],
+        "timeout": [
+            'Action: python\nAction Input: {"code": "import time; time.sleep(5)"}\n',
+            'Action: calculator\nAction Input: {"x": 1}\n',
+            "Final Answer: 0",
+        ],
+        "limit": ['Action: python\nAction Input: {"code": "print(1)"}\n'] * 5,
+    },
+    "hermes": {
+        "multi": [CALL.format(code="print(6 * 7)"), CALL.format(code="print(1 / 0)"), "#### 42"],
+        "timeout": [CALL.format(code="import time; time.sleep(5)"), "#### 0"],
+        "limit": [CALL.format(code="print(1)")] * 5,
+    },
+}
+MAX_TOOL_TURNS = 2
+
+
+class ScriptedServer:
+    """Stands in for vLLM: answers each trajectory from its script, honouring stop strings."""
+
+    def __init__(self, tokenizer, script):
+        self.tokenizer, self.script = tokenizer, script
+        self.turns: dict[str, int] = {}
+        self.sampling_params = []
+
+    async def generate(self, request_id, prompt_ids, sampling_params, **kwargs):
+        self.sampling_params.append(sampling_params)
+        prompt = self.tokenizer.decode(prompt_ids)
+        case = next(c for c in self.script if f"case={c}" in prompt)
+        turn = self.turns[request_id] = self.turns.get(request_id, -1) + 1
+        text = self.script[case][turn]
+        for stop in sampling_params.get("stop") or []:
+            if stop in text:
+                end = text.index(stop)
+                text = (
+                    text[: end + len(stop)]
+                    if sampling_params.get("include_stop_str_in_output")
+                    else text[:end]
+                )
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if turn == len(self.script[case]) - 1 or not sampling_params.get("stop"):
+            ids = ids + [self.tokenizer.eos_token_id] if "tool_call" not in text else ids
+        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
+
+
+def job_for(protocol, model):
+    return parse_job(
+        {
+            "metadata": {"name": "cpu-rollout", "namespace": "test"},
+            "spec": {
+                "model": {"path": str(model)},
+                "data": {
+                    "trainFiles": ["/data/train.parquet"],
+                    "maxPromptLength": 1024,
+                    "maxResponseLength": 1024,
+                },
+                "algorithm": {"rolloutsPerPrompt": 2, "trainBatchSize": 3},
+                "rollout": {
+                    "protocol": protocol,
+                    "maxToolTurns": MAX_TOOL_TURNS,
+                    "maxToolResponseLength": 300,
+                    "toolCall": {"timeoutSeconds": 10, "maxRetries": 1, "retryDelaySeconds": 0.1},
+                },
+                "tools": [{"name": "python", "type": "python", "timeoutSeconds": 1}],
+                "reward": {"preset": "exact-match"},
+                "cluster": {"workers": {"replicas": 1, "gpusPerWorker": 1}},
+            },
+        }
+    )
+
+
+def segments(ids, mask, tokenizer):
+    """Runs of equal mask value, decoded: [(mask, text), ...]."""
+    out, start = [], 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or mask[i] != mask[start]:
+            out.append((int(mask[start]), tokenizer.decode(ids[start:i], skip_special_tokens=True)))
+            start = i
+    return out
+
+
+async def rollout(protocol, tiny_model, sandbox, tmp_path, monkeypatch):
+    from verl.experimental.agent_loop import AgentLoopWorker
+
+    job = job_for(protocol, tiny_model)
+    translation = translate(job, sandbox)
+    write_workdir(job, translation, tmp_path)
+    monkeypatch.chdir(tmp_path)  # the Ray working_dir of a real run
+    config = verl_config.compose(translation.overrides + ["actor_rollout_ref.rollout.agent.num_workers=1"])
+    verl_config.check(config)
+    metrics = TrainerMetrics(trajectories_per_step=3)
+    use_sink(Sink(local=metrics))
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    server = ScriptedServer(tokenizer, SCRIPTS[protocol])
+    worker = AgentLoopWorker(config, llm_client=server)
+    cases = list(SCRIPTS[protocol])
+    prompts = [
+        [{"role": "system", "content": "Use the python tool."}, {"role": "user", "content": f"case={c}"}]
+        for c in cases
+    ]
+    loop = "tool_agent" if protocol == "hermes" else agent_loop_name(protocol)
+    n = len(cases)
+    batch = DataProto.from_dict(
+        non_tensors={
+            "raw_prompt": np.array(prompts + [None], dtype=object)[:n],
+            "agent_name": np.array([loop] * n, dtype=object),
+            "data_source": np.array(["gsm8k"] * n, dtype=object),
+            "reward_model": np.array([{"ground_truth": "42"}] * n, dtype=object),
+            "extra_info": np.array([{"index": i} for i in range(n)], dtype=object),
+            "tools_kwargs": np.array([{}] * n, dtype=object),
+            "index": np.arange(n),
+        }
+    )
+    output = await worker.generate_sequences(batch)
+    response_len = output.batch["responses"].shape[1]
+    result = {}
+    for i, case in enumerate(cases):
+        valid = output.batch["attention_mask"][i, -response_len:].bool()
+        ids = output.batch["responses"][i][valid].tolist()
+        mask = output.batch["response_mask"][i][valid].tolist()
+        result[case] = segments(ids, mask, tokenizer)
+    return result, server, metrics
+
+
+def observations(segs):
+    return [text for m, text in segs if m == 0]
+
+
+def generated(segs):
+    return "".join(text for m, text in segs if m == 1)
+
+
+@pytest.mark.parametrize("protocol", ["python-tags", "tool-tags", "react", "hermes"])
+async def test_multi_turn_rollout(protocol, tiny_model, sandbox, tmp_path, monkeypatch):
+    result, server, metrics = await rollout(protocol, tiny_model, sandbox, tmp_path, monkeypatch)
+
+    # multi: two real executions, the second one fails; the failure is an observation, masked out
+    obs = observations(result["multi"])
+    assert len(obs) == 2
+    assert "42" in obs[0]
+    assert "ZeroDivisionError" in obs[1]
+    assert "6 * 7" in generated(result["multi"]) and "42" in generated(result["multi"]).splitlines()[-1]
+    assert all("Traceback" not in text for m, text in result["multi"] if m == 1)
+
+    # timeout: the sandbox kills the call, the model reads that it timed out, the rollout goes on
+    obs = observations(result["timeout"])
+    assert "timed out" in obs[0]
+    if protocol == "react":
+        assert "unknown tool 'calculator'" in obs[1]
+
+    # limit: the model keeps calling, the loop stops after maxToolTurns executions
+    assert len(observations(result["limit"])) == MAX_TOOL_TURNS
+
+    outcomes = {
+        (s.labels["tool"], s.labels["outcome"]): s.value
+        for s in metrics.tool_duration.collect()[0].samples
+        if s.name.endswith("_count")
+    }
+    assert outcomes[("python", "timeout")] >= 1 and outcomes[("python", "error")] >= 1
+    if protocol != "hermes":
+        assert all(p["stop"] for p in server.sampling_params)
+        if protocol == "python-tags":
+            expected = {"multi": [1, 0, 1, 0, 1], "timeout": [1, 0, 1], "limit": [1, 0, 1, 0, 1]}
+            assert {c: [m for m, _ in s] for c, s in result.items()} == expected
+            assert result["multi"][1][1] == "\n<PYTHON-OUTPUT>\n42\n\n</PYTHON-OUTPUT>\n"
+
+
+async def test_rollout_scored_by_our_rewards(tiny_model, sandbox, tmp_path, monkeypatch):
+    result, _, _ = await rollout("python-tags", tiny_model, sandbox, tmp_path, monkeypatch)
+    text = "".join(t for _, t in result["multi"])
+    assert (await compute_score("gsm8k", text, "42", {}, preset="exact-match"))["score"] == 1.0
+    code = await compute_score(
+        "gsm8k",
+        "```python\nprint(6 * 7)\n```",
+        "42",
+        {},
+        preset="code-execution",
+        pool_url=sandbox,
+        tool="python",
+    )
+    assert code == {"score": 1.0, "has_code": 1.0, "ran": 1.0, "passed": 1.0}
+    tests = {"tests": "assert add(2, 3) == 6"}
+    failed = await compute_score(
+        "x",
+        "```python\ndef add(a, b):\n    return a + b\n```",
+        tests,
+        {},
+        preset="code-execution",
+        pool_url=sandbox,
+        tool="python",
+    )
+    assert failed == {"score": 0.0, "has_code": 1.0, "ran": 0.0, "passed": 0.0}
+    assert json.dumps(failed)
