@@ -67,10 +67,10 @@ def values_args(values: dict[str, Any] | None, workdir: Path) -> list[str]:
 
 
 def template(binary: str, chart: Path, values: dict[str, Any] | None = None, namespace: str = "toolrl-system",
-             kube_version: str = "", show_only: str = "") -> list[dict[str, Any]]:
+             kube_version: str = "", show_only: str = "", release: str = RELEASE) -> list[dict[str, Any]]:
     """The chart's rendered objects (CRDs included), as dicts. `kube_version` stands in for the
     cluster's version (helm template has no cluster to ask)."""
-    args = ["template", RELEASE, str(chart), "--namespace", namespace, "--include-crds",
+    args = ["template", release, str(chart), "--namespace", namespace, "--include-crds",
             *values_args(values, chart.parent)]
     if kube_version:
         args += ["--kube-version", kube_version]

@@ -3,9 +3,7 @@ the chart, and the prometheus-operator CRD schemas to validate monitoring object
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,10 +16,8 @@ REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "charts"))
 
 from chartgen.helm import chart_with_stub_dependencies, template  # noqa: E402
+from chartgen.monitoring import crd_files  # noqa: E402
 from localcluster.build import KUBERNETES, ensure_built  # noqa: E402
-
-# prometheus-operator release whose CRDs (example/prometheus-operator-crd) the monitoring objects target.
-PROMETHEUS_OPERATOR = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
 
 
 @pytest.fixture(scope="session")
@@ -54,17 +50,12 @@ _CrdLoader.add_constructor("tag:yaml.org,2002:value", yaml.SafeLoader.construct_
 
 @pytest.fixture(scope="session")
 def monitoring_crd_schemas() -> dict[str, dict[str, Any]]:
-    """kind -> openAPIV3Schema of the served version, from the prometheus-operator Go module
-    (downloaded once into the Go module cache)."""
-    out = subprocess.run(["go", "mod", "download", "-json", PROMETHEUS_OPERATOR],
-                         capture_output=True, text=True, check=False, timeout=600)
-    assert out.returncode == 0, f"go mod download {PROMETHEUS_OPERATOR} failed: {out.stderr}{out.stdout}"
-    crd_dir = Path(json.loads(out.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
+    """kind -> openAPIV3Schema of the served version of the prometheus-operator CRDs."""
     schemas = {}
-    for path in crd_dir.glob("*.yaml"):
+    for kind, path in crd_files().items():
         crd = yaml.load(path.read_text(), Loader=_CrdLoader)
         version = next(v for v in crd["spec"]["versions"] if v["served"])
-        schemas[crd["spec"]["names"]["kind"]] = _closed(version["schema"]["openAPIV3Schema"])
+        schemas[kind] = _closed(version["schema"]["openAPIV3Schema"])
     return schemas
 
 

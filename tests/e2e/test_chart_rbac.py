@@ -1,0 +1,263 @@
+"""Least privilege, proven: the real operator runs a job's whole life (create, status, autoscaler,
+suspend, delete) with nothing but the chart's RBAC for its ServiceAccount, and the API server
+refuses none of its requests; and without any single one of the chart's rules, that run fails.
+
+The operator talks to the API server through a small proxy that swaps in the ServiceAccount's
+token and records every 403, so a refused request is seen even where the operator only logs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import json
+import ssl
+import sys
+import threading
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from aiohttp import web
+from localcluster.build import KUBERNETES
+from localcluster.cluster import free_port
+from operator_process import OperatorProcess, install_crd, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "charts"))
+from chartgen.helm import chart_with_stub_dependencies, template  # noqa: E402
+
+EXAMPLE = REPO / "examples" / "toolrljob.yaml"
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "authorization",
+               "accept-encoding", "upgrade", "proxy-authorization", "te", "trailer"}
+STAGE_TIMEOUT = 90.0
+
+
+@dataclass
+class TokenProxy:
+    """Plain-HTTP front of the API server that authenticates every request with `token` and
+    records the requests the API server refused with 403 Forbidden."""
+
+    server: str
+    ca_data: bytes
+    token: str
+    port: int = field(default_factory=free_port)
+    denials: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def start(self) -> TokenProxy:
+        self._thread.start()
+        assert self._ready.wait(10), "the API proxy did not start"
+        return self
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def kubeconfig(self, path: Path) -> Path:
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "proxy", "cluster": {"server": f"http://127.0.0.1:{self.port}"}}],
+            "users": [{"name": "operator", "user": {}}],
+            "contexts": [{"name": "operator", "context": {"cluster": "proxy", "user": "operator"}}],
+            "current-context": "operator",
+        }))
+        return path
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        context = ssl.create_default_context(cadata=self.ca_data.decode())
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context),
+                                              timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+                                              auto_decompress=False)
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+        runner = web.AppRunner(app, access_log=None)
+        self._loop.run_until_complete(runner.setup())
+        self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
+        headers["Authorization"] = f"Bearer {self.token}"
+        body = await request.read()
+        async with self._session.request(request.method, self.server + request.path_qs, headers=headers,
+                                         data=body or None) as upstream:
+            out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS}
+            if upstream.status == 403:
+                text = await upstream.read()
+                reason = text.decode(errors="replace")[:300]
+                self.denials.append(f"{request.method} {request.path_qs}: {reason}")
+                return web.Response(status=403, body=text, headers=out_headers)
+            response = web.StreamResponse(status=upstream.status, headers=out_headers)
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+
+
+def _rbac_denials(denials: list[str]) -> list[str]:
+    """403s that RBAC gave (not, say, a namespace being terminated)."""
+    return [d for d in denials if " cannot " in d]
+
+
+@dataclass
+class Setup:
+    cluster: Any
+    namespace: str
+    rbac: list[dict[str, Any]]
+    proxy: TokenProxy
+    kubeconfig: Path
+    workdir: Path
+
+
+@pytest.fixture
+def setup(cluster: Any, namespace: str, tmp_path: Path) -> Iterator[Setup]:
+    install_crd(cluster)
+    release = f"rbac-{uuid.uuid4().hex[:6]}"
+    chart = chart_with_stub_dependencies(tmp_path)
+    objs = template(cluster.bin("helm"), chart, {"watchNamespaces": [namespace]}, namespace=namespace,
+                    kube_version=KUBERNETES, release=release)
+    rbac = [o for o in objs if o["kind"] in RBAC_KINDS]
+    assert {o["kind"] for o in rbac} == set(RBAC_KINDS)
+    cluster.apply(rbac)
+    [sa] = [o for o in rbac if o["kind"] == "ServiceAccount"]
+    token = cluster.kubectl("create", "token", sa["metadata"]["name"], "-n", namespace,
+                            "--duration=3600s").stdout.strip()
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]
+    proxy = TokenProxy(admin["server"], base64.b64decode(admin["certificate-authority-data"]), token).start()
+    try:
+        kubeconfig = proxy.kubeconfig(tmp_path / "operator.kubeconfig")
+        yield Setup(cluster, namespace, rbac, proxy, kubeconfig, tmp_path)
+    finally:
+        proxy.stop()
+        cluster.kubectl("delete", "clusterrole,clusterrolebinding", "-l",
+                        f"app.kubernetes.io/instance={release}", check=False)
+
+
+def _small_job(name: str) -> dict[str, Any]:
+    job = yaml.safe_load(EXAMPLE.read_text())
+    job["metadata"]["name"] = name
+    job["spec"]["cluster"]["workers"] = {"replicas": 1, "gpusPerWorker": 1}
+    job["spec"]["toolPool"]["replicas"] = {"min": 1, "max": 4}
+    return job
+
+
+def lifecycle(s: Setup, job_name: str) -> str | None:
+    """One job's life under the operator with the proxy's credentials. None if every stage was
+    reached with no RBAC refusal, else what went wrong first."""
+    s.proxy.denials.clear()
+    cluster, ns = s.cluster, s.namespace
+
+    def check(probe: Any) -> Any:
+        def wrapped() -> Any:
+            if _rbac_denials(s.proxy.denials):
+                return "denied"
+            return probe()
+        return wrapped
+
+    def trj() -> dict[str, Any] | None:
+        found = cluster.kubectl("get", "trj", job_name, "-n", ns, "-o", "json", check=False)
+        return json.loads(found.stdout) if found.returncode == 0 else None
+
+    def current(phase: str | None = None) -> Any:
+        job = trj()
+        status = (job or {}).get("status") or {}
+        if not job or status.get("observedGeneration") != job["metadata"]["generation"]:
+            return None
+        return job if phase is None or status.get("phase") == phase else None
+
+    log = s.workdir / f"operator-{job_name}.log"
+    operator = OperatorProcess(s.kubeconfig, namespaces=[ns], log_path=log)
+    try:
+        operator.start()
+    except RuntimeError as err:
+        return f"operator did not start: {err}; refused: {_rbac_denials(s.proxy.denials)}"
+    try:
+        cluster.apply(_small_job(job_name), "-n", ns)
+        stages = [
+            ("status written for the current generation", lambda: current()),
+            ("children created", lambda: all(
+                cluster.kubectl("get", kind, name, "-n", ns, check=False).returncode == 0
+                for kind, name in (("rayjob", job_name), ("deployment", f"{job_name}-tools"),
+                                   ("role", f"{job_name}-trainer"), ("configmap", f"{job_name}-config")))),
+            ("autoscaler wrote desiredReplicas",
+             lambda: ((trj() or {}).get("status") or {}).get("toolPool", {}).get("desiredReplicas")
+             is not None),
+        ]
+        for what, probe in stages:
+            try:
+                if wait_until(check(probe), STAGE_TIMEOUT, what) == "denied":
+                    break
+            except AssertionError:
+                return f"{what}: not reached; operator log:\n{operator.log_tail(15)}"
+        if not _rbac_denials(s.proxy.denials):
+            cluster.kubectl("patch", "trj", job_name, "-n", ns, "--type=merge",
+                            "-p", '{"spec":{"suspend":true}}')
+            try:
+                wait_until(check(lambda: current("Suspended")), STAGE_TIMEOUT, "phase Suspended")
+            except AssertionError:
+                return f"suspend: phase Suspended not reached; operator log:\n{operator.log_tail(15)}"
+        if not _rbac_denials(s.proxy.denials):
+            cluster.kubectl("delete", "trj", job_name, "-n", ns, "--wait=false")
+            try:
+                wait_until(check(lambda: trj() is None), STAGE_TIMEOUT, "job deleted")
+            except AssertionError:
+                return f"delete: the job was not released; operator log:\n{operator.log_tail(15)}"
+    finally:
+        operator.stop()
+        cluster.kubectl("patch", "trj", job_name, "-n", ns, "--type=merge", "-p",
+                        '{"metadata":{"finalizers":null}}', check=False)
+        cluster.kubectl("delete", "trj", job_name, "-n", ns, "--wait=false", "--ignore-not-found",
+                        check=False)
+    refused = _rbac_denials(s.proxy.denials)
+    return f"refused: {refused}" if refused else None
+
+
+def _without_rule(rbac: list[dict[str, Any]], kind: str, index: int) -> dict[str, Any]:
+    [role] = [o for o in rbac if o["kind"] == kind]
+    reduced = copy.deepcopy(role)
+    del reduced["rules"][index]
+    return reduced
+
+
+def test_operator_needs_every_rule_and_nothing_more(setup: Setup) -> None:
+    assert lifecycle(setup, "full-rbac") is None
+
+    original = {o["kind"]: o for o in setup.rbac if o["kind"] in ("Role", "ClusterRole")}
+    dead_weight = []
+    for kind, role in original.items():
+        for index, rule in enumerate(role["rules"]):
+            reduced = _without_rule(setup.rbac, kind, index)
+            setup.cluster.kubectl("replace", "-f", "-", input=json.dumps(reduced))
+            try:
+                failure = lifecycle(setup, f"without-{kind.lower()}-{index}")
+            finally:
+                setup.cluster.kubectl("replace", "-f", "-", input=json.dumps(role))
+            if failure is None:
+                dead_weight.append(f"{kind} rule {rule}")
+    assert not dead_weight, f"the operator ran its whole lifecycle without: {dead_weight}"
+
+
+def test_proxy_records_a_refusal(setup: Setup) -> None:
+    """The detector itself: a request outside the chart's rules is recorded as refused."""
+    url = f"http://127.0.0.1:{setup.proxy.port}/api/v1/namespaces/{setup.namespace}/secrets"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url, timeout=10)
+    assert refused.value.code == 403
+    assert any("secrets" in d for d in _rbac_denials(setup.proxy.denials))
