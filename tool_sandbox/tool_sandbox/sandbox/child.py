@@ -10,6 +10,7 @@ import ast
 import builtins
 import contextlib
 import os
+import random
 import sys
 import threading
 import traceback
@@ -18,11 +19,11 @@ from typing import Any
 from tool_sandbox.sandbox import layers, wire
 
 
-def main(spec: layers.Layers, workdir: str, fds: tuple[int, int, int, int]) -> None:
+def main(spec: layers.Layers, workdir: str, uid: int | None, vm_bytes: int, fds: tuple[int, int, int, int]) -> None:
     """Entry point in the forked child; never returns."""
     code = 70
     try:
-        vm_bytes = layers.enter(spec, workdir, fds)
+        layers.enter(spec, workdir, uid, fds)
     except BaseException as exc:  # report why the sandbox could not be set up
         _report({"setupError": f"{type(exc).__name__}: {exc}"})
         os._exit(code)
@@ -31,6 +32,7 @@ def main(spec: layers.Layers, workdir: str, fds: tuple[int, int, int, int]) -> N
         if request is None:
             os._exit(0)
         layers.apply_limits(layers.Limits(**request["limits"]), vm_bytes)
+        reseed()
         _set_stdin(request.get("stdin") or "")
         if request["mode"] == "session":
             code = _session(request["code"])
@@ -42,6 +44,15 @@ def main(spec: layers.Layers, workdir: str, fds: tuple[int, int, int, int]) -> N
     finally:
         _flush()
         os._exit(code)
+
+
+def reseed() -> None:
+    """Give this child its own random streams (forked children would otherwise all replay the
+    worker's)."""
+    random.seed()
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()
 
 
 def run(code: str, namespace: dict[str, Any], notebook: bool) -> tuple[int, bool]:

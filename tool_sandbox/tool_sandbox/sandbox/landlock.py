@@ -4,6 +4,7 @@ TCP bind/connect (ABI 4) and signals/abstract sockets (ABI 6) to what it is give
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import stat
 from collections.abc import Iterable
@@ -86,46 +87,49 @@ def _handled_fs(abi: int) -> int:
     return rights
 
 
-def ruleset(read_only: Iterable[str], read_write: Iterable[str], abi: int) -> int:
-    """Build a ruleset allowing only the given paths; returns its fd for `enforce`.
+class Prepared:
+    """Read-only rules opened before fork: a child adds its own directory and enforces with a
+    handful of syscalls and no path lookups (a forked child pays for every page it touches)."""
 
-    Built while the caller can still open every path (before dropping its uid). TCP
-    bind/connect and signals to processes outside the domain are denied where the ABI has them."""
-    handled = _handled_fs(abi)
-    attr = _RulesetAttr(
-        handled_access_fs=handled,
-        handled_access_net=(NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0,
-        scoped=(SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0,
-    )
-    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8)
-    fd = _syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0)
-    try:
-        for paths, rights in ((read_only, READ_ONLY), (read_write, READ_WRITE)):
-            for path in paths:
-                _allow(fd, path, rights & handled)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    def __init__(self, read_only: Iterable[str], abi: int) -> None:
+        self.abi = abi
+        handled = _handled_fs(abi)
+        self.attr = _RulesetAttr(
+            handled_access_fs=handled,
+            handled_access_net=(NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0,
+            scoped=(SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0,
+        )
+        self.attr_size = ctypes.c_size_t(ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8))
+        self.rules: list[_PathBeneath] = []
+        for path in read_only:
+            rights = READ_ONLY | (WRITE_FILE if path == os.devnull else 0)
+            rule = _open_rule(path, rights & handled)
+            if rule is not None:
+                self.rules.append(rule)
+        self.own = _PathBeneath(allowed_access=READ_WRITE & handled, parent_fd=-1)
+        self.refs = [ctypes.byref(rule) for rule in [*self.rules, self.own]]
+
+    def enforce(self, own_dir_fd: int) -> None:
+        """Confine the caller to the read-only paths plus read-write `own_dir_fd` (needs
+        no_new_privs). TCP bind/connect and signals outside the domain are denied where the
+        ABI has them."""
+        self.own.parent_fd = own_dir_fd
+        fd = _syscall(_SYS_CREATE_RULESET, ctypes.byref(self.attr), self.attr_size, 0)
+        try:
+            for ref in self.refs:
+                _syscall(_SYS_ADD_RULE, fd, _RULE_PATH_BENEATH, ref, 0)
+            _syscall(_SYS_RESTRICT_SELF, fd, 0)
+        finally:
+            os.close(fd)
 
 
-def enforce(fd: int) -> None:
-    """Confine the calling process to the ruleset (needs no_new_privs); closes the fd."""
-    try:
-        _syscall(_SYS_RESTRICT_SELF, fd, 0)
-    finally:
-        os.close(fd)
-
-
-def _allow(ruleset: int, path: str, rights: int) -> None:
+def _open_rule(path: str, rights: int) -> _PathBeneath | None:
     try:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return
-    try:
-        if not stat.S_ISDIR(os.fstat(fd).st_mode):
-            rights &= _FILE_RIGHTS
-        rule = _PathBeneath(allowed_access=rights, parent_fd=fd)
-        _syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0)
-    finally:
-        os.close(fd)
+    except OSError:
+        return None
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 100)  # clear of the fds a child rearranges
+    os.close(fd)
+    if not stat.S_ISDIR(os.fstat(high).st_mode):
+        rights &= _FILE_RIGHTS
+    return _PathBeneath(allowed_access=rights, parent_fd=high)

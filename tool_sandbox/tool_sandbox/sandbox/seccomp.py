@@ -4,7 +4,7 @@ Two filters are stacked (the kernel applies the strictest answer):
 - the static deny list, compiled once per worker with libseccomp (pyseccomp) and exported as BPF,
   so installing it in each child is one prctl;
 - a per-process filter, a few BPF instructions assembled here because its constants are the
-  child's own pid: signals, rlimits and scheduling calls may target only the caller itself.
+  child's own pid (patched into a template): signals, rlimits and scheduling calls may target only the caller itself.
 Denied calls fail with EPERM (code sees a PermissionError, the server sees a clean exit) rather
 than killing the process."""
 
@@ -78,21 +78,24 @@ def _arg(index: int) -> int:
     return 16 + 8 * index  # offset of the low 32 bits of args[index] in seccomp_data (LE)
 
 
-def self_only_filter(pid: int) -> bytes:
-    """A BPF program that lets signal, rlimit and scheduling syscalls target only `pid`."""
-    me = pid & 0xFFFFFFFF
-    group = (-pid) & 0xFFFFFFFF
+_SELF = 0x7FFFFFF0  # placeholders; no pid reaches them (pid_max <= 2**22)
+_GROUP = 0x7FFFFFF1
+
+
+def self_only_template() -> bytes:
+    """A BPF program that lets signal, rlimit and scheduling syscalls target only the caller;
+    the caller's pid is patched in by `Program.install_for`."""
     rules: list[tuple[str, list[tuple[int, tuple[int, ...]]]]] = [
-        ("kill", [(0, (0, me, group))]),
-        ("tgkill", [(0, (me,))]),
-        ("rt_sigqueueinfo", [(0, (me,))]),
-        ("rt_tgsigqueueinfo", [(0, (me,))]),
-        ("prlimit64", [(0, (0, me))]),
-        ("sched_setaffinity", [(0, (0, me))]),
-        ("sched_setparam", [(0, (0, me))]),
-        ("sched_setscheduler", [(0, (0, me))]),
-        ("sched_setattr", [(0, (0, me))]),
-        ("setpriority", [(0, (0,)), (1, (0, me))]),
+        ("kill", [(0, (0, _SELF, _GROUP))]),
+        ("tgkill", [(0, (_SELF,))]),
+        ("rt_sigqueueinfo", [(0, (_SELF,))]),
+        ("rt_tgsigqueueinfo", [(0, (_SELF,))]),
+        ("prlimit64", [(0, (0, _SELF))]),
+        ("sched_setaffinity", [(0, (0, _SELF))]),
+        ("sched_setparam", [(0, (0, _SELF))]),
+        ("sched_setscheduler", [(0, (0, _SELF))]),
+        ("sched_setattr", [(0, (0, _SELF))]),
+        ("setpriority", [(0, (0,)), (1, (0, _SELF))]),
     ]
     prog: list[tuple[int, int, int, int]] = [
         (0x20, 0, 0, 4),  # ld arch
@@ -125,15 +128,33 @@ def self_only_filter(pid: int) -> bytes:
     return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
 
 
+class Program:
+    """A BPF program laid out in memory before fork, so a child installs it with one prctl
+    (a forked child pays for every page it touches; this keeps that to a minimum)."""
+
+    def __init__(self, code: bytes) -> None:
+        self.code = code
+        self.buffer = ctypes.create_string_buffer(code, len(code))
+        self.fprog = _SockFprog(len=len(code) // 8, filter=ctypes.addressof(self.buffer))
+        self.ref = ctypes.byref(self.fprog)
+        self.self_slots = [i for i in range(0, len(code), 8) if code[i + 4:i + 8] == struct.pack("=I", _SELF)]
+        self.group_slots = [i for i in range(0, len(code), 8) if code[i + 4:i + 8] == struct.pack("=I", _GROUP)]
+
+    def install(self) -> None:
+        """Load it as a seccomp filter on the calling thread (needs no_new_privs)."""
+        if _libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, self.ref, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
+
+    def install_for(self, pid: int) -> None:
+        """Patch `pid` into the placeholders, then install."""
+        for offset in self.self_slots:
+            struct.pack_into("=I", self.buffer, offset + 4, pid & 0xFFFFFFFF)
+        for offset in self.group_slots:
+            struct.pack_into("=I", self.buffer, offset + 4, (-pid) & 0xFFFFFFFF)
+        self.install()
+
+
 def no_new_privs() -> None:
     """Forbid gaining privileges (setuid binaries, file capabilities) from now on."""
     if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
-
-
-def install(program: bytes) -> None:
-    """Load a BPF program as a seccomp filter on the calling thread (needs no_new_privs)."""
-    buf = ctypes.create_string_buffer(program, len(program))
-    fprog = _SockFprog(len=len(program) // 8, filter=ctypes.addressof(buf))
-    if _libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")

@@ -12,27 +12,31 @@ from __future__ import annotations
 import base64
 import contextlib
 import ctypes
-import dataclasses
+import gc
 import importlib
 import json
 import os
+import resource
 import selectors
 import shutil
 import signal
+import site
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tool_sandbox.sandbox import child, landlock, outcome, seccomp, wire
-from tool_sandbox.sandbox.layers import Layers
+from tool_sandbox.sandbox import child, landlock, layers, outcome, seccomp, wire
 
 PRELOAD = (
-    "numpy", "sympy", "math", "cmath", "re", "json", "collections", "itertools", "functools",
+    "numpy", "numpy.random", "numpy.linalg", "numpy.fft", "numpy.polynomial", "sympy", "math", "cmath", "re", "json", "collections", "itertools", "functools",
     "operator", "heapq", "bisect", "fractions", "decimal", "statistics", "random", "string",
     "datetime", "time", "typing", "dataclasses", "copy", "io", "textwrap", "array", "struct",
     "hashlib", "base64", "unicodedata", "pprint", "enum", "numbers", "traceback", "threading",
-    "csv", "calendar", "difflib", "queue", "contextlib", "warnings", "ast", "string", "uuid",
+    "csv", "calendar", "difflib", "queue", "contextlib", "warnings", "ast", "uuid", "socket",
+    "subprocess", "signal", "glob", "pathlib", "shutil", "tempfile", "ctypes", "unittest",
+    "multiprocessing", "doctest", "inspect", "pickle", "zlib", "gzip", "secrets", "bz2", "lzma",
+    "encodings.idna", "locale", "codecs",
 )
 _CHUNK = 1 << 16
 _PR_SET_PDEATHSIG = 1
@@ -90,21 +94,17 @@ class Worker:
         self.next_session = 1
         self.selector = selectors.DefaultSelector()
         self.inbox = bytearray()
-        self.in_fd = os.dup(0)
-        self.out_fd = os.dup(1)
-        devnull = os.open(os.devnull, os.O_RDWR)
-        os.dup2(devnull, 0)
-        os.dup2(devnull, 1)
-        os.close(devnull)
-        abi = landlock.abi_version() if settings.get("landlock", True) else 0
-        self.layers = Layers(
-            uid=None,
-            gid=None,
-            landlock_abi=abi,
-            read_only_paths=_read_only_paths(),
-            static_bpf=seccomp.static_filter(),
+        self.in_fd, self.out_fd = 3, 4  # see _claim_fds
+        layers.prepare_stdio()
+        self.landlock_abi = landlock.abi_version() if settings.get("landlock", True) else 0
+        self.layers = layers.Layers(
+            landlock=landlock.Prepared(_read_only_paths(), self.landlock_abi) if self.landlock_abi else None,
+            static_filter=seccomp.Program(seccomp.static_filter()),
+            self_only_filter=seccomp.Program(seccomp.self_only_template()),
             worker_pid=os.getpid(),
         )
+        self.statm = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+        self.page = os.sysconf("SC_PAGE_SIZE")
 
     # ---- children -------------------------------------------------------------------------
 
@@ -121,11 +121,17 @@ class Worker:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         ctl_r, ctl_w = os.pipe()
-        layers = dataclasses.replace(self.layers, uid=uid, gid=uid)
-        pid = os.fork()
+        vm_bytes = int(os.pread(self.statm, 128, 0).split()[0]) * self.page
+        gc.freeze()  # keep the collector from touching (and so copying) the worker's objects
+        # The C library's fork, not os.fork: the worker is single-threaded by construction, and
+        # skipping the interpreter's at-fork hooks saves a child ~200 page copies. The child
+        # reseeds the random generators itself (child.reseed).
+        pid = _libc.fork()
+        if pid < 0:
+            raise OSError(ctypes.get_errno(), "fork")
         if pid == 0:
             try:
-                child.main(layers, workdir, (request_r, out_w, err_w, ctl_w))
+                child.main(self.layers, workdir, uid, vm_bytes, (request_r, out_w, err_w, ctl_w))
             finally:
                 os._exit(70)
         for fd in (request_r, out_w, err_w, ctl_w):
@@ -287,6 +293,7 @@ class Worker:
     def handle(self, msg: dict[str, Any]) -> None:
         op = msg.get("op")
         if op in ("run", "open"):
+            float(msg["timeout"]), layers.Limits(**msg["limits"])  # reject before using a child
             kid = self.take_spare()
             if kid is None:
                 self.reply_error(msg, outcome.REJECTED, "no free sandbox slot in this worker")
@@ -295,6 +302,7 @@ class Worker:
                 _place_files(kid.workdir, msg.get("files") or {}, self.uid_base, kid.slot)
             self.start(msg, kid, "run" if op == "run" else "session")
         elif op == "exec":
+            float(msg["timeout"])
             kid = self.sessions.get(int(msg.get("session", -1)))
             if kid is None or kid.call is not None:
                 why = "unknown or closed session" if kid is None else "session is busy with another call"
@@ -307,6 +315,10 @@ class Worker:
                 kid.session = None
                 self.kill(kid)
             self.send({"id": msg["id"], "status": outcome.OK, "closed": kid is not None})
+        elif op == "usage":
+            me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+            self.send({"id": msg["id"], "status": outcome.OK, "worker": [me.ru_utime, me.ru_stime, me.ru_minflt],
+                       "children": [kids.ru_utime, kids.ru_stime, kids.ru_minflt]})
         else:
             self.reply_error(msg, outcome.ERROR, f"unknown worker operation {op!r}")
 
@@ -367,7 +379,10 @@ class Worker:
             self.shutdown()
         self.inbox += data
         for msg in wire.split(self.inbox):
-            self.handle(msg)
+            try:
+                self.handle(msg)
+            except (KeyError, TypeError, ValueError) as exc:
+                self.reply_error(msg, outcome.ERROR, f"malformed worker request: {exc!r}")
 
     def shutdown(self) -> None:
         for kid in list(self.children.values()):
@@ -380,7 +395,7 @@ class Worker:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "landlockAbi": self.layers.landlock_abi,
+            "landlockAbi": self.landlock_abi,
             "seccomp": True,
             "noNewPrivs": True,
             "uidBase": self.uid_base,
@@ -389,15 +404,21 @@ class Worker:
 
 
 def _read_only_paths() -> tuple[str, ...]:
-    """What a child may read: the interpreter and its libraries, shared libraries, a few devices."""
-    candidates = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path, "/usr/lib", "/usr/lib64",
-                  "/lib", "/lib64", "/usr/local/lib", "/usr/share/zoneinfo", "/etc/localtime",
+    """What a child may read: the interpreter with its libraries, shared libraries, time zones and
+    a few devices. Not the current directory, not /etc, not /proc, not /tmp."""
+    candidates = [sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(), "/usr/lib",
+                  "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/usr/share/zoneinfo", "/etc/localtime",
                   "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"]
-    seen: list[str] = []
+    dirs: list[str] = []
+    files: list[str] = []
     for path in candidates:
-        if path and os.path.exists(path) and path not in seen:
-            seen.append(os.path.realpath(path) if os.path.isdir(path) else path)
-    return tuple(dict.fromkeys(seen))
+        if os.path.isdir(path):
+            real = os.path.realpath(path)
+            if not any(real == d or real.startswith(d + os.sep) for d in dirs):
+                dirs = [d for d in dirs if not d.startswith(real + os.sep)] + [real]
+        elif os.path.exists(path):
+            files.append(path)
+    return tuple(dirs + files)
 
 
 def _place_files(workdir: str, files: dict[str, str], uid_base: int | None, slot: int) -> None:
@@ -451,7 +472,20 @@ def _sweep(root: str, uid_base: int | None, slots: int) -> None:
                 os.kill(int(entry), signal.SIGKILL)
 
 
+def _claim_fds() -> None:
+    """Move the server's pipes to fds 3 and 4 (a child replaces both with its own) before
+    anything else opens a descriptor, and point stdin/stdout at /dev/null so no stray print
+    can corrupt the protocol."""
+    os.dup2(0, 3)
+    os.dup2(1, 4)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+
+
 def main() -> None:
+    _claim_fds()
     settings = json.loads(sys.argv[1])
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)

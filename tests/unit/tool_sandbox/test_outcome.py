@@ -1,0 +1,28 @@
+import signal
+
+from tool_sandbox.sandbox.outcome import Outcome, cap_output, classify
+
+
+def exited(code: int) -> int:
+    return code << 8
+
+
+def pair(outcome: Outcome) -> tuple[str, int | None]:
+    return outcome.status, outcome.exit_code
+
+
+def test_exit_codes_and_signals_map_to_statuses() -> None:
+    assert classify(exited(0), False, False).status == "ok"
+    assert pair(classify(exited(3), False, False)) == ("error", 3)
+    assert pair(classify(signal.SIGSEGV, False, False)) == ("killed", -signal.SIGSEGV)
+    assert classify(signal.SIGXCPU, False, False).status == "timeout"
+    assert classify(signal.SIGXFSZ, False, False).message == "file size limit exceeded"
+    assert classify(signal.SIGKILL, True, False).status == "timeout"
+    assert classify(signal.SIGKILL, False, True).status == "killed"
+    assert classify(None, False, False).status == "error"
+
+
+def test_output_is_capped_with_a_visible_marker() -> None:
+    assert cap_output(b"abc", 3, 10) == ("abc", False)
+    text, cut = cap_output(b"abcdef", 1000, 4)
+    assert cut and text.startswith("abcd\n") and "truncated: 1000 bytes" in text
