@@ -48,10 +48,14 @@ def prometheus(tmp_path: Path) -> Iterator[Callable[..., Prometheus]]:
     """`prometheus({"job": ["127.0.0.1:port"]}, labels=..., rule_files=[...])` starts one."""
     started: list[Prometheus] = []
 
-    def start(targets: dict[str, list[str]], labels: dict[str, dict[str, str]] | None = None,
-              rule_files: list[Path] | None = None) -> Prometheus:
-        prom = Prometheus(tmp_path / f"prometheus-{len(started)}", scrape_config(targets, labels),
-                          rule_files or [])
+    def start(
+        targets: dict[str, list[str]],
+        labels: dict[str, dict[str, str]] | None = None,
+        rule_files: list[Path] | None = None,
+    ) -> Prometheus:
+        prom = Prometheus(
+            tmp_path / f"prometheus-{len(started)}", scrape_config(targets, labels), rule_files or []
+        )
         started.append(prom)
         return prom.start()
 

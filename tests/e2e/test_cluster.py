@@ -26,9 +26,14 @@ def get(cluster: LocalCluster, *args: str) -> dict:
 
 def pod(name: str, gpus: int) -> dict:
     return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {"containers": [{"name": "c", "image": "busybox",
-                                 "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+            ]
+        },
     }
 
 
@@ -54,14 +59,17 @@ def test_deployment_pods_run_on_kwok_nodes(cluster: LocalCluster, namespace: str
 
 def test_gpu_pod_lands_on_gpu_node_and_oversized_stays_pending(cluster: LocalCluster, namespace: str) -> None:
     cluster.apply([pod("fits", 8), pod("too-big", 9)], "-n", namespace)
-    fits = wait_for(lambda: (p := get(cluster, "pod", "fits", "-n", namespace))["status"].get("phase")
-                    == "Running" and p, what="the 8-GPU pod Running")
+    fits = wait_for(
+        lambda: (p := get(cluster, "pod", "fits", "-n", namespace))["status"].get("phase") == "Running" and p,
+        what="the 8-GPU pod Running",
+    )
     node = get(cluster, "node", fits["spec"]["nodeName"])
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
 
     def failed_scheduling() -> list[dict]:
-        events = get(cluster, "events", "-n", namespace,
-                     "--field-selector", "involvedObject.name=too-big")["items"]
+        events = get(cluster, "events", "-n", namespace, "--field-selector", "involvedObject.name=too-big")[
+            "items"
+        ]
         return [e for e in events if e["reason"] == "FailedScheduling"]
 
     events = wait_for(failed_scheduling, what="a FailedScheduling event")
@@ -72,14 +80,32 @@ def test_gpu_pod_lands_on_gpu_node_and_oversized_stays_pending(cluster: LocalClu
 def test_kuberay_reconciles_a_gpu_raycluster(cluster: LocalCluster, namespace: str) -> None:
     container = {"name": "ray", "image": "rayproject/ray:2.46.0"}
     raycluster = {
-        "apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rc"},
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "rc"},
         "spec": {
-            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
-                dict(container, resources={"requests": {"cpu": "1", "memory": "2Gi"}})]}}},
-            "workerGroupSpecs": [{
-                "groupName": "gpu", "replicas": 2, "minReplicas": 2, "maxReplicas": 2, "rayStartParams": {},
-                "template": {"spec": {"containers": [
-                    dict(container, resources={"limits": {"nvidia.com/gpu": "8"}})]}}}],
+            "headGroupSpec": {
+                "rayStartParams": {},
+                "template": {
+                    "spec": {
+                        "containers": [dict(container, resources={"requests": {"cpu": "1", "memory": "2Gi"}})]
+                    }
+                },
+            },
+            "workerGroupSpecs": [
+                {
+                    "groupName": "gpu",
+                    "replicas": 2,
+                    "minReplicas": 2,
+                    "maxReplicas": 2,
+                    "rayStartParams": {},
+                    "template": {
+                        "spec": {
+                            "containers": [dict(container, resources={"limits": {"nvidia.com/gpu": "8"}})]
+                        }
+                    },
+                }
+            ],
         },
     }
     cluster.apply(raycluster, "-n", namespace)
@@ -103,12 +129,20 @@ def test_garbage_collector_deletes_dependents(cluster: LocalCluster, namespace: 
     cluster.kubectl("create", "configmap", "owner", "-n", namespace)
     owner = get(cluster, "configmap", "owner", "-n", namespace)
     dependent = {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "dependent", "ownerReferences": [{
-            "apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}]},
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "dependent",
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}
+            ],
+        },
     }
     cluster.apply(dependent, "-n", namespace)
     cluster.kubectl("delete", "configmap", "owner", "-n", namespace)
-    wait_for(lambda: cluster.kubectl("get", "configmap", "dependent", "-n", namespace,
-                                     check=False).returncode != 0,
-             what="the dependent ConfigMap to be garbage-collected")
+    wait_for(
+        lambda: (
+            cluster.kubectl("get", "configmap", "dependent", "-n", namespace, check=False).returncode != 0
+        ),
+        what="the dependent ConfigMap to be garbage-collected",
+    )

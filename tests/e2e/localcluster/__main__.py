@@ -16,8 +16,12 @@ DEFAULT_ROOT = REPO_ROOT / ".local-cluster"
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="localcluster", description=__doc__)
     parser.add_argument("command", choices=["build", "up", "down", "status"])
-    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT,
-                        help="where the cluster keeps its state, logs and kubeconfig")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=DEFAULT_ROOT,
+        help="where the cluster keeps its state, logs and kubeconfig",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "build":

@@ -1,6 +1,7 @@
 """Build the local control plane's binaries from the Go module proxy, cached by version.
 
-One wrapper Go module requires every component, so the shared k8s.io libraries compile once.
+One wrapper Go module requires the Kubernetes components, etcd, kwok and helm, so the shared
+k8s.io libraries compile once; KubeRay gets a second wrapper (see BINARIES).
 k8s.io/kubernetes pins its staging modules to `./staging/...`, which a module download lacks;
 the wrapper replaces each with the published `v0.<minor>.<patch>` it was cut as.
 """
@@ -26,7 +27,9 @@ KWOK = "v0.8.0"
 KUBERAY = "v1.6.1"
 HELM = "v3.21.4"
 
-# binary name -> Go package to build
+# binary name -> Go package to build. KubeRay builds in a wrapper module of its own: it pins
+# an older controller-runtime than kwok needs, and Go's MVS would otherwise lift it.
+KUBERAY_BINARY = "kuberay-operator"
 BINARIES: dict[str, str] = {
     "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
     "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
@@ -69,8 +72,15 @@ def cache_root() -> Path:
 
 def cache_key() -> str:
     spec = json.dumps(
-        {"k8s": KUBERNETES, "etcd": ETCD, "kwok": KWOK, "kuberay": KUBERAY, "helm": HELM,
-         "bins": BINARIES, "go": _go_version()},
+        {
+            "k8s": KUBERNETES,
+            "etcd": ETCD,
+            "kwok": KWOK,
+            "kuberay": KUBERAY,
+            "helm": HELM,
+            "bins": BINARIES,
+            "go": _go_version(),
+        },
         sort_keys=True,
     )
     return f"k8s-{KUBERNETES}-" + hashlib.sha256(spec.encode()).hexdigest()[:12]
@@ -88,9 +98,10 @@ def _go_version() -> str:
 
 
 def _proxy() -> str:
-    return os.environ.get("GOPROXY") or subprocess.run(
-        ["go", "env", "GOPROXY"], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    return (
+        os.environ.get("GOPROXY")
+        or subprocess.run(["go", "env", "GOPROXY"], capture_output=True, text=True, check=True).stdout.strip()
+    )
 
 
 def _fetch_mod(module: str, version: str) -> str:
@@ -132,7 +143,6 @@ def wrapper_gomod(replaces: dict[str, str], go_line: str, stubs: frozenset[str] 
         f"\tk8s.io/kubernetes {KUBERNETES}",
         f"\tgo.etcd.io/etcd/server/v3 {ETCD}",
         f"\tsigs.k8s.io/kwok {KWOK}",
-        f"\tgithub.com/ray-project/kuberay/ray-operator {KUBERAY}",
         f"\thelm.sh/helm/v3 {HELM}",
     ]
     lines += [f"\t{name} {ver}" for name, ver in sorted(replaces.items()) if name not in stubs]
@@ -183,7 +193,7 @@ def _manifest_ok(bin_dir: Path) -> bool:
             return False
         if _sha256(f) != digest:
             return False
-    return (bin_dir / "crds").is_dir() and any((bin_dir / "crds").glob("ray.io_*.yaml"))
+    return True
 
 
 def _sha256(path: Path) -> str:
@@ -194,12 +204,65 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+# Plain-file assets that come with the modules: KubeRay's CRDs and kwok's "fast" stages (nodes
+# Ready with lease heartbeats, pods Running at once), which kwok >= 0.7 no longer embeds.
+KWOK_STAGES = [
+    "node/fast/node-initialize.yaml",
+    "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "pod/fast/pod-ready.yaml",
+    "pod/fast/pod-complete.yaml",
+    "pod/fast/pod-delete.yaml",
+]
+
+
+def _module_dir(module: str, version: str, env: dict[str, str]) -> Path:
+    res = subprocess.run(
+        ["go", "mod", "download", "-json", f"{module}@{version}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cache_root(),
+    )
+    info = json.loads(res.stdout or "{}")
+    if res.returncode or "Dir" not in info:
+        raise BuildError(
+            f"cannot download {module}@{version} from the Go module proxy: "
+            f"{info.get('Error') or res.stderr.strip()}"
+        )
+    return Path(info["Dir"])
+
+
+def _ensure_assets(bin_dir: Path, env: dict[str, str]) -> None:
+    crds, stages = bin_dir / "crds", bin_dir / "kwok-stages.yaml"
+    if not (crds.is_dir() and any(crds.glob("ray.io_*.yaml"))):
+        tmp = bin_dir / "crds.partial"
+        shutil.rmtree(tmp, ignore_errors=True)
+        kuberay = _module_dir("github.com/ray-project/kuberay/ray-operator", KUBERAY, env)
+        shutil.copytree(kuberay / "config" / "crd" / "bases", tmp)
+        for f in tmp.iterdir():
+            f.chmod(0o644)
+        shutil.rmtree(crds, ignore_errors=True)
+        tmp.rename(crds)
+    if not stages.is_file():
+        kwok = _module_dir("sigs.k8s.io/kwok", KWOK, env) / "kustomize" / "stage"
+        text = "\n---\n".join((kwok / rel).read_text().strip() for rel in KWOK_STAGES)
+        stages.with_suffix(".partial").write_text(text + "\n")
+        stages.with_suffix(".partial").rename(stages)
+
+
+def _write_tools(src: Path, packages: list[str]) -> None:
+    """A build-tagged file importing each main package, so `go mod tidy` records their modules."""
+    imports = "".join(f'\t_ "{pkg}"\n' for pkg in packages)
+    (src / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports})\n")
+
+
 def ensure_built(verbose: bool = True) -> Toolchain:
     """Return the cached toolchain, building it first if missing, partial or corrupt."""
     root = cache_root()
     key = cache_key()
     bin_dir = root / key / "bin"
     if _manifest_ok(bin_dir):
+        _ensure_assets(bin_dir, dict(os.environ, GOFLAGS="-mod=mod"))
         return Toolchain(bin_dir, bin_dir / "crds")
     if bin_dir.exists():
         if verbose:
@@ -216,39 +279,47 @@ def ensure_built(verbose: bool = True) -> Toolchain:
     k8s_mod = _fetch_mod("k8s.io/kubernetes", KUBERNETES)
     go_line = re.search(r"^go (\S+)", k8s_mod, re.M).group(1)  # type: ignore[union-attr]
     replaces = staging_replaces(k8s_mod)
-    stubs = frozenset(m for m, v in replaces.items() if m.startswith("k8s.io/sample") and not _published(m, v))
+    stubs = frozenset(
+        m for m, v in replaces.items() if m.startswith("k8s.io/sample") and not _published(m, v)
+    )
     for name in stubs:
         (src / "stubs" / name).mkdir(parents=True, exist_ok=True)
         (src / "stubs" / name / "go.mod").write_text(f"module {name}\n\ngo {go_line}\n")
     (src / "go.mod").write_text(wrapper_gomod(replaces, go_line, stubs))
     (src / "cmd" / "etcd").mkdir(parents=True, exist_ok=True)
     (src / "cmd" / "etcd" / "main.go").write_text(ETCD_MAIN)
-    tools = "//go:build tools\n\npackage tools\n\nimport (\n" + "".join(
-        f'\t_ "{pkg}"\n' for pkg in BINARIES.values() if not pkg.startswith("toolrl.dev/")
-    ) + ")\n"
-    (src / "tools.go").write_text(tools)
+    _write_tools(
+        src, [p for n, p in BINARIES.items() if n != KUBERAY_BINARY and not p.startswith("toolrl.dev/")]
+    )
+    kuberay_src = root / key / "src-kuberay"
+    kuberay_src.mkdir(parents=True, exist_ok=True)
+    (kuberay_src / "go.mod").write_text(
+        f"module toolrl.dev/localcluster-kuberay\n\ngo {go_line}\n\n"
+        f"require github.com/ray-project/kuberay/ray-operator {KUBERAY}\n"
+    )
+    _write_tools(kuberay_src, [BINARIES[KUBERAY_BINARY]])
     if verbose:
-        print(f"localcluster: building {', '.join(BINARIES)} (log: {log}); "
-              "the first build takes a while, later runs reuse the cache", flush=True)
+        print(
+            f"localcluster: building {', '.join(BINARIES)} (log: {log}); "
+            "the first build takes a while, later runs reuse the cache",
+            flush=True,
+        )
     _run(["go", "mod", "tidy"], src, log, env)
+    _run(["go", "mod", "tidy"], kuberay_src, log, env)
 
     staging = bin_dir.with_name("bin.partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     for name, pkg in BINARIES.items():
         t0 = time.monotonic()
-        _run(["go", "build", "-trimpath", "-ldflags", _ldflags(), "-o", str(staging / name), pkg],
-             src, log, env)
+        _run(
+            ["go", "build", "-trimpath", "-ldflags", _ldflags(), "-o", str(staging / name), pkg],
+            kuberay_src if name == KUBERAY_BINARY else src,
+            log,
+            env,
+        )
         if verbose:
             print(f"localcluster: built {name} in {time.monotonic() - t0:.0f}s", flush=True)
-
-    out = subprocess.run(
-        ["go", "list", "-m", "-f", "{{.Dir}}", "github.com/ray-project/kuberay/ray-operator"],
-        cwd=src, capture_output=True, text=True, env=env, check=True,
-    ).stdout.strip()
-    shutil.copytree(Path(out) / "config" / "crd" / "bases", staging / "crds")
-    for f in (staging / "crds").iterdir():
-        f.chmod(0o644)
 
     manifest = {
         "binaries": {n: _sha256(staging / n) for n in BINARIES},
@@ -257,6 +328,7 @@ def ensure_built(verbose: bool = True) -> Toolchain:
     }
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=1))
     staging.rename(bin_dir)
+    _ensure_assets(bin_dir, env)
     if verbose:
         print(f"localcluster: toolchain ready in {bin_dir} ({manifest['buildSeconds']}s)", flush=True)
     return Toolchain(bin_dir, bin_dir / "crds")

@@ -36,7 +36,7 @@ def _name(cn: str, org: str | None = None) -> x509.Name:
     return x509.Name(attrs)
 
 
-def _builder(subject: x509.Name, issuer: x509.Name, public_key) -> x509.CertificateBuilder:  # noqa: ANN001
+def _builder(subject: x509.Name, issuer: x509.Name, public_key) -> x509.CertificateBuilder:
     now = dt.datetime.now(dt.UTC)
     return (
         x509.CertificateBuilder()

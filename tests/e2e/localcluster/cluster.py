@@ -8,6 +8,7 @@ later command can reuse or stop it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -101,8 +102,14 @@ class LocalCluster:
         except (OSError, ValueError):
             return None
         bin_dir = Path(state["binDir"])
-        return cls(root, state["gpuNodes"], state["cpuNodes"], Toolchain(bin_dir, bin_dir / "crds"),
-                   state["ports"], state["pids"])
+        return cls(
+            root,
+            state["gpuNodes"],
+            state["cpuNodes"],
+            Toolchain(bin_dir, bin_dir / "crds"),
+            state["ports"],
+            state["pids"],
+        )
 
     def is_running(self) -> bool:
         try:
@@ -118,8 +125,19 @@ class LocalCluster:
         for d in ("pki", "logs", "etcd"):
             (self.root / d).mkdir(parents=True)
         pki = write_pki(self.root / "pki")
-        self.ports = {n: free_port() for n in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler",
-                                                "kwok", "kuberay-metrics", "kuberay-health")}
+        self.ports = {
+            n: free_port()
+            for n in (
+                "etcd",
+                "etcd-peer",
+                "apiserver",
+                "kcm",
+                "scheduler",
+                "kwok",
+                "kuberay-metrics",
+                "kuberay-health",
+            )
+        }
         self._write_kubeconfig(pki)
         self._link_binaries()
         started = time.monotonic()
@@ -128,15 +146,22 @@ class LocalCluster:
                 self.start_component(name, timeout=timeout)
                 log(f"localcluster: {name} ready ({time.monotonic() - started:.1f}s)")
             self._create_nodes()
-            self._wait(lambda: self._ready_nodes() == self.gpu_nodes + self.cpu_nodes, "kwok",
-                       timeout, f"{self.gpu_nodes + self.cpu_nodes} nodes Ready")
-            self._wait(self._default_sa_exists, "kube-controller-manager", timeout,
-                       "the default ServiceAccount (serviceaccount controller)")
+            self._wait(
+                lambda: self._ready_nodes() == self.gpu_nodes + self.cpu_nodes,
+                "kwok",
+                timeout,
+                f"{self.gpu_nodes + self.cpu_nodes} nodes Ready",
+            )
+            self._wait(
+                self._default_sa_exists,
+                "kube-controller-manager",
+                timeout,
+                "the default ServiceAccount (serviceaccount controller)",
+            )
         except BaseException:
             self.down(remove=False)
             raise
-        log(f"localcluster: all ready in {time.monotonic() - started:.1f}s; "
-            f"KUBECONFIG={self.kubeconfig}")
+        log(f"localcluster: all ready in {time.monotonic() - started:.1f}s; KUBECONFIG={self.kubeconfig}")
 
     def down(self, remove: bool = True) -> None:
         """Stop every process this cluster started (by pid), newest first; remove its data."""
@@ -149,8 +174,15 @@ class LocalCluster:
         argv, check, what = self._component(name)
         logf = (self.root / "logs" / f"{name}.log").open("ab")
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
-        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True, cwd=self.root)
+        proc = subprocess.Popen(
+            argv,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            cwd=self.root,
+        )
         logf.close()
         self.pids[name] = proc.pid
         self._save_state()
@@ -176,8 +208,9 @@ class LocalCluster:
 
     # ----- clients ---------------------------------------------------------------------
 
-    def kubectl(self, *args: str, check: bool = True, input: str | None = None,
-                timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
         cmd = [self.bin("kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
         res = subprocess.run(cmd, capture_output=True, text=True, input=input, timeout=timeout)
         if check and res.returncode != 0:
@@ -193,71 +226,165 @@ class LocalCluster:
     def _component(self, name: str) -> tuple[list[str], Callable[[], bool], str]:
         p, pki, kc = self.ports, self.root / "pki", str(self.kubeconfig)
         if name == "etcd":
-            return ([self.bin("etcd"), "--data-dir", str(self.root / "etcd"),
-                     "--listen-client-urls", f"http://127.0.0.1:{p['etcd']}",
-                     "--advertise-client-urls", f"http://127.0.0.1:{p['etcd']}",
-                     "--listen-peer-urls", f"http://127.0.0.1:{p['etcd-peer']}",
-                     "--initial-advertise-peer-urls", f"http://127.0.0.1:{p['etcd-peer']}",
-                     "--initial-cluster", f"default=http://127.0.0.1:{p['etcd-peer']}",
-                     "--unsafe-no-fsync", "--quota-backend-bytes", str(4 << 30), "--log-level", "warn"],
-                    lambda: b'"health":"true"' in _get(f"http://127.0.0.1:{p['etcd']}/health"),
-                    "GET /health")
+            return (
+                [
+                    self.bin("etcd"),
+                    "--data-dir",
+                    str(self.root / "etcd"),
+                    "--listen-client-urls",
+                    f"http://127.0.0.1:{p['etcd']}",
+                    "--advertise-client-urls",
+                    f"http://127.0.0.1:{p['etcd']}",
+                    "--listen-peer-urls",
+                    f"http://127.0.0.1:{p['etcd-peer']}",
+                    "--initial-advertise-peer-urls",
+                    f"http://127.0.0.1:{p['etcd-peer']}",
+                    "--initial-cluster",
+                    f"default=http://127.0.0.1:{p['etcd-peer']}",
+                    "--unsafe-no-fsync",
+                    "--quota-backend-bytes",
+                    str(4 << 30),
+                    "--log-level",
+                    "warn",
+                ],
+                lambda: b'"health":"true"' in _get(f"http://127.0.0.1:{p['etcd']}/health"),
+                "GET /health",
+            )
         if name == "kube-apiserver":
-            return ([self.bin("kube-apiserver"),
-                     "--etcd-servers", f"http://127.0.0.1:{p['etcd']}",
-                     "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
-                     "--secure-port", str(p["apiserver"]), "--cert-dir", str(pki),
-                     "--tls-cert-file", str(pki / "apiserver.crt"),
-                     "--tls-private-key-file", str(pki / "apiserver.key"),
-                     "--client-ca-file", str(pki / "ca.crt"),
-                     "--service-account-issuer", f"https://127.0.0.1:{p['apiserver']}/",
-                     "--service-account-key-file", str(pki / "sa.pub"),
-                     "--service-account-signing-key-file", str(pki / "sa.key"),
-                     "--service-cluster-ip-range", "10.0.0.0/24",
-                     "--authorization-mode", "RBAC", "--allow-privileged=true",
-                     "--endpoint-reconciler-type", "none", "--profiling=false"],
-                    self._apiserver_ready, "GET /readyz")
+            return (
+                [
+                    self.bin("kube-apiserver"),
+                    "--etcd-servers",
+                    f"http://127.0.0.1:{p['etcd']}",
+                    "--bind-address",
+                    "127.0.0.1",
+                    "--advertise-address",
+                    "127.0.0.1",
+                    "--secure-port",
+                    str(p["apiserver"]),
+                    "--cert-dir",
+                    str(pki),
+                    "--tls-cert-file",
+                    str(pki / "apiserver.crt"),
+                    "--tls-private-key-file",
+                    str(pki / "apiserver.key"),
+                    "--client-ca-file",
+                    str(pki / "ca.crt"),
+                    "--service-account-issuer",
+                    f"https://127.0.0.1:{p['apiserver']}/",
+                    "--service-account-key-file",
+                    str(pki / "sa.pub"),
+                    "--service-account-signing-key-file",
+                    str(pki / "sa.key"),
+                    "--service-cluster-ip-range",
+                    "10.0.0.0/24",
+                    "--authorization-mode",
+                    "RBAC",
+                    "--allow-privileged=true",
+                    "--endpoint-reconciler-type",
+                    "none",
+                    "--profiling=false",
+                ],
+                self._apiserver_ready,
+                "GET /readyz",
+            )
         if name in ("kube-controller-manager", "kube-scheduler"):
             port = p["kcm" if name == "kube-controller-manager" else "scheduler"]
-            argv = [self.bin(name), "--kubeconfig", kc, "--authentication-kubeconfig", kc,
-                    "--authorization-kubeconfig", kc, "--bind-address", "127.0.0.1",
-                    "--secure-port", str(port), "--leader-elect=false"]
+            argv = [
+                self.bin(name),
+                "--kubeconfig",
+                kc,
+                "--authentication-kubeconfig",
+                kc,
+                "--authorization-kubeconfig",
+                kc,
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(port),
+                "--leader-elect=false",
+            ]
             if name == "kube-controller-manager":
-                argv += ["--root-ca-file", str(pki / "ca.crt"),
-                         "--service-account-private-key-file", str(pki / "sa.key"),
-                         "--authorization-always-allow-paths", "/healthz,/readyz,/livez,/metrics",
-                         "--controllers", "*", "--concurrent-gc-syncs", "5"]
-            return argv, lambda: _get(f"https://127.0.0.1:{port}/healthz", insecure=True) == b"ok", \
-                "GET /healthz"
+                argv += [
+                    "--root-ca-file",
+                    str(pki / "ca.crt"),
+                    "--service-account-private-key-file",
+                    str(pki / "sa.key"),
+                    "--authorization-always-allow-paths",
+                    "/healthz,/readyz,/livez,/metrics",
+                    "--controllers",
+                    "*",
+                    "--concurrent-gc-syncs",
+                    "5",
+                ]
+            return (
+                argv,
+                lambda: _get(f"https://127.0.0.1:{port}/healthz", insecure=True) == b"ok",
+                "GET /healthz",
+            )
         if name == "kwok":
-            return ([self.bin("kwok"), "--kubeconfig", kc, "--manage-all-nodes=false",
-                     "--manage-nodes-with-annotation-selector", "kwok.x-k8s.io/node=fake",
-                     "--cidr", "10.0.0.0/24", "--node-ip", "10.0.0.1",
-                     "--server-address", f"127.0.0.1:{p['kwok']}"],
-                    lambda: _get(f"http://127.0.0.1:{p['kwok']}/healthz") == b"ok", "GET /healthz")
+            return (
+                [
+                    self.bin("kwok"),
+                    "--kubeconfig",
+                    kc,
+                    "--config",
+                    self.bin("kwok-stages.yaml"),
+                    "--manage-all-nodes=false",
+                    "--manage-nodes-with-annotation-selector",
+                    "kwok.x-k8s.io/node=fake",
+                    "--cidr",
+                    "10.0.0.0/24",
+                    "--node-ip",
+                    "10.0.0.1",
+                    "--server-address",
+                    f"127.0.0.1:{p['kwok']}",
+                ],
+                lambda: _get(f"http://127.0.0.1:{p['kwok']}/healthz") == b"ok",
+                "GET /healthz",
+            )
         if name == "kuberay":
-            self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(self.toolchain.kuberay_crds))
-            return ([self.bin("kuberay-operator"), "--enable-leader-election=false",
-                     "--metrics-addr", f"127.0.0.1:{p['kuberay-metrics']}",
-                     "--health-probe-bind-address", f"127.0.0.1:{p['kuberay-health']}",
-                     "--use-kubernetes-proxy"],
-                    lambda: _get(f"http://127.0.0.1:{p['kuberay-health']}/readyz") == b"ok", "GET /readyz")
+            self.kubectl(
+                "apply", "--server-side", "--force-conflicts", "-f", str(self.toolchain.kuberay_crds)
+            )
+            return (
+                [
+                    self.bin("kuberay-operator"),
+                    "--enable-leader-election=false",
+                    "--metrics-addr",
+                    f"127.0.0.1:{p['kuberay-metrics']}",
+                    "--health-probe-bind-address",
+                    f"127.0.0.1:{p['kuberay-health']}",
+                    "--use-kubernetes-proxy",
+                ],
+                lambda: _get(f"http://127.0.0.1:{p['kuberay-health']}/readyz") == b"ok",
+                "GET /readyz",
+            )
         raise KeyError(f"unknown component {name!r}; known: {START_ORDER}")
 
-    def _wait(self, check: Callable[[], bool], name: str, timeout: float, what: str,
-              proc: subprocess.Popen | None = None) -> None:
+    def _wait(
+        self,
+        check: Callable[[], bool],
+        name: str,
+        timeout: float,
+        what: str,
+        proc: subprocess.Popen | None = None,
+    ) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc is not None and proc.poll() is not None:
-                raise ClusterError(f"{name} exited with code {proc.returncode} while starting.\n"
-                                   f"{self._log_tail(name)}")
+                raise ClusterError(
+                    f"{name} exited with code {proc.returncode} while starting.\n{self._log_tail(name)}"
+                )
             try:
                 if check():
                     return
             except (OSError, subprocess.SubprocessError, ValueError):
                 pass
             time.sleep(0.1)
-        raise ClusterError(f"{name} not ready after {timeout:.0f}s (waited for {what}).\n{self._log_tail(name)}")
+        raise ClusterError(
+            f"{name} not ready after {timeout:.0f}s (waited for {what}).\n{self._log_tail(name)}"
+        )
 
     def _log_tail(self, name: str, lines: int = 30) -> str:
         log = self.root / "logs" / f"{name}.log"
@@ -278,7 +405,8 @@ class LocalCluster:
         if out.returncode:
             return 0
         return sum(
-            1 for n in json.loads(out.stdout)["items"]
+            1
+            for n in json.loads(out.stdout)["items"]
             for c in n.get("status", {}).get("conditions", [])
             if c["type"] == "Ready" and c["status"] == "True"
         )
@@ -300,12 +428,27 @@ class LocalCluster:
         cfg = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "toolrl-local", "cluster": {
-                "server": f"https://127.0.0.1:{self.ports['apiserver']}",
-                "certificate-authority-data": b64("ca.crt")}}],
-            "users": [{"name": "toolrl-admin", "user": {
-                "client-certificate-data": b64("admin.crt"), "client-key-data": b64("admin.key")}}],
-            "contexts": [{"name": "toolrl-local", "context": {"cluster": "toolrl-local", "user": "toolrl-admin"}}],
+            "clusters": [
+                {
+                    "name": "toolrl-local",
+                    "cluster": {
+                        "server": f"https://127.0.0.1:{self.ports['apiserver']}",
+                        "certificate-authority-data": b64("ca.crt"),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": "toolrl-admin",
+                    "user": {
+                        "client-certificate-data": b64("admin.crt"),
+                        "client-key-data": b64("admin.key"),
+                    },
+                }
+            ],
+            "contexts": [
+                {"name": "toolrl-local", "context": {"cluster": "toolrl-local", "user": "toolrl-admin"}}
+            ],
             "current-context": "toolrl-local",
         }
         self.kubeconfig.write_text(yaml.safe_dump(cfg))
@@ -321,9 +464,18 @@ class LocalCluster:
     def _save_state(self) -> None:
         if not self.root.exists() or self.toolchain is None:
             return
-        self.state_file.write_text(json.dumps({
-            "pids": self.pids, "ports": self.ports, "binDir": str(self.toolchain.bin_dir),
-            "gpuNodes": self.gpu_nodes, "cpuNodes": self.cpu_nodes}, indent=1))
+        self.state_file.write_text(
+            json.dumps(
+                {
+                    "pids": self.pids,
+                    "ports": self.ports,
+                    "binDir": str(self.toolchain.bin_dir),
+                    "gpuNodes": self.gpu_nodes,
+                    "cpuNodes": self.cpu_nodes,
+                },
+                indent=1,
+            )
+        )
 
     def _alive(self, name: str) -> bool:
         pid = self.pids.get(name)
@@ -341,10 +493,9 @@ class LocalCluster:
 
 
 def _reap(pid: int) -> None:
-    try:
+    """Collect a child that has exited so it does not linger as a zombie."""
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def _get(url: str, insecure: bool = False, context: ssl.SSLContext | None = None) -> bytes:

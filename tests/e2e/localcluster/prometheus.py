@@ -23,8 +23,9 @@ class PrometheusError(RuntimeError):
     pass
 
 
-def scrape_config(targets: dict[str, list[str]], labels: dict[str, dict[str, str]] | None = None,
-                  interval: str = "1s") -> dict:
+def scrape_config(
+    targets: dict[str, list[str]], labels: dict[str, dict[str, str]] | None = None, interval: str = "1s"
+) -> dict:
     """One static scrape job per entry of `targets` (job name -> ["host:port", ...])."""
     labels = labels or {}
     return {
@@ -51,18 +52,29 @@ class Prometheus:
     def start(self, timeout: float = 30.0) -> Prometheus:
         binary = shutil.which("prometheus") or PROMETHEUS_BINARY
         if not Path(binary).exists():
-            raise PrometheusError("prometheus is not installed: run `make setup` (it installs Debian's "
-                                  "`prometheus` package), or `apt-get install -y prometheus`.")
+            raise PrometheusError(
+                "prometheus is not installed: run `make setup` (it installs Debian's "
+                "`prometheus` package), or `apt-get install -y prometheus`."
+            )
         self.root.mkdir(parents=True, exist_ok=True)
         cfg = dict(self.config, rule_files=[str(p) for p in self.rule_files])
         (self.root / "prometheus.yml").write_text(yaml.safe_dump(cfg))
         self.port = self.port or free_port()
         log = (self.root / "prometheus.log").open("ab")
         self.proc = subprocess.Popen(
-            [binary, f"--config.file={self.root / 'prometheus.yml'}",
-             f"--storage.tsdb.path={self.root / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
-             "--web.enable-lifecycle", "--storage.tsdb.retention.time=1d"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            [
+                binary,
+                f"--config.file={self.root / 'prometheus.yml'}",
+                f"--storage.tsdb.path={self.root / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--web.enable-lifecycle",
+                "--storage.tsdb.retention.time=1d",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

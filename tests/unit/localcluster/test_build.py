@@ -56,7 +56,7 @@ def test_damaged_cache_is_rebuilt(cache: Path, monkeypatch: pytest.MonkeyPatch, 
 
 def test_missing_go_is_a_clear_error(cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    with pytest.raises(build.BuildError, match="Go is not installed.*Install Go"):
+    with pytest.raises(build.BuildError, match=r"Go is not installed.*Install Go"):
         build.ensure_built(verbose=False)
 
 
@@ -73,9 +73,13 @@ def test_staging_replaces_come_from_the_release_go_mod() -> None:
         "\tk8s.io/client-go => ./staging/src/k8s.io/client-go\n"
         "\tgithub.com/other/mod => github.com/other/mod v1.0.0\n)\n"
     )
-    assert build.staging_replaces(gomod, "v1.36.3") == {"k8s.io/api": "v0.36.3", "k8s.io/client-go": "v0.36.3"}
-    text = build.wrapper_gomod({"k8s.io/api": "v0.36.3", "k8s.io/sample-x": "v0.36.3"}, "1.26.0",
-                               frozenset({"k8s.io/sample-x"}))
+    assert build.staging_replaces(gomod, "v1.36.3") == {
+        "k8s.io/api": "v0.36.3",
+        "k8s.io/client-go": "v0.36.3",
+    }
+    text = build.wrapper_gomod(
+        {"k8s.io/api": "v0.36.3", "k8s.io/sample-x": "v0.36.3"}, "1.26.0", frozenset({"k8s.io/sample-x"})
+    )
     assert "\tk8s.io/api => k8s.io/api v0.36.3" in text
     assert "\tk8s.io/sample-x => ./stubs/k8s.io/sample-x" in text
     assert "\tk8s.io/sample-x v0.36.3" not in text
