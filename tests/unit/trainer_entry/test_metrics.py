@@ -1,10 +1,10 @@
 """Training metrics: verl's step metrics, tool calls and phases in Prometheus form."""
 
-import socket
 import urllib.request
 
 import pytest
 from trainer_entry.hub import Sink, TrackingBackend, use_sink
+from trainer_entry.local import free_port
 from trainer_entry.metrics import TrainerMetrics
 
 
@@ -72,9 +72,7 @@ def test_tracking_backend_feeds_the_sink():
 
 
 def test_served_on_http():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     m = TrainerMetrics()
     m.set_total_steps(100)
     m.serve(port, addr="127.0.0.1")

@@ -1,10 +1,10 @@
 """The tool-pool client against a local HTTP server that misbehaves on purpose."""
 
 import asyncio
-import socket
 
 import pytest
 from aiohttp import web
+from trainer_entry.local import free_port
 from trainer_entry.pool_client import CallResult, PoolClient, backoff_seconds, retry_after_seconds
 
 
@@ -113,10 +113,7 @@ async def test_5xx_is_retried_4xx_is_not(pool):
 
 
 async def test_unreachable_pool_is_an_observation_not_an_exception():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    c, waits = client(f"http://127.0.0.1:{port}", max_retries=2)
+    c, waits = client(f"http://127.0.0.1:{free_port()}", max_retries=2)
     result = await c.execute("python", {"code": "1"})
     await c.close()
     assert result.status == "unreachable" and result.attempts == 3 and waits == [0.5, 1.0]

@@ -77,8 +77,10 @@ class ScriptedServer:
                     else text[:end]
                 )
         ids = self.tokenizer.encode(text, add_special_tokens=False)
-        if turn == len(self.script[case]) - 1 or not sampling_params.get("stop"):
-            ids = ids + [self.tokenizer.eos_token_id] if "tool_call" not in text else ids
+        if "tool_call" not in text and (
+            turn == len(self.script[case]) - 1 or not sampling_params.get("stop")
+        ):
+            ids = [*ids, self.tokenizer.eos_token_id]
         return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
 
 
@@ -125,7 +127,7 @@ async def rollout(protocol, tiny_model, sandbox, tmp_path, monkeypatch):
     translation = translate(job, sandbox)
     write_workdir(job, translation, tmp_path)
     monkeypatch.chdir(tmp_path)  # the Ray working_dir of a real run
-    config = verl_config.compose(translation.overrides + ["actor_rollout_ref.rollout.agent.num_workers=1"])
+    config = verl_config.compose([*translation.overrides, "actor_rollout_ref.rollout.agent.num_workers=1"])
     verl_config.check(config)
     metrics = TrainerMetrics(trajectories_per_step=3)
     use_sink(Sink(local=metrics))
@@ -143,7 +145,9 @@ async def rollout(protocol, tiny_model, sandbox, tmp_path, monkeypatch):
     n = len(cases)
     batch = DataProto.from_dict(
         non_tensors={
-            "raw_prompt": np.array(prompts + [None], dtype=object)[:n],
+            "raw_prompt": np.array([*prompts, None], dtype=object)[
+                :n
+            ],  # None keeps numpy from making a 3-D array
             "agent_name": np.array([loop] * n, dtype=object),
             "data_source": np.array(["gsm8k"] * n, dtype=object),
             "reward_model": np.array([{"ground_truth": "42"}] * n, dtype=object),
