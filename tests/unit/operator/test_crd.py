@@ -48,11 +48,19 @@ def test_every_rule_has_a_message_that_names_what_to_change(schema: dict[str, An
 
 
 def test_immutable_fields_use_transition_rules(schema: dict[str, Any]) -> None:
-    spec = schema["properties"]["spec"]["properties"]
-    model_rules = [r["rule"] for r in spec["model"]["x-kubernetes-validations"]]
-    worker_rules = [r["rule"] for r in spec["cluster"]["properties"]["workers"]["x-kubernetes-validations"]]
+    spec = schema["properties"]["spec"]
+    model_rules = [r["rule"] for r in spec["properties"]["model"]["x-kubernetes-validations"]]
+    spec_rules = [r["rule"] for r in spec["x-kubernetes-validations"]]
     assert "self.path == oldSelf.path" in model_rules
-    assert "self.gpusPerWorker == oldSelf.gpusPerWorker" in worker_rules
+    assert "self.cluster.workers.gpusPerWorker == oldSelf.cluster.workers.gpusPerWorker" in spec_rules
+
+
+def test_defaulted_objects_carry_no_rules(schema: dict[str, Any]) -> None:
+    """The apiserver checks a `default: {}` against its object's rules without nested defaults,
+    so cross-field rules of defaulted objects must live on `spec`."""
+    for path, node in _walk(schema["properties"]["spec"], ".spec"):
+        if "default" in node and node.get("type") == "object":
+            assert "x-kubernetes-validations" not in node, path
 
 
 def test_objects_with_defaulted_children_default_to_empty(schema: dict[str, Any]) -> None:
