@@ -154,7 +154,9 @@ def build_rayjob(
 
     rayjob_spec: dict[str, Any] = {
         "entrypoint": ENTRYPOINT,
-        "submissionMode": "K8sJobMode",
+        # The submitter runs as a sidecar of the Ray head: it shares the head's fate (no separate
+        # pod to schedule or evict) and reaches the dashboard over localhost.
+        "submissionMode": "SidecarMode",
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": run_policy.get("ttlSecondsAfterFinished", 3600),
         "backoffLimit": run_policy.get("backoffLimit", 0),

@@ -80,6 +80,8 @@ def test_rayjob_runs_trainer_entry_with_the_contract_environment(make_job) -> No
     spec = rj["spec"]
     assert rj["apiVersion"] == "ray.io/v1"
     assert spec["entrypoint"] == ENTRYPOINT == "python -m trainer_entry run --spec /etc/toolrl/job.json"
+    assert spec["submissionMode"] == "SidecarMode"
+    assert "restartPolicy" not in spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
     assert spec["shutdownAfterJobFinishes"] is True
     assert spec["ttlSecondsAfterFinished"] == 3600
     assert spec["backoffLimit"] == 0
