@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import aiohttp
-
 from trainer_entry.hub import Sink, use_sink
 from trainer_entry.local import build_tiny_model, free_port, sandbox_server
 from trainer_entry.metrics import TrainerMetrics
@@ -74,7 +73,7 @@ async def client_overhead(url: str, calls: int, rounds: int) -> dict:
 
         client = PoolClient(url, max_concurrency=CONCURRENCY, record=sink().tool_call)
 
-        async def ours():
+        async def ours(client=client):
             result = await client.execute("python", body["input"])
             assert result.ok, result
 
@@ -84,8 +83,10 @@ async def client_overhead(url: str, calls: int, rounds: int) -> dict:
     n = (calls // CONCURRENCY) * CONCURRENCY
     out = {}
     for name, runs in results.items():
-        out[name] = {"wall_us_per_call": statistics.median(w for w, _ in runs) / n * 1e6,
-                     "cpu_us_per_call": statistics.median(c for _, c in runs) / n * 1e6}
+        out[name] = {
+            "wall_us_per_call": statistics.median(w for w, _ in runs) / n * 1e6,
+            "cpu_us_per_call": statistics.median(c for _, c in runs) / n * 1e6,
+        }
     out["overhead_cpu_us_per_call"] = out["ours"]["cpu_us_per_call"] - out["direct"]["cpu_us_per_call"]
     out["overhead_wall_us_per_call"] = out["ours"]["wall_us_per_call"] - out["direct"]["wall_us_per_call"]
     out["calls_per_round"], out["rounds"], out["concurrency"] = n, rounds, CONCURRENCY
@@ -98,14 +99,19 @@ TOOL_TURNS = 3
 def plan(trajectories: int, seed: int = 7) -> tuple[list[list[float]], list[list[float]]]:
     """Per trajectory: generation delays (4 turns, heavy-tailed) and tool sleep times (3 calls)."""
     rng = random.Random(seed)
-    gen = [[min(3.0, 0.1 + rng.lognormvariate(-1.2, 0.8)) for _ in range(TOOL_TURNS + 1)] for _ in range(trajectories)]
+    gen = [
+        [min(3.0, 0.1 + rng.lognormvariate(-1.2, 0.8)) for _ in range(TOOL_TURNS + 1)]
+        for _ in range(trajectories)
+    ]
     tool = [[rng.uniform(0.01, 0.3) for _ in range(TOOL_TURNS)] for _ in range(trajectories)]
     return gen, tool
 
 
 def turn_text(traj: int, turn: int, tool: list[list[float]]) -> str:
     if turn < TOOL_TURNS:
-        return f"<PYTHON>\nimport time\ntime.sleep({tool[traj][turn]:.3f})\nprint({traj * 10 + turn})\n</PYTHON>"
+        return (
+            f"<PYTHON>\nimport time\ntime.sleep({tool[traj][turn]:.3f})\nprint({traj * 10 + turn})\n</PYTHON>"
+        )
     return "#### 42"
 
 
@@ -131,21 +137,38 @@ class DelayedServer:
 
 
 def verl_worker(model: Path, pool_url: str, workdir: Path):
-    from verl.experimental.agent_loop import AgentLoopWorker
-
-    from trainer_entry import verl_config
     from trainer_entry.run import write_workdir
     from trainer_entry.spec import parse_job
     from trainer_entry.translate import translate
+    from verl.experimental.agent_loop import AgentLoopWorker
 
-    job = parse_job({"metadata": {"name": "bench"}, "spec": {
-        "model": {"path": str(model)},
-        "data": {"trainFiles": ["/data/t.parquet"], "maxPromptLength": 256, "maxResponseLength": 1024},
-        "rollout": {"protocol": "python-tags", "maxToolTurns": TOOL_TURNS,
-                    "toolCall": {"timeoutSeconds": 30, "maxRetries": 5, "retryDelaySeconds": 0.2,
-                                 "maxConcurrency": CONCURRENCY}},
-        "tools": [{"name": "python", "type": "python", "timeoutSeconds": 10}],
-        "reward": {"preset": "exact-match"}}})
+    from trainer_entry import verl_config
+
+    job = parse_job(
+        {
+            "metadata": {"name": "bench"},
+            "spec": {
+                "model": {"path": str(model)},
+                "data": {
+                    "trainFiles": ["/data/t.parquet"],
+                    "maxPromptLength": 256,
+                    "maxResponseLength": 1024,
+                },
+                "rollout": {
+                    "protocol": "python-tags",
+                    "maxToolTurns": TOOL_TURNS,
+                    "toolCall": {
+                        "timeoutSeconds": 30,
+                        "maxRetries": 5,
+                        "retryDelaySeconds": 0.2,
+                        "maxConcurrency": CONCURRENCY,
+                    },
+                },
+                "tools": [{"name": "python", "type": "python", "timeoutSeconds": 10}],
+                "reward": {"preset": "exact-match"},
+            },
+        }
+    )
     translation = translate(job, pool_url)
     write_workdir(job, translation, workdir)
     import os
@@ -162,12 +185,14 @@ async def rollout_async(config, worker_cls, tokenizer, gen, tool) -> float:
     n = len(gen)
     worker = worker_cls(config, llm_client=DelayedServer(tokenizer, gen, tool))
     prompts = [[{"role": "user", "content": f"traj={i}"}] for i in range(n)]
-    batch = DataProto.from_dict(non_tensors={
-        "raw_prompt": np.array([*prompts, None], dtype=object)[:n],
-        "agent_name": np.array(["toolrl_python_tags"] * n, dtype=object),
-        "tools_kwargs": np.array([{}] * n, dtype=object),
-        "index": np.arange(n),
-    })
+    batch = DataProto.from_dict(
+        non_tensors={
+            "raw_prompt": np.array([*prompts, None], dtype=object)[:n],
+            "agent_name": np.array(["toolrl_python_tags"] * n, dtype=object),
+            "tools_kwargs": np.array([{}] * n, dtype=object),
+            "index": np.arange(n),
+        }
+    )
     start = time.perf_counter()
     out = await worker.generate_sequences(batch)
     elapsed = time.perf_counter() - start
@@ -207,7 +232,9 @@ SANDBOX_TOOLS = "tools:\n  - {name: python, type: python, timeoutSeconds: 10, me
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--calls", type=int, default=10240)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--trajectories", type=int, default=512)
@@ -220,7 +247,9 @@ def main() -> None:
     stub = subprocess.Popen([sys.executable, "-c", STUB, str(port)])
     try:
         time.sleep(2)
-        result["client_overhead"] = asyncio.run(client_overhead(f"http://127.0.0.1:{port}", args.calls, args.rounds))
+        result["client_overhead"] = asyncio.run(
+            client_overhead(f"http://127.0.0.1:{port}", args.calls, args.rounds)
+        )
     finally:
         stub.terminate()
         stub.wait()
@@ -237,11 +266,17 @@ def main() -> None:
         async_s = asyncio.run(rollout_async(config, worker_cls, tokenizer, gen, tool))
     ideal_async = max(sum(g) + sum(t) for g, t in zip(gen, tool, strict=True))
     ideal_sync = sum(max(g[k] for g in gen) for k in range(TOOL_TURNS + 1)) + sum(
-        max(t[k] for t in tool) for k in range(TOOL_TURNS))
+        max(t[k] for t in tool) for k in range(TOOL_TURNS)
+    )
     result["rollout"] = {
-        "trajectories": args.trajectories, "tool_turns": TOOL_TURNS, "tool_calls": args.trajectories * TOOL_TURNS,
-        "async_seconds": async_s, "batch_sync_seconds": sync_s, "speedup": sync_s / async_s,
-        "lower_bound_async_seconds": ideal_async, "lower_bound_batch_sync_seconds": ideal_sync,
+        "trajectories": args.trajectories,
+        "tool_turns": TOOL_TURNS,
+        "tool_calls": args.trajectories * TOOL_TURNS,
+        "async_seconds": async_s,
+        "batch_sync_seconds": sync_s,
+        "speedup": sync_s / async_s,
+        "lower_bound_async_seconds": ideal_async,
+        "lower_bound_batch_sync_seconds": ideal_sync,
         "sandbox_capacity": 64,
     }
     print(json.dumps(result, indent=2))

@@ -1,0 +1,128 @@
+"""The run command: dry run, generated working_dir, custom reward file, bounded wait for the pool."""
+
+import json
+
+import pytest
+import yaml
+from trainer_entry.__main__ import main
+from trainer_entry.local import free_port
+from trainer_entry.run import describe, wait_for_pool, write_workdir
+from trainer_entry.spec import SpecError, parse_job
+from trainer_entry.translate import translate
+
+SPEC = {
+    "model": {"path": "Qwen/Qwen2.5-3B-Instruct"},
+    "data": {"trainFiles": ["/data/t.parquet"]},
+    "rollout": {"protocol": "react"},
+    "tools": [{"name": "python", "type": "python"}],
+    "reward": {"preset": "exact-match"},
+}
+
+
+def job(**spec):
+    return parse_job({"metadata": {"name": "j", "namespace": "rl"}, "spec": {**SPEC, **spec}})
+
+
+def test_dry_run_prints_the_verl_call_and_files(tmp_path, capsys, monkeypatch):
+    spec = tmp_path / "job.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "apiVersion": "toolrl.dev/v1alpha1",
+                "kind": "ToolRLJob",
+                "metadata": {"name": "j", "namespace": "rl"},
+                "spec": SPEC,
+            }
+        )
+    )
+    monkeypatch.setenv("TOOLRL_TOOL_POOL_URL", "http://j-tools.rl.svc:8080")
+    assert main(["run", "--spec", str(spec), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "python -m verl.trainer.main_ppo" in out
+    assert "actor_rollout_ref.rollout.agent.default_agent_loop=toolrl_react" in out
+    assert "# --- toolrl_tools.yaml" in out and "pool_url: http://j-tools.rl.svc:8080" in out
+
+
+def test_bad_spec_exits_with_the_field(tmp_path, capsys):
+    spec = tmp_path / "job.json"
+    spec.write_text(json.dumps({"metadata": {"name": "j"}, "spec": {**SPEC, "rollout": {"engine": "tgi"}}}))
+    assert main(["run", "--spec", str(spec), "--dry-run"]) == 2
+    assert "spec.rollout.engine: unknown value 'tgi'" in capsys.readouterr().err
+
+
+def test_workdir_holds_what_verl_loads(tmp_path):
+    j = job()
+    write_workdir(j, translate(j, "http://pool:8080"), tmp_path)
+    tools = yaml.safe_load((tmp_path / "toolrl_tools.yaml").read_text())
+    assert tools["tools"][0]["class_name"] == "trainer_entry.tools.PoolTool"
+    loops = yaml.safe_load((tmp_path / "toolrl_agent_loops.yaml").read_text())
+    assert {entry["name"] for entry in loops} == {"toolrl_tool_tags", "toolrl_python_tags", "toolrl_react"}
+    text = describe(j, translate(j, "http://pool:8080"), "job.json")
+    assert text.count("toolrl_tools.yaml") >= 2
+
+
+def test_verl_loads_our_tool_config(tmp_path):
+    from verl.tools.tool_registry import initialize_tools_from_config
+
+    tools = [{"name": "python", "type": "python", "timeoutSeconds": 3}, {"name": "web", "type": "http"}]
+    j = job(tools=tools)
+    write_workdir(j, translate(j, "http://pool:8080"), tmp_path)
+    loaded = initialize_tools_from_config(str(tmp_path / "toolrl_tools.yaml"))
+    assert [(t.name, t.tool_type, t.timeout) for t in loaded] == [
+        ("python", "python", 3.0),
+        ("web", "http", 30.0),
+    ]
+
+
+def test_custom_reward_is_copied_from_its_configmap_mount(tmp_path):
+    j = job(reward={"preset": "custom", "custom": {"configMap": "my-reward", "function": "f"}})
+    mount = tmp_path / "mount"
+    with pytest.raises(SpecError, match=r"ConfigMap 'my-reward' must hold the key 'reward\.py'"):
+        write_workdir(j, translate(j, "http://pool:8080"), tmp_path / "w", reward_dir=mount)
+    mount.mkdir()
+    (mount / "reward.py").write_text("def f(**kw):\n    return 1.0\n")
+    write_workdir(j, translate(j, "http://pool:8080"), tmp_path / "w", reward_dir=mount)
+    assert (tmp_path / "w" / "toolrl_custom_reward.py").read_text().startswith("def f")
+
+
+async def test_waiting_for_the_pool_is_bounded():
+    with pytest.raises(TimeoutError, match=r"not ready after 0s: check the J-tools Deployment"):
+        await wait_for_pool(f"http://127.0.0.1:{free_port()}", timeout=0.3, interval=0.1)
+
+
+async def test_waiting_for_a_ready_pool(sandbox):
+    await wait_for_pool(sandbox, timeout=5)
+
+
+def test_our_trainer_is_registered_with_verl():
+    from trainer_entry.runner import ToolRLTaskRunner, ToolRLTrainer
+    from trainer_entry.translate import TRAINER_MODE
+    from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls
+
+    assert get_trainer_cls(TRAINER_MODE) is ToolRLTrainer and issubclass(ToolRLTrainer, PPOTrainerSync)
+    assert hasattr(ToolRLTaskRunner, "remote")
+
+
+def test_trainer_hooks_feed_metrics_through_verls_tracking():
+    from types import SimpleNamespace
+
+    from trainer_entry.hub import Sink, use_sink
+    from trainer_entry.metrics import TrainerMetrics
+    from trainer_entry.runner import ToolRLTrainer
+    from verl.utils.tracking import Tracking
+
+    metrics = TrainerMetrics()
+    use_sink(Sink(local=metrics))
+    trainer = ToolRLTrainer.__new__(ToolRLTrainer)  # the hooks only, no GPU workers
+    trainer.logger = Tracking(project_name="rl", experiment_name="j", default_backend=[])
+    trainer.total_training_steps = 10
+    trainer.checkpoint_manager = SimpleNamespace(sleep_replicas=lambda: None)
+    trainer.curr_step_profile = False
+    trainer.on_train_begin()
+    trainer.on_step_begin()
+    assert metrics.registry.get_sample_value("toolrl_trainer_rollout_phase", {"phase": "generating"}) == 1
+    trainer.on_sample_end()
+    assert metrics.registry.get_sample_value("toolrl_trainer_rollout_phase", {"phase": "scoring"}) == 1
+    trainer.logger.log(data={"timing_s/step": 3.0, "critic/score/mean": 0.7}, step=1)
+    assert metrics.registry.get_sample_value("toolrl_trainer_reward_mean") == 0.7
+    assert metrics.registry.get_sample_value("toolrl_trainer_step") == 1
