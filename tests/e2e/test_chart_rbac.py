@@ -1,4 +1,4 @@
-"""Least privilege, proven: the real operator runs a job's whole life (create, status, autoscaler,
+"""Least privilege, proven: the real operator runs a job's whole life (create, children, status,
 suspend, delete) with nothing but the chart's RBAC for its ServiceAccount, and the API server
 refuses none of its requests; and without any single one of the chart's rules, that run fails.
 
@@ -64,6 +64,7 @@ class TokenProxy:
         return self
 
     def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
 
@@ -79,17 +80,24 @@ class TokenProxy:
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._startup())
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _startup(self) -> None:
         context = ssl.create_default_context(cadata=self.ca_data.decode())
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context),
                                               timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
                                               auto_decompress=False)
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._forward)
-        runner = web.AppRunner(app, access_log=None)
-        self._loop.run_until_complete(runner.setup())
-        self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
-        self._ready.set()
-        self._loop.run_forever()
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    async def _shutdown(self) -> None:
+        await self._runner.cleanup()
+        await self._session.close()
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
@@ -105,15 +113,19 @@ class TokenProxy:
                 return web.Response(status=403, body=text, headers=out_headers)
             response = web.StreamResponse(status=upstream.status, headers=out_headers)
             await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
-            await response.write_eof()
+            try:
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+            except ConnectionResetError:
+                pass  # the operator closed a watch; nothing left to forward
             return response
 
 
 def _rbac_denials(denials: list[str]) -> list[str]:
-    """403s that RBAC gave (not, say, a namespace being terminated)."""
-    return [d for d in denials if " cannot " in d]
+    """403s that RBAC gave: missing permissions, or a Role granting more than the operator holds
+    (not, say, a write into a namespace being terminated)."""
+    return [d for d in denials if "is being terminated" not in d]
 
 
 @dataclass
@@ -196,9 +208,6 @@ def lifecycle(s: Setup, job_name: str) -> str | None:
                 cluster.kubectl("get", kind, name, "-n", ns, check=False).returncode == 0
                 for kind, name in (("rayjob", job_name), ("deployment", f"{job_name}-tools"),
                                    ("role", f"{job_name}-trainer"), ("configmap", f"{job_name}-config")))),
-            ("autoscaler wrote desiredReplicas",
-             lambda: ((trj() or {}).get("status") or {}).get("toolPool", {}).get("desiredReplicas")
-             is not None),
         ]
         for what, probe in stages:
             try:
