@@ -18,8 +18,9 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
     serve = sub.add_parser("serve", help="run the HTTP tool server")
     serve.add_argument("--host", default=defaults.host)
     serve.add_argument("--port", type=int, default=defaults.port)
-    serve.add_argument("--config", help="tools.yaml ({\"tools\": [...]}, the job's spec.tools); "
-                                        "default: one python tool")
+    serve.add_argument(
+        "--config", help='tools.yaml ({"tools": [...]}, the job\'s spec.tools); default: one python tool'
+    )
     serve.add_argument("--workers", type=int, default=defaults.workers, help="warm worker processes")
     serve.add_argument("--capacity", type=int, default=defaults.capacity, help="calls executing at once")
     serve.add_argument("--queue-size", type=int, default=defaults.queue_size, help="calls waiting before 429")
@@ -33,10 +34,17 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     settings = dataclasses.replace(
-        defaults, host=args.host, port=args.port, workers=args.workers, capacity=args.capacity,
-        queue_size=args.queue_size, max_sessions=args.max_sessions,
-        session_idle_seconds=args.session_idle_seconds, spares_per_worker=args.spares_per_worker,
-        workdir=args.workdir, landlock=not args.no_landlock,
+        defaults,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        capacity=args.capacity,
+        queue_size=args.queue_size,
+        max_sessions=args.max_sessions,
+        session_idle_seconds=args.session_idle_seconds,
+        spares_per_worker=args.spares_per_worker,
+        workdir=args.workdir,
+        landlock=not args.no_landlock,
     )
     return settings, args.config
 

@@ -59,8 +59,16 @@ _FIELDS = {
     "retryDelaySeconds": ("retry_delay_seconds", float),
     "rateLimitPerSecond": ("rate_limit_per_second", float),
 }
-_POSITIVE = ("timeoutSeconds", "memoryLimitMiB", "maxOutputBytes", "topK", "fileSizeLimitMiB",
-             "maxOpenFiles", "maxProcesses", "rateLimitPerSecond")
+_POSITIVE = (
+    "timeoutSeconds",
+    "memoryLimitMiB",
+    "maxOutputBytes",
+    "topK",
+    "fileSizeLimitMiB",
+    "maxOpenFiles",
+    "maxProcesses",
+    "rateLimitPerSecond",
+)
 
 
 @dataclass(frozen=True)
@@ -77,7 +85,9 @@ class ServerSettings:
     session_cpu_seconds: int = 600
     spares_per_worker: int = 4
     max_body_bytes: int = 4 << 20
-    workdir: str = field(default_factory=lambda: os.path.join(os.environ.get("TMPDIR", "/tmp"), "tool-sandbox"))
+    workdir: str = field(
+        default_factory=lambda: os.path.join(os.environ.get("TMPDIR", "/tmp"), "tool-sandbox")
+    )
     sandbox_uid_base: int = 200000  # children run as uid base+slot when the server is root
     landlock: bool = True
 

@@ -17,20 +17,31 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.duration = Histogram("toolrl_tool_call_duration_seconds",
-                                  "Time from receiving a tool call to answering it, by tool and outcome.",
-                                  ["tool", "outcome"], buckets=DURATION_BUCKETS, registry=r)
-        self.calls = Counter("toolrl_tool_calls", "Tool calls answered, by tool and outcome.",
-                             ["tool", "outcome"], registry=r)
+        self.duration = Histogram(
+            "toolrl_tool_call_duration_seconds",
+            "Time from receiving a tool call to answering it, by tool and outcome.",
+            ["tool", "outcome"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.calls = Counter(
+            "toolrl_tool_calls", "Tool calls answered, by tool and outcome.", ["tool", "outcome"], registry=r
+        )
         self.inflight = Gauge("toolrl_tool_inflight", "Tool calls executing now.", registry=r)
         self.queue_depth = Gauge("toolrl_tool_queue_depth", "Tool calls waiting for capacity.", registry=r)
         self.capacity = Gauge("toolrl_tool_capacity", "Tool calls this replica executes at once.", registry=r)
-        self.truncated = Counter("toolrl_tool_output_truncated", "Tool calls whose output was truncated.",
-                                 ["tool"], registry=r)
+        self.truncated = Counter(
+            "toolrl_tool_output_truncated", "Tool calls whose output was truncated.", ["tool"], registry=r
+        )
         self.sessions = Gauge("toolrl_sandbox_sessions", "Live stateful sandbox sessions.", registry=r)
 
-    def bind(self, inflight: Callable[[], float], queue_depth: Callable[[], float], capacity: float,
-             sessions: Callable[[], float]) -> None:
+    def bind(
+        self,
+        inflight: Callable[[], float],
+        queue_depth: Callable[[], float],
+        capacity: float,
+        sessions: Callable[[], float],
+    ) -> None:
         """Read the live gauges from their owners at scrape time."""
         self.inflight.set_function(inflight)
         self.queue_depth.set_function(queue_depth)

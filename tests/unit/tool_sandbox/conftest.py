@@ -17,8 +17,16 @@ import requests
 
 SECRET = "toolrl-test-secret-6f1c"
 CORPUS = [
-    {"id": "1", "title": "Python", "contents": "Python is a programming language created by Guido van Rossum."},
-    {"id": "2", "title": "Kubernetes", "contents": "Kubernetes schedules containers onto nodes in a cluster."},
+    {
+        "id": "1",
+        "title": "Python",
+        "contents": "Python is a programming language created by Guido van Rossum.",
+    },
+    {
+        "id": "2",
+        "title": "Kubernetes",
+        "contents": "Kubernetes schedules containers onto nodes in a cluster.",
+    },
     {"id": "3", "title": "Paris", "contents": "Paris is the capital and largest city of France."},
 ]
 
@@ -48,17 +56,45 @@ def start_server(tmp: Path, *args: str, tools: list[dict] | None = None) -> Serv
     corpus = tmp / "corpus.jsonl"
     corpus.write_text("\n".join(json.dumps(doc) for doc in CORPUS))
     config = tmp / "tools.yaml"
-    config.write_text(json.dumps({"tools": tools or [
-        {"name": "python", "type": "python", "timeoutSeconds": 3, "memoryLimitMiB": 256, "maxOutputBytes": 4096},
-        {"name": "search", "type": "search", "corpus": str(corpus), "topK": 2},
-    ]}))
+    config.write_text(
+        json.dumps(
+            {
+                "tools": tools
+                or [
+                    {
+                        "name": "python",
+                        "type": "python",
+                        "timeoutSeconds": 3,
+                        "memoryLimitMiB": 256,
+                        "maxOutputBytes": 4096,
+                    },
+                    {"name": "search", "type": "search", "corpus": str(corpus), "topK": 2},
+                ]
+            }
+        )
+    )
     port = free_port()
     log = tmp / f"server-{port}.log"
     env = {**os.environ, "TOOLRL_TEST_SECRET": SECRET}
     process = subprocess.Popen(
-        [sys.executable, "-m", "tool_sandbox", "serve", "--host", "127.0.0.1", "--port", str(port),
-         "--config", str(config), "--workdir", str(tmp / "work"), *args],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
+        [
+            sys.executable,
+            "-m",
+            "tool_sandbox",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--config",
+            str(config),
+            "--workdir",
+            str(tmp / "work"),
+            *args,
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
     )
     server = Server(f"http://127.0.0.1:{port}", process, log)
     deadline = time.monotonic() + 90

@@ -15,20 +15,28 @@ import requests
 Server = Any  # conftest.Server
 
 
-@pytest.mark.parametrize(("body", "status", "message"), [
-    (b"{not json", 400, "request body is not valid JSON"),
-    (b"", 400, "empty request body"),
-    (b"[1, 2]", 400, "must be a JSON object, got list"),
-    (b'{"tool": "ruby", "input": "1"}', 400, "unknown tool 'ruby'; this pool serves python, search"),
-    (b'{"input": "1"}', 400, "tool is required"),
-    (b'{"tool": "python"}', 400, "input is required"),
-    (b'{"tool": "python", "input": 5}', 400, "input of a python tool must be a string of code"),
-    (b'{"tool": "python", "input": "1", "timeoutSeconds": "soon"}', 400, "timeoutSeconds must be a positive number"),
-    (b'{"tool": "search", "input": ["q"]}', 400, "input of a search tool must be a query string"),
-    (b'{"tool": "python", "input": "1", "session": "nope"}', 404, "unknown or expired session 'nope'"),
-])
-def test_malformed_requests_get_4xx_naming_the_problem(server: Server, body: bytes, status: int, message: str
-                                                       ) -> None:
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        (b"{not json", 400, "request body is not valid JSON"),
+        (b"", 400, "empty request body"),
+        (b"[1, 2]", 400, "must be a JSON object, got list"),
+        (b'{"tool": "ruby", "input": "1"}', 400, "unknown tool 'ruby'; this pool serves python, search"),
+        (b'{"input": "1"}', 400, "tool is required"),
+        (b'{"tool": "python"}', 400, "input is required"),
+        (b'{"tool": "python", "input": 5}', 400, "input of a python tool must be a string of code"),
+        (
+            b'{"tool": "python", "input": "1", "timeoutSeconds": "soon"}',
+            400,
+            "timeoutSeconds must be a positive number",
+        ),
+        (b'{"tool": "search", "input": ["q"]}', 400, "input of a search tool must be a query string"),
+        (b'{"tool": "python", "input": "1", "session": "nope"}', 404, "unknown or expired session 'nope'"),
+    ],
+)
+def test_malformed_requests_get_4xx_naming_the_problem(
+    server: Server, body: bytes, status: int, message: str
+) -> None:
     response = requests.post(server.url + "/v1/execute", data=body, timeout=10)
     assert response.status_code == status
     assert message in response.json()["error"]
@@ -52,8 +60,13 @@ def test_batch_form(server: Server) -> None:
 
 
 def test_stdin_and_preloaded_libraries(server: Server) -> None:
-    result = server.execute({"code": "import numpy, sympy\nprint(int(input()) + int(numpy.arange(10).sum()))\n"
-                                     "print(sympy.factor('x**2 - 1'))", "stdin": "1\n"})
+    result = server.execute(
+        {
+            "code": "import numpy, sympy\nprint(int(input()) + int(numpy.arange(10).sum()))\n"
+            "print(sympy.factor('x**2 - 1'))",
+            "stdin": "1\n",
+        }
+    )
     assert result["status"] == "ok" and result["stdout"] == "46\n(x - 1)*(x + 1)\n"
 
 
@@ -84,7 +97,9 @@ def test_session_cap(make_server: Any) -> None:
 
 
 def test_search_tool(server: Server) -> None:
-    result = server.post("/v1/execute", {"tool": "search", "input": {"query": "who created Python", "topK": 1}}).json()
+    result = server.post(
+        "/v1/execute", {"tool": "search", "input": {"query": "who created Python", "topK": 1}}
+    ).json()
     assert result["status"] == "ok" and result["output"].startswith("Doc 1(Title: Python)")
     assert "Kubernetes" not in result["output"]
 
@@ -92,10 +107,24 @@ def test_search_tool(server: Server) -> None:
 def test_sandboxfusion_run_code_as_verl_calls_it(server: Server) -> None:
     # The exact request verl's call_sandbox_api sends (verl/utils/reward_score/sandbox_fusion/utils.py).
     def call(code: str, stdin: str | None = None, language: str = "python", run_timeout: int = 10) -> dict:
-        payload = json.dumps({"compile_timeout": 10, "run_timeout": run_timeout, "code": code, "stdin": stdin,
-                              "memory_limit_MB": 1024, "language": language, "files": {}, "fetch_files": []})
-        response = requests.post(server.url + "/run_code", data=payload, timeout=30,
-                                 headers={"Content-Type": "application/json", "Accept": "application/json"})
+        payload = json.dumps(
+            {
+                "compile_timeout": 10,
+                "run_timeout": run_timeout,
+                "code": code,
+                "stdin": stdin,
+                "memory_limit_MB": 1024,
+                "language": language,
+                "files": {},
+                "fetch_files": [],
+            }
+        )
+        response = requests.post(
+            server.url + "/run_code",
+            data=payload,
+            timeout=30,
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
         response.raise_for_status()
         return response.json()
 
@@ -112,31 +141,49 @@ def test_sandboxfusion_run_code_as_verl_calls_it(server: Server) -> None:
 
 
 def test_sandboxfusion_files_round_trip(server: Server) -> None:
-    body = {"code": "print(open('data/in.txt').read().upper())\nopen('out.txt', 'w').write('done')",
-            "language": "python", "files": {"data/in.txt": base64.b64encode(b"hello").decode()},
-            "fetch_files": ["out.txt", "../../etc/passwd"]}
+    body = {
+        "code": "print(open('data/in.txt').read().upper())\nopen('out.txt', 'w').write('done')",
+        "language": "python",
+        "files": {"data/in.txt": base64.b64encode(b"hello").decode()},
+        "fetch_files": ["out.txt", "../../etc/passwd"],
+    }
     result = server.post("/run_code", body).json()
     assert result["run_result"]["stdout"] == "HELLO\n"
     assert result["files"] == {"out.txt": base64.b64encode(b"done").decode()}
 
 
 def test_verltool_get_observation(server: Server) -> None:
-    first = server.post("/get_observation", {
-        "trajectory_ids": ["t1", "t2", "t3"],
-        "actions": ["Let me compute. <python>y = 20\nprint(y + 1)</python>", "```python\nprint('fenced')\n```",
-                    "The answer is \\boxed{4}."],
-        "finish": [False, False, False], "is_last_step": [False, False, False],
-    }).json()
+    first = server.post(
+        "/get_observation",
+        {
+            "trajectory_ids": ["t1", "t2", "t3"],
+            "actions": [
+                "Let me compute. <python>y = 20\nprint(y + 1)</python>",
+                "```python\nprint('fenced')\n```",
+                "The answer is \\boxed{4}.",
+            ],
+            "finish": [False, False, False],
+            "is_last_step": [False, False, False],
+        },
+    ).json()
     assert first["observations"][:2] == ["21\n", "fenced\n"]
     assert first["valids"] == [True, True, False] and first["dones"] == [False, False, False]
-    second = server.post("/get_observation", {
-        "trajectory_ids": ["t1", "t2"], "actions": ["<python>print(y * 2)</python>", "<search>capital of France</search>"],
-        "extra_fields": [{"finish": False}, {"finish": False}],
-    }).json()
+    second = server.post(
+        "/get_observation",
+        {
+            "trajectory_ids": ["t1", "t2"],
+            "actions": ["<python>print(y * 2)</python>", "<search>capital of France</search>"],
+            "extra_fields": [{"finish": False}, {"finish": False}],
+        },
+    ).json()
     assert second["observations"][0] == "40\n" and "Paris" in second["observations"][1]
-    done = server.post("/get_observation", {"trajectory_ids": ["t1"], "actions": [""], "finish": [True]}).json()
+    done = server.post(
+        "/get_observation", {"trajectory_ids": ["t1"], "actions": [""], "finish": [True]}
+    ).json()
     assert done == {"observations": [""], "dones": [True], "valids": [True]}
-    after = server.post("/get_observation", {"trajectory_ids": ["t1"], "actions": ["<python>print(y)</python>"]})
+    after = server.post(
+        "/get_observation", {"trajectory_ids": ["t1"], "actions": ["<python>print(y)</python>"]}
+    )
     assert "NameError" in after.json()["observations"][0]
     bad = server.post("/get_observation", {"trajectory_ids": ["a"], "actions": ["x", "y"]})
     assert bad.status_code == 400 and "actions has 2" in bad.json()["error"]
@@ -162,10 +209,15 @@ def test_metrics_follow_the_contract_and_pass_promtool(server: Server) -> None:
     server.execute("print('x' * 100000)")
     server.post("/v1/execute", {"tool": "search", "input": "Paris"})
     text = requests.get(server.url + "/metrics", timeout=5).text
-    for name in ("toolrl_tool_call_duration_seconds_bucket{le=\"0.001\",outcome=\"ok\",tool=\"python\"}",
-                 "toolrl_tool_calls_total{outcome=\"ok\",tool=\"search\"}", "toolrl_tool_inflight ",
-                 "toolrl_tool_queue_depth ", "toolrl_tool_capacity 32.0",
-                 "toolrl_tool_output_truncated_total{tool=\"python\"}", "toolrl_sandbox_sessions "):
+    for name in (
+        'toolrl_tool_call_duration_seconds_bucket{le="0.001",outcome="ok",tool="python"}',
+        'toolrl_tool_calls_total{outcome="ok",tool="search"}',
+        "toolrl_tool_inflight ",
+        "toolrl_tool_queue_depth ",
+        "toolrl_tool_capacity 32.0",
+        'toolrl_tool_output_truncated_total{tool="python"}',
+        "toolrl_sandbox_sessions ",
+    ):
         assert name in text, name
     check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr

@@ -1,5 +1,4 @@
 import pytest
-
 from tool_sandbox.api import sandboxfusion, verltool
 from tool_sandbox.api.requests import RequestError, parse_batch, parse_execute, parse_json
 from tool_sandbox.tools.base import ToolResult
@@ -7,15 +6,18 @@ from tool_sandbox.tools.base import ToolResult
 TOOLS = {"python": object(), "search": object()}
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    ([], "must be a JSON object, got list"),
-    ({"input": "x"}, "tool is required"),
-    ({"tool": "ruby", "input": "x"}, "unknown tool 'ruby'; this pool serves python, search"),
-    ({"tool": "python"}, "input is required"),
-    ({"tool": "python", "input": "x", "timeoutSeconds": "5"}, "timeoutSeconds must be a positive number"),
-    ({"tool": "python", "input": "x", "timeoutSeconds": 0}, "timeoutSeconds must be a positive number"),
-    ({"tool": "python", "input": "x", "session": 7}, "session must be a string"),
-])
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ([], "must be a JSON object, got list"),
+        ({"input": "x"}, "tool is required"),
+        ({"tool": "ruby", "input": "x"}, "unknown tool 'ruby'; this pool serves python, search"),
+        ({"tool": "python"}, "input is required"),
+        ({"tool": "python", "input": "x", "timeoutSeconds": "5"}, "timeoutSeconds must be a positive number"),
+        ({"tool": "python", "input": "x", "timeoutSeconds": 0}, "timeoutSeconds must be a positive number"),
+        ({"tool": "python", "input": "x", "session": 7}, "session must be a string"),
+    ],
+)
 def test_execute_requests_are_validated(body: object, message: str) -> None:
     with pytest.raises(RequestError, match=message):
         parse_execute(body, TOOLS)
@@ -32,9 +34,18 @@ def test_bad_json_and_batches_name_the_problem() -> None:
 
 
 def test_run_code_request_as_verl_sends_it() -> None:
-    call = sandboxfusion.parse_run_code({"compile_timeout": 10, "run_timeout": 10, "code": "print(1)", "stdin": None,
-                                         "memory_limit_MB": 1024, "language": "python", "files": {},
-                                         "fetch_files": []})
+    call = sandboxfusion.parse_run_code(
+        {
+            "compile_timeout": 10,
+            "run_timeout": 10,
+            "code": "print(1)",
+            "stdin": None,
+            "memory_limit_MB": 1024,
+            "language": "python",
+            "files": {},
+            "fetch_files": [],
+        }
+    )
     assert (call.code, call.run_timeout, call.memory_limit_mb, call.stdin) == ("print(1)", 10.0, 1024, "")
     with pytest.raises(RequestError, match="code is required"):
         sandboxfusion.parse_run_code({"language": "python"})
@@ -57,8 +68,14 @@ def test_run_code_response_uses_sandboxfusion_statuses() -> None:
 
 
 def test_verltool_requests_and_actions() -> None:
-    steps = verltool.parse_request({"trajectory_ids": ["a", "b"], "actions": ["x", "y"], "finish": [False, True],
-                                    "is_last_step": [False, True]})
+    steps = verltool.parse_request(
+        {
+            "trajectory_ids": ["a", "b"],
+            "actions": ["x", "y"],
+            "finish": [False, True],
+            "is_last_step": [False, True],
+        }
+    )
     assert [s.finish for s in steps] == [False, True] and steps[1].extra["is_last_step"] is True
     with pytest.raises(RequestError, match="trajectory_ids has 2 entries but actions has 1"):
         verltool.parse_request({"trajectory_ids": ["a", "b"], "actions": ["x"]})

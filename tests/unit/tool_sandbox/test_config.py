@@ -1,5 +1,4 @@
 import pytest
-
 from tool_sandbox.config import ConfigError, parse_tools
 
 
@@ -15,20 +14,25 @@ tools:
     assert tools[1].top_k == 3 and tools[2].url.endswith("/virtual")
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("tools: [", "not valid YAML"),
-    ("{}", 'list under "tools"'),
-    ("tools: []", "tools is empty"),
-    ("tools: [{type: python}]", "missing 'name'"),
-    ("tools: [{name: p, type: ruby}]", "'ruby' is not one of"),
-    ("tools: [{name: 9p, type: python}]", "not an identifier"),
-    ("tools: [{name: p, type: python, timeoutSeconds: -1}]", "must be positive"),
-    ("tools: [{name: p, type: python, memoryLimitMiB: 1.5}]", "whole number"),
-    ("tools: [{name: p, type: python, colour: red}]", "unknown field(s) colour"),
-    ("tools: [{name: s, type: search}]", "needs corpus"),
-    ("tools: [{name: h, type: http, url: ftp://x}]", "needs url"),
-    ("tools: [{name: p, type: python}, {name: p, type: python}]", "more than once"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("tools: [", "not valid YAML"),
+        ("{}", 'list under "tools"'),
+        ("tools: []", "tools is empty"),
+        ("tools: [{type: python}]", "missing 'name'"),
+        ("tools: [{name: p, type: ruby}]", "'ruby' is not one of"),
+        ("tools: [{name: 9p, type: python}]", "not an identifier"),
+        ("tools: [{name: p, type: python, timeoutSeconds: -1}]", "must be positive"),
+        ("tools: [{name: p, type: python, memoryLimitMiB: 1.5}]", "whole number"),
+        ("tools: [{name: p, type: python, colour: red}]", "unknown field(s) colour"),
+        ("tools: [{name: s, type: search}]", "needs corpus"),
+        ("tools: [{name: h, type: http, url: ftp://x}]", "needs url"),
+        ("tools: [{name: p, type: python}, {name: p, type: python}]", "more than once"),
+    ],
+)
 def test_rejects_bad_configs_with_a_message_naming_the_problem(text: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+    with pytest.raises(
+        ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
+    ):
         parse_tools(text)

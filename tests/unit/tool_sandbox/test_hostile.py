@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import time
-
 from typing import Any
 
 import pytest
@@ -38,21 +37,62 @@ CASES = [
     ("infinite loop", "while True:\n    pass", "timeout", "wall-clock timeout"),
     ("fork bomb", "import os\nwhile True:\n    os.fork()", "error", "PermissionError"),
     ("memory bomb at once", "x = bytearray(1 << 34)", "error", "MemoryError"),
-    ("memory bomb growing", "chunks = []\nwhile True:\n    chunks.append(bytearray(10 ** 7))", "error", "MemoryError"),
-    ("huge file", "with open('big', 'wb') as f:\n    for _ in range(1024):\n        f.write(b'x' * (1 << 20))",
-     "error", "File too large"),  # RLIMIT_FSIZE; Python ignores SIGXFSZ, so the write fails
+    (
+        "memory bomb growing",
+        "chunks = []\nwhile True:\n    chunks.append(bytearray(10 ** 7))",
+        "error",
+        "MemoryError",
+    ),
+    (
+        "huge file",
+        "with open('big', 'wb') as f:\n    for _ in range(1024):\n        f.write(b'x' * (1 << 20))",
+        "error",
+        "File too large",
+    ),  # RLIMIT_FSIZE; Python ignores SIGXFSZ, so the write fails
     ("read /etc/passwd", "print(open('/etc/passwd').read())", "error", "PermissionError"),
     ("list the root directory", "import os\nprint(os.listdir('/'))", "error", "PermissionError"),
-    ("socket to another address", "import socket\nsocket.socket().connect(('1.1.1.1', 80))",
-     "error", "PermissionError"),
-    ("kill the parent", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)", "error", "PermissionError"),
-    ("kill every process it can", "import os, signal\nos.kill(-1, signal.SIGKILL)", "error", "PermissionError"),
-    ("kill its own process group", "import os, signal\nos.killpg(os.getpgid(0), signal.SIGKILL)", "killed", "killed"),
-    ("ignore SIGTERM", "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True:\n    pass",
-     "timeout", "wall-clock timeout"),
-    ("spawn a subprocess", "import subprocess\nsubprocess.run(['/bin/echo', 'escaped'])", "error", "PermissionError"),
-    ("exec another program", "import os\nos.execv('/bin/sh', ['sh', '-c', 'echo escaped'])", "error",
-     "PermissionError"),
+    (
+        "socket to another address",
+        "import socket\nsocket.socket().connect(('1.1.1.1', 80))",
+        "error",
+        "PermissionError",
+    ),
+    (
+        "kill the parent",
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)",
+        "error",
+        "PermissionError",
+    ),
+    (
+        "kill every process it can",
+        "import os, signal\nos.kill(-1, signal.SIGKILL)",
+        "error",
+        "PermissionError",
+    ),
+    (
+        "kill its own process group",
+        "import os, signal\nos.killpg(os.getpgid(0), signal.SIGKILL)",
+        "killed",
+        "killed",
+    ),
+    (
+        "ignore SIGTERM",
+        "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True:\n    pass",
+        "timeout",
+        "wall-clock timeout",
+    ),
+    (
+        "spawn a subprocess",
+        "import subprocess\nsubprocess.run(['/bin/echo', 'escaped'])",
+        "error",
+        "PermissionError",
+    ),
+    (
+        "exec another program",
+        "import os\nos.execv('/bin/sh', ['sh', '-c', 'echo escaped'])",
+        "error",
+        "PermissionError",
+    ),
     ("read /proc/1/environ", "print(open('/proc/1/environ', 'rb').read())", "error", "PermissionError"),
     ("ctypes segfault", "import ctypes\nctypes.string_at(0)", "killed", "segmentation fault"),
     ("sys.exit with a code", "import sys\nsys.exit(3)", "error", "exit code 3"),
@@ -111,10 +151,12 @@ def test_files_outside_the_working_directory_are_unreadable(server: Server) -> N
 
 
 def test_threads_die_with_the_timeout(server: Server) -> None:
-    code = ("import threading, time\n"
-            "def spin():\n    while True:\n        pass\n"
-            "for _ in range(3):\n    threading.Thread(target=spin).start()\n"
-            "time.sleep(100)")
+    code = (
+        "import threading, time\n"
+        "def spin():\n    while True:\n        pass\n"
+        "for _ in range(3):\n    threading.Thread(target=spin).start()\n"
+        "time.sleep(100)"
+    )
     result = server.execute(code, timeoutSeconds=1)
     assert result["status"] == "timeout"
     deadline = time.monotonic() + 5
@@ -134,13 +176,16 @@ def _busy(pid: int) -> bool:
 
 
 def test_a_killed_worker_is_restarted(server: Server) -> None:
-    workers = [int(p) for p in os.listdir("/proc") if p.isdigit() and _is_worker_of(int(p), server.process.pid)]
+    workers = [
+        int(p) for p in os.listdir("/proc") if p.isdigit() and _is_worker_of(int(p), server.process.pid)
+    ]
     assert workers
     os.kill(workers[0], 9)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if requests.get(server.url + "/readyz", timeout=5).status_code == 200 and all(
-                server.execute("print(1)")["status"] == "ok" for _ in range(4)):
+            server.execute("print(1)")["status"] == "ok" for _ in range(4)
+        ):
             break
         time.sleep(0.5)
     assert_still_serving(server)

@@ -45,8 +45,12 @@ class Service:
         self.admission = Admission(settings.capacity, settings.queue_size)
         self.sessions = Sessions(settings.max_sessions, settings.session_idle_seconds)
         self.metrics = Metrics()
-        self.metrics.bind(lambda: self.admission.inflight, lambda: self.admission.waiting,
-                          settings.capacity, lambda: len(self.sessions.live))
+        self.metrics.bind(
+            lambda: self.admission.inflight,
+            lambda: self.admission.waiting,
+            settings.capacity,
+            lambda: len(self.sessions.live),
+        )
         self.tools_ready = False
         self._reaper: asyncio.Task[None] | None = None
 
@@ -60,7 +64,9 @@ class Service:
         for tool in self.tools.values():
             await tool.start()
         self.tools_ready = True
-        self._reaper = asyncio.create_task(self.sessions.reap_forever(min(30.0, self.settings.session_idle_seconds)))
+        self._reaper = asyncio.create_task(
+            self.sessions.reap_forever(min(30.0, self.settings.session_idle_seconds))
+        )
 
     async def close(self) -> None:
         if self._reaper is not None:
@@ -93,11 +99,14 @@ class Service:
             return await self.admit(tool.name, lambda: tool.execute(request.input, request.timeout))
         session = self.sessions.get(request.session)
         if session is None:
-            raise RequestError(f"unknown or expired session {request.session!r}; open one with POST /v1/sessions",
-                               404)
+            raise RequestError(
+                f"unknown or expired session {request.session!r}; open one with POST /v1/sessions", 404
+            )
         if session.tool is not tool:
             raise RequestError(f"session {request.session!r} belongs to tool {session.tool.name!r}")
-        return await self.admit(tool.name, lambda: self._in_session(session.id, request.input, request.timeout))
+        return await self.admit(
+            tool.name, lambda: self._in_session(session.id, request.input, request.timeout)
+        )
 
     async def _in_session(self, session_id: str, payload: Any, timeout: float | None) -> ToolResult:
         session = self.sessions.live.get(session_id)
@@ -112,7 +121,9 @@ class Service:
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(text=json.dumps(body), status=status, content_type="application/json", headers=headers)
+    return web.Response(
+        text=json.dumps(body), status=status, content_type="application/json", headers=headers
+    )
 
 
 def _rejected(exc: Rejected) -> web.Response:
@@ -121,8 +132,9 @@ def _rejected(exc: Rejected) -> web.Response:
 
 
 @web.middleware
-async def _errors(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                  ) -> web.StreamResponse:
+async def _errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
     try:
         return await handler(request)
     except RequestError as exc:
@@ -134,8 +146,11 @@ async def _errors(request: web.Request, handler: Callable[[web.Request], Awaitab
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return _json({"error": exc.text or exc.reason}, exc.status, {k: v for k, v in exc.headers.items()
-                                                                      if k.lower() in ("allow", "retry-after")})
+        return _json(
+            {"error": exc.text or exc.reason},
+            exc.status,
+            {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")},
+        )
 
 
 async def _body(request: web.Request) -> Any:
@@ -193,16 +208,29 @@ def build_app(service: Service) -> web.Application:
         tool = service.tools[service.python_tools[0]]
         assert isinstance(tool, PythonTool)
         payload = {"code": call.code, "stdin": call.stdin}
-        result = await service.admit(tool.name, lambda: tool.execute(
-            payload, call.run_timeout, memory_mib=call.memory_limit_mb, files=call.files, fetch=call.fetch_files))
+        result = await service.admit(
+            tool.name,
+            lambda: tool.execute(
+                payload,
+                call.run_timeout,
+                memory_mib=call.memory_limit_mb,
+                files=call.files,
+                fetch=call.fetch_files,
+            ),
+        )
         return _json(sandboxfusion.to_response(result))
 
     @routes.post("/get_observation")
     async def get_observation(request: web.Request) -> web.Response:
         steps = verltool.parse_request(await _body(request))
         answers = await asyncio.gather(*(_observe(service, step) for step in steps))
-        return _json({"observations": [a[0] for a in answers], "dones": [a[1] for a in answers],
-                      "valids": [a[2] for a in answers]})
+        return _json(
+            {
+                "observations": [a[0] for a in answers],
+                "dones": [a[1] for a in answers],
+                "valids": [a[2] for a in answers],
+            }
+        )
 
     @routes.get("/healthz")
     async def healthz(request: web.Request) -> web.Response:
@@ -260,7 +288,9 @@ async def serve(settings: ServerSettings, tools: tuple[ToolConfig, ...]) -> None
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, backlog=1024)
     await site.start()
-    log.info("tool-sandbox listening on %s:%d, tools: %s", settings.host, settings.port, ", ".join(service.tools))
+    log.info(
+        "tool-sandbox listening on %s:%d, tools: %s", settings.host, settings.port, ", ".join(service.tools)
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

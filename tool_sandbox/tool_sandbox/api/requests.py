@@ -50,9 +50,13 @@ def parse_execute(body: Any, tools: dict[str, Any], where: str = "") -> ExecuteR
     if tool not in tools:
         raise RequestError(f"{where}unknown tool {tool!r}; this pool serves {', '.join(tools)}")
     if "input" not in body:
-        raise RequestError(f"{where}input is required (code for python, a query for search, a JSON body for http)")
+        raise RequestError(
+            f"{where}input is required (code for python, a query for search, a JSON body for http)"
+        )
     timeout = body.get("timeoutSeconds")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+    ):
         raise RequestError(f"{where}timeoutSeconds must be a positive number, got {timeout!r}")
     session = body.get("session")
     if session is not None and not isinstance(session, str):
@@ -73,7 +77,9 @@ def parse_batch(body: Any, tools: dict[str, Any]) -> list[ExecuteRequest]:
 def parse_session_create(body: Any, session_tools: list[str]) -> str:
     tool = require_object(body).get("tool")
     if not isinstance(tool, str) or tool not in session_tools:
-        raise RequestError(f"tool must name a tool with sessions: one of {', '.join(session_tools) or '(none)'}")
+        raise RequestError(
+            f"tool must name a tool with sessions: one of {', '.join(session_tools) or '(none)'}"
+        )
     return tool
 
 

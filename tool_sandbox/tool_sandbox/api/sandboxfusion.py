@@ -39,20 +39,28 @@ def parse_run_code(body: Any) -> RunCode:
     if stdin is not None and not isinstance(stdin, str):
         raise RequestError("stdin must be a string or null")
     files = body.get("files") or {}
-    if not isinstance(files, dict) or not all(isinstance(k, str) and (v is None or isinstance(v, str))
-                                              for k, v in files.items()):
+    if not isinstance(files, dict) or not all(
+        isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in files.items()
+    ):
         raise RequestError("files must map file paths to base64 strings")
     fetch = body.get("fetch_files") or []
     if not isinstance(fetch, list) or not all(isinstance(f, str) for f in fetch):
         raise RequestError("fetch_files must be a list of file paths")
-    return RunCode(code, language, run_timeout if run_timeout and run_timeout > 0 else None,
-                   int(memory) if memory and memory > 0 else None, stdin or "",
-                   {k: v for k, v in files.items() if v is not None}, fetch)
+    return RunCode(
+        code,
+        language,
+        run_timeout if run_timeout and run_timeout > 0 else None,
+        int(memory) if memory and memory > 0 else None,
+        stdin or "",
+        {k: v for k, v in files.items() if v is not None},
+        fetch,
+    )
 
 
 def unsupported_language(language: str) -> dict[str, Any]:
-    return _response("SandboxError", f"language {language!r} is not supported by this tool pool; "
-                                     "it runs python only", None)
+    return _response(
+        "SandboxError", f"language {language!r} is not supported by this tool pool; it runs python only", None
+    )
 
 
 def no_python_tool() -> dict[str, Any]:
@@ -78,8 +86,14 @@ def to_response(result: ToolResult) -> dict[str, Any]:
 
 
 def _response(status: str, message: str, run_result: dict[str, Any] | None) -> dict[str, Any]:
-    return {"status": status, "message": message, "compile_result": None, "run_result": run_result,
-            "executor_pod_name": os.environ.get("POD_NAME"), "files": {}}
+    return {
+        "status": status,
+        "message": message,
+        "compile_result": None,
+        "run_result": run_result,
+        "executor_pod_name": os.environ.get("POD_NAME"),
+        "files": {},
+    }
 
 
 def _number(body: dict[str, Any], key: str) -> float | None:

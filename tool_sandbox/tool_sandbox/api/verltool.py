@@ -36,7 +36,11 @@ def parse_request(body: Any) -> list[Step]:
     if not all(isinstance(a, str) for a in actions):
         raise RequestError("actions must be strings (the model's latest turn)")
     extras = body.get("extra_fields") or [{} for _ in ids]
-    if not isinstance(extras, list) or len(extras) != len(ids) or not all(isinstance(e, dict) for e in extras):
+    if (
+        not isinstance(extras, list)
+        or len(extras) != len(ids)
+        or not all(isinstance(e, dict) for e in extras)
+    ):
         raise RequestError("extra_fields must be a list of objects, one per trajectory")
     extras = [dict(e) for e in extras]
     for key, values in body.items():
@@ -46,8 +50,10 @@ def parse_request(body: Any) -> list[Step]:
             raise RequestError(f"{key} must be a list with one entry per trajectory ({len(ids)})")
         for extra, value in zip(extras, values, strict=True):
             extra[key] = value
-    return [Step(str(tid), action, bool(extra.get("finish", False)), extra)
-            for tid, action, extra in zip(ids, actions, extras, strict=True)]
+    return [
+        Step(str(tid), action, bool(extra.get("finish", False)), extra)
+        for tid, action, extra in zip(ids, actions, extras, strict=True)
+    ]
 
 
 def extract(action: str) -> tuple[str, str] | None:

@@ -19,7 +19,9 @@ from typing import Any
 from tool_sandbox.sandbox import layers, wire
 
 
-def main(spec: layers.Layers, workdir: str, uid: int | None, vm_bytes: int, fds: tuple[int, int, int, int]) -> None:
+def main(
+    spec: layers.Layers, workdir: str, uid: int | None, vm_bytes: int, fds: tuple[int, int, int, int]
+) -> None:
     """Entry point in the forked child; never returns."""
     code = 70
     try:

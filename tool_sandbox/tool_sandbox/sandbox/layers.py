@@ -50,8 +50,12 @@ def prepare_stdio() -> None:
     a child only swaps the descriptors underneath."""
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
     for name, fd in (("stdout", 1), ("stderr", 2)):
-        stream = io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8",
-                                  errors="backslashreplace", line_buffering=True)
+        stream = io.TextIOWrapper(
+            io.FileIO(fd, "w", closefd=False),
+            encoding="utf-8",
+            errors="backslashreplace",
+            line_buffering=True,
+        )
         setattr(sys, name, stream)
 
 

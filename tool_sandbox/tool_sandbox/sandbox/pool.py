@@ -39,8 +39,9 @@ def worker_environment() -> dict[str, str]:
     """Only what the interpreter needs: none of the server's secrets reach a worker."""
     env = {key: os.environ[key] for key in _ENV_KEPT if key in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               PYTHONDONTWRITEBYTECODE="1")
+    env.update(
+        OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1"
+    )
     return env
 
 
@@ -83,8 +84,9 @@ class Pool:
         ready = [w for w in self.workers if w.ready.is_set()] or self.workers
         return min(ready, key=lambda w: len(w.pending)).index
 
-    async def call(self, message: dict[str, Any], worker_index: int | None = None,
-                   generation: int | None = None) -> tuple[dict[str, Any], int, int]:
+    async def call(
+        self, message: dict[str, Any], worker_index: int | None = None, generation: int | None = None
+    ) -> tuple[dict[str, Any], int, int]:
         """Send one request; returns (reply, worker index, worker generation)."""
         index = self.pick() if worker_index is None else worker_index
         worker = self.workers[index]
@@ -131,15 +133,22 @@ class Pool:
         settings = {
             "workdir": os.path.join(self.settings.workdir, f"w{worker.index}"),
             "uidBase": self.settings.sandbox_uid_base + 1000 * worker.index,
-            "slots": min(1000, self.settings.capacity + self.settings.max_sessions
-                         + self.settings.spares_per_worker + 8),
+            "slots": min(
+                1000,
+                self.settings.capacity + self.settings.max_sessions + self.settings.spares_per_worker + 8,
+            ),
             "spares": self.settings.spares_per_worker,
             "landlock": self.settings.landlock,
         }
         worker.process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tool_sandbox.sandbox.zygote", json.dumps(settings),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            env=worker_environment(), limit=wire.MAX_FRAME,
+            sys.executable,
+            "-m",
+            "tool_sandbox.sandbox.zygote",
+            json.dumps(settings),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env=worker_environment(),
+            limit=wire.MAX_FRAME,
         )
         stdout = worker.process.stdout
         assert stdout is not None
@@ -167,5 +176,13 @@ class Pool:
 
 def lost_result(message: str) -> dict[str, Any]:
     """The reply for a call whose worker died under it."""
-    return {"status": outcome.ERROR, "exitCode": None, "stdout": "", "stderr": "", "truncated": False,
-            "durationSeconds": 0.0, "message": message, "sandboxError": True}
+    return {
+        "status": outcome.ERROR,
+        "exitCode": None,
+        "stdout": "",
+        "stderr": "",
+        "truncated": False,
+        "durationSeconds": 0.0,
+        "message": message,
+        "sandboxError": True,
+    }

@@ -4,7 +4,8 @@ Two filters are stacked (the kernel applies the strictest answer):
 - the static deny list, compiled once per worker with libseccomp (pyseccomp) and exported as BPF,
   so installing it in each child is one prctl;
 - a per-process filter, a few BPF instructions assembled here because its constants are the
-  child's own pid (patched into a template): signals, rlimits and scheduling calls may target only the caller itself.
+  child's own pid (patched into a template): signals, rlimits and scheduling calls may target
+  only the caller itself.
 Denied calls fail with EPERM (code sees a PermissionError, the server sees a clean exit) rather
 than killing the process."""
 
@@ -20,17 +21,77 @@ import pyseccomp as sc
 # Syscalls a sandboxed program never needs: networking, debugging other processes, kernel
 # objects, mounts and namespaces, new programs and processes, clocks, modules.
 DENIED = (
-    "socket", "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_open",
-    "pidfd_send_signal", "pidfd_getfd", "process_madvise", "process_mrelease", "migrate_pages",
-    "move_pages", "get_robust_list", "mount", "umount2", "pivot_root", "chroot", "unshare", "setns",
-    "fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr",
-    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd", "kexec_load",
-    "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot", "swapon",
-    "swapoff", "sethostname", "setdomainname", "acct", "quotactl", "quotactl_fd",
-    "open_by_handle_at", "name_to_handle_at", "lookup_dcookie", "iopl", "ioperm", "io_uring_setup",
-    "io_uring_enter", "io_uring_register", "fanotify_init", "syslog", "vhangup", "settimeofday",
-    "clock_settime", "clock_adjtime", "adjtimex", "personality", "execve", "execveat", "fork",
-    "vfork", "tkill", "ioprio_set", "uselib", "memfd_secret", "mknod", "mknodat",
+    "socket",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "kcmp",
+    "pidfd_open",
+    "pidfd_send_signal",
+    "pidfd_getfd",
+    "process_madvise",
+    "process_mrelease",
+    "migrate_pages",
+    "move_pages",
+    "get_robust_list",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "unshare",
+    "setns",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "move_mount",
+    "open_tree",
+    "mount_setattr",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "sethostname",
+    "setdomainname",
+    "acct",
+    "quotactl",
+    "quotactl_fd",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "lookup_dcookie",
+    "iopl",
+    "ioperm",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "fanotify_init",
+    "syslog",
+    "vhangup",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "personality",
+    "execve",
+    "execveat",
+    "fork",
+    "vfork",
+    "tkill",
+    "ioprio_set",
+    "uselib",
+    "memfd_secret",
+    "mknod",
+    "mknodat",
 )
 _CLONE_THREAD = 0x00010000
 _PR_SET_PDEATHSIG = 1
@@ -137,8 +198,12 @@ class Program:
         self.buffer = ctypes.create_string_buffer(code, len(code))
         self.fprog = _SockFprog(len=len(code) // 8, filter=ctypes.addressof(self.buffer))
         self.ref = ctypes.byref(self.fprog)
-        self.self_slots = [i for i in range(0, len(code), 8) if code[i + 4:i + 8] == struct.pack("=I", _SELF)]
-        self.group_slots = [i for i in range(0, len(code), 8) if code[i + 4:i + 8] == struct.pack("=I", _GROUP)]
+        self.self_slots = [
+            i for i in range(0, len(code), 8) if code[i + 4 : i + 8] == struct.pack("=I", _SELF)
+        ]
+        self.group_slots = [
+            i for i in range(0, len(code), 8) if code[i + 4 : i + 8] == struct.pack("=I", _GROUP)
+        ]
 
     def install(self) -> None:
         """Load it as a seccomp filter on the calling thread (needs no_new_privs)."""

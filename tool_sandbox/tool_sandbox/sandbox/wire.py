@@ -26,7 +26,7 @@ def split(buffer: bytearray) -> list[dict[str, Any]]:
         end = _HEADER.size + size
         if len(buffer) < end:
             break
-        messages.append(json.loads(bytes(buffer[_HEADER.size:end])))
+        messages.append(json.loads(bytes(buffer[_HEADER.size : end])))
         del buffer[:end]
     return messages
 
@@ -34,7 +34,7 @@ def split(buffer: bytearray) -> list[dict[str, Any]]:
 def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def read_frame(fd: int) -> dict[str, Any] | None:

@@ -29,14 +29,73 @@ from typing import Any
 from tool_sandbox.sandbox import child, landlock, layers, outcome, seccomp, wire
 
 PRELOAD = (
-    "numpy", "numpy.random", "numpy.linalg", "numpy.fft", "numpy.polynomial", "sympy", "math", "cmath", "re", "json", "collections", "itertools", "functools",
-    "operator", "heapq", "bisect", "fractions", "decimal", "statistics", "random", "string",
-    "datetime", "time", "typing", "dataclasses", "copy", "io", "textwrap", "array", "struct",
-    "hashlib", "base64", "unicodedata", "pprint", "enum", "numbers", "traceback", "threading",
-    "csv", "calendar", "difflib", "queue", "contextlib", "warnings", "ast", "uuid", "socket",
-    "subprocess", "signal", "glob", "pathlib", "shutil", "tempfile", "ctypes", "unittest",
-    "multiprocessing", "doctest", "inspect", "pickle", "zlib", "gzip", "secrets", "bz2", "lzma",
-    "encodings.idna", "locale", "codecs",
+    "numpy",
+    "numpy.random",
+    "numpy.linalg",
+    "numpy.fft",
+    "numpy.polynomial",
+    "sympy",
+    "math",
+    "cmath",
+    "re",
+    "json",
+    "collections",
+    "itertools",
+    "functools",
+    "operator",
+    "heapq",
+    "bisect",
+    "fractions",
+    "decimal",
+    "statistics",
+    "random",
+    "string",
+    "datetime",
+    "time",
+    "typing",
+    "dataclasses",
+    "copy",
+    "io",
+    "textwrap",
+    "array",
+    "struct",
+    "hashlib",
+    "base64",
+    "unicodedata",
+    "pprint",
+    "enum",
+    "numbers",
+    "traceback",
+    "threading",
+    "csv",
+    "calendar",
+    "difflib",
+    "queue",
+    "contextlib",
+    "warnings",
+    "ast",
+    "uuid",
+    "socket",
+    "subprocess",
+    "signal",
+    "glob",
+    "pathlib",
+    "shutil",
+    "tempfile",
+    "ctypes",
+    "unittest",
+    "multiprocessing",
+    "doctest",
+    "inspect",
+    "pickle",
+    "zlib",
+    "gzip",
+    "secrets",
+    "bz2",
+    "lzma",
+    "encodings.idna",
+    "locale",
+    "codecs",
 )
 _CHUNK = 1 << 16
 _PR_SET_PDEATHSIG = 1
@@ -164,7 +223,9 @@ class Worker:
             if fd in kid.open_fds:
                 self.on_readable(kid, role, drain=True)
         if kid.call is not None:
-            self.finish(kid, outcome.classify(status, kid.call.timed_out, kid.call.exceeded))
+            # Past its deadline counts as a timeout even if the CPU limit's SIGKILL came first.
+            late = kid.call.timed_out or time.monotonic() >= kid.call.deadline
+            self.finish(kid, outcome.classify(status, late, kid.call.exceeded))
         elif kid.setup_error:
             print(f"tool-sandbox worker: child setup failed: {kid.setup_error}", file=sys.stderr)
         for fd in list(kid.open_fds):
@@ -197,7 +258,7 @@ class Worker:
             started=now,
             deadline=now + float(msg["timeout"]),
             max_output=max_output,
-            kill_bytes=max(64 * max_output, 1 << 20),
+            kill_bytes=max(16 * max_output, 1 << 18),
             fetch=list(msg.get("fetch") or []),
             session_open=mode == "session" and kid.session is None,
         )
@@ -247,8 +308,9 @@ class Worker:
         self.send(reply)
 
     def on_readable(self, kid: Child, role: str, drain: bool = False) -> None:
+        """Read what a child wrote: up to 1 MiB per wake-up, up to 64 MiB when draining."""
         fd = {"out": kid.out_r, "err": kid.err_r, "ctl": kid.ctl_r}[role]
-        while True:
+        for _ in range(1024 if drain else 16):
             try:
                 data = os.read(fd, _CHUNK)
             except BlockingIOError:
@@ -262,8 +324,6 @@ class Worker:
                     self.on_control(kid, frame)
             elif kid.call is not None:
                 self.collect(kid, kid.call, role, data)
-            if not drain:
-                return
 
     def collect(self, kid: Child, call: Call, role: str, data: bytes) -> None:
         buf = call.out if role == "out" else call.err
@@ -317,14 +377,31 @@ class Worker:
             self.send({"id": msg["id"], "status": outcome.OK, "closed": kid is not None})
         elif op == "usage":
             me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-            self.send({"id": msg["id"], "status": outcome.OK, "worker": [me.ru_utime, me.ru_stime, me.ru_minflt],
-                       "children": [kids.ru_utime, kids.ru_stime, kids.ru_minflt]})
+            self.send(
+                {
+                    "id": msg["id"],
+                    "status": outcome.OK,
+                    "worker": [me.ru_utime, me.ru_stime, me.ru_minflt],
+                    "children": [kids.ru_utime, kids.ru_stime, kids.ru_minflt],
+                }
+            )
         else:
             self.reply_error(msg, outcome.ERROR, f"unknown worker operation {op!r}")
 
     def reply_error(self, msg: dict[str, Any], status: str, message: str) -> None:
-        self.send({"id": msg.get("id"), "status": status, "exitCode": None, "stdout": "", "stderr": "",
-                   "truncated": False, "durationSeconds": 0.0, "message": message, "sandboxError": True})
+        self.send(
+            {
+                "id": msg.get("id"),
+                "status": status,
+                "exitCode": None,
+                "stdout": "",
+                "stderr": "",
+                "truncated": False,
+                "durationSeconds": 0.0,
+                "message": message,
+                "sandboxError": True,
+            }
+        )
 
     def send(self, message: dict[str, Any]) -> None:
         wire.write_all(self.out_fd, wire.encode(message))
@@ -406,9 +483,23 @@ class Worker:
 def _read_only_paths() -> tuple[str, ...]:
     """What a child may read: the interpreter with its libraries, shared libraries, time zones and
     a few devices. Not the current directory, not /etc, not /proc, not /tmp."""
-    candidates = [sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(), "/usr/lib",
-                  "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/usr/share/zoneinfo", "/etc/localtime",
-                  "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"]
+    candidates = [
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        *site.getsitepackages(),
+        "/usr/lib",
+        "/usr/lib64",
+        "/lib",
+        "/lib64",
+        "/usr/local/lib",
+        "/usr/share/zoneinfo",
+        "/etc/localtime",
+        "/dev/null",
+        "/dev/zero",
+        "/dev/urandom",
+        "/dev/random",
+    ]
     dirs: list[str] = []
     files: list[str] = []
     for path in candidates:

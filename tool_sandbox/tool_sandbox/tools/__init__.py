@@ -16,7 +16,9 @@ def needs_pool(configs: tuple[ToolConfig, ...]) -> bool:
     return any(config.type == PythonTool.type for config in configs)
 
 
-def build_tools(configs: tuple[ToolConfig, ...], pool: Pool | None, settings: ServerSettings) -> dict[str, Tool]:
+def build_tools(
+    configs: tuple[ToolConfig, ...], pool: Pool | None, settings: ServerSettings
+) -> dict[str, Tool]:
     """Instantiate each configured tool by its type."""
     tools: dict[str, Tool] = {}
     for config in configs:

@@ -63,7 +63,9 @@ class HttpTool(Tool):
         started = time.monotonic()
         wait = self.limiter.delay()
         if wait > seconds:
-            return self._result(outcome.REJECTED, "", started, f"rate limit of {self.config.rate_limit_per_second}/s")
+            return self._result(
+                outcome.REJECTED, "", started, f"rate limit of {self.config.rate_limit_per_second}/s"
+            )
         await asyncio.sleep(wait)
         last = ""
         status = outcome.ERROR
@@ -71,13 +73,19 @@ class HttpTool(Tool):
             if attempt:
                 await asyncio.sleep(backoff(attempt, self.config.retry_delay_seconds))
             try:
-                async with self.client.post(self.config.url, json=payload,
-                                            timeout=aiohttp.ClientTimeout(total=seconds)) as response:
+                async with self.client.post(
+                    self.config.url, json=payload, timeout=aiohttp.ClientTimeout(total=seconds)
+                ) as response:
                     body = await response.text(errors="replace")
                     if response.status < 500:
                         ok = response.status < 400
-                        return self._result(outcome.OK if ok else outcome.ERROR, body, started,
-                                            "" if ok else f"HTTP {response.status}", response.status)
+                        return self._result(
+                            outcome.OK if ok else outcome.ERROR,
+                            body,
+                            started,
+                            "" if ok else f"HTTP {response.status}",
+                            response.status,
+                        )
                     last, status = f"HTTP {response.status} after {attempt + 1} attempt(s)", outcome.ERROR
             except TimeoutError:
                 last, status = f"no answer within {seconds}s after {attempt + 1} attempt(s)", outcome.TIMEOUT
@@ -85,13 +93,22 @@ class HttpTool(Tool):
                 last, status = f"{type(exc).__name__}: {exc} after {attempt + 1} attempt(s)", outcome.ERROR
         return self._result(status, "", started, last)
 
-    def _result(self, status: str, body: str, started: float, message: str, code: int | None = None) -> ToolResult:
+    def _result(
+        self, status: str, body: str, started: float, message: str, code: int | None = None
+    ) -> ToolResult:
         text = _pretty(body)
         raw = text.encode()
         limit = self.config.max_output_bytes
         output, truncated = outcome.cap_output(raw[:limit], len(raw), limit)
-        return ToolResult(status=status, output=output, stdout=output, exitCode=code, truncated=truncated,
-                          durationSeconds=round(time.monotonic() - started, 6), message=message)
+        return ToolResult(
+            status=status,
+            output=output,
+            stdout=output,
+            exitCode=code,
+            truncated=truncated,
+            durationSeconds=round(time.monotonic() - started, 6),
+            message=message,
+        )
 
 
 def _pretty(body: str) -> str:

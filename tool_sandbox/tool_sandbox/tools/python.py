@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,13 +52,27 @@ class PythonTool(Tool):
             processes=self.config.max_processes,
         ).__dict__
 
-    async def execute(self, payload: Any, timeout: float | None, *, memory_mib: int | None = None,
-                      files: dict[str, str] | None = None, fetch: list[str] | None = None) -> ToolResult:
+    async def execute(
+        self,
+        payload: Any,
+        timeout: float | None,
+        *,
+        memory_mib: int | None = None,
+        files: dict[str, str] | None = None,
+        fetch: list[str] | None = None,
+    ) -> ToolResult:
         code, stdin = parse_code(payload)
         seconds = self.effective_timeout(timeout)
-        message = {"op": "run", "code": code, "stdin": stdin, "timeout": seconds,
-                   "limits": self.limits(seconds, memory_mib), "maxOutputBytes": self.config.max_output_bytes,
-                   "files": files or {}, "fetch": fetch or []}
+        message = {
+            "op": "run",
+            "code": code,
+            "stdin": stdin,
+            "timeout": seconds,
+            "limits": self.limits(seconds, memory_mib),
+            "maxOutputBytes": self.config.max_output_bytes,
+            "files": files or {},
+            "fetch": fetch or [],
+        }
         try:
             reply, _, _ = await self.pool.call(message)
         except WorkerLost as exc:
@@ -65,9 +80,13 @@ class PythonTool(Tool):
         return _result(reply)
 
     async def open_session(self) -> SessionHandle | ToolResult:
-        message = {"op": "open", "code": "", "timeout": self.config.timeout_seconds,
-                   "limits": self.limits(self.settings.session_cpu_seconds),
-                   "maxOutputBytes": self.config.max_output_bytes}
+        message = {
+            "op": "open",
+            "code": "",
+            "timeout": self.config.timeout_seconds,
+            "limits": self.limits(self.settings.session_cpu_seconds),
+            "maxOutputBytes": self.config.max_output_bytes,
+        }
         try:
             reply, worker, generation = await self.pool.call(message)
         except WorkerLost as exc:
@@ -76,12 +95,18 @@ class PythonTool(Tool):
             return _result(reply)
         return SessionHandle(worker, generation, int(reply["session"]))
 
-    async def execute_in_session(self, handle: SessionHandle, payload: Any,
-                                 timeout: float | None) -> tuple[ToolResult, bool]:
+    async def execute_in_session(
+        self, handle: SessionHandle, payload: Any, timeout: float | None
+    ) -> tuple[ToolResult, bool]:
         """Run a cell; also says whether the session's process is still alive afterwards."""
         code, _ = parse_code(payload)
-        message = {"op": "exec", "session": handle.worker_session, "code": code,
-                   "timeout": self.effective_timeout(timeout), "maxOutputBytes": self.config.max_output_bytes}
+        message = {
+            "op": "exec",
+            "session": handle.worker_session,
+            "code": code,
+            "timeout": self.effective_timeout(timeout),
+            "maxOutputBytes": self.config.max_output_bytes,
+        }
         try:
             reply, _, _ = await self.pool.call(message, handle.worker, handle.generation)
         except WorkerLost as exc:
@@ -89,11 +114,10 @@ class PythonTool(Tool):
         return _result(reply), bool(reply.get("sessionAlive", False))
 
     async def close_session(self, handle: SessionHandle) -> None:
-        try:
-            await self.pool.call({"op": "close", "session": handle.worker_session}, handle.worker,
-                                 handle.generation)
-        except WorkerLost:
-            pass  # the process went with its worker
+        with contextlib.suppress(WorkerLost):  # else the process went with its worker
+            await self.pool.call(
+                {"op": "close", "session": handle.worker_session}, handle.worker, handle.generation
+            )
 
 
 def _result(reply: dict[str, Any]) -> ToolResult:

@@ -35,8 +35,10 @@ def parse_corpus(lines: list[str], source: str) -> list[Document]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{source}:{number}: not JSON ({exc.msg}); the corpus is JSONL") from exc
-        text = next((record[k] for k in _TEXT_KEYS if isinstance(record, dict) and isinstance(record.get(k), str)),
-                    None)
+        text = next(
+            (record[k] for k in _TEXT_KEYS if isinstance(record, dict) and isinstance(record.get(k), str)),
+            None,
+        )
         if text is None:
             raise ConfigError(f"{source}:{number}: no text field; give one of {', '.join(_TEXT_KEYS)}")
         doc_id = str(record.get("id", record.get("_id", number)))
@@ -82,8 +84,10 @@ class SearchTool(Tool):
             with open(self.config.corpus, encoding="utf-8") as handle:
                 self.documents = parse_corpus(handle.readlines(), self.config.corpus)
         except OSError as exc:
-            raise ConfigError(f"search tool {self.name}: cannot read corpus {self.config.corpus}: "
-                              f"{exc.strerror}; mount the data volume or fix the path") from exc
+            raise ConfigError(
+                f"search tool {self.name}: cannot read corpus {self.config.corpus}: "
+                f"{exc.strerror}; mount the data volume or fix the path"
+            ) from exc
         corpus = [f"{doc.title} {doc.text}" for doc in self.documents]
         index = bm25s.BM25()
         index.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
@@ -104,7 +108,14 @@ class SearchTool(Tool):
         hits = await asyncio.to_thread(self.search, query, k)
         text = render(hits) if hits else "No results."
         raw = text.encode()
-        output, truncated = outcome.cap_output(raw[: self.config.max_output_bytes], len(raw),
-                                               self.config.max_output_bytes)
-        return ToolResult(status=outcome.OK, output=output, stdout=output, exitCode=0, truncated=truncated,
-                          durationSeconds=round(time.monotonic() - started, 6))
+        output, truncated = outcome.cap_output(
+            raw[: self.config.max_output_bytes], len(raw), self.config.max_output_bytes
+        )
+        return ToolResult(
+            status=outcome.OK,
+            output=output,
+            stdout=output,
+            exitCode=0,
+            truncated=truncated,
+            durationSeconds=round(time.monotonic() - started, 6),
+        )
