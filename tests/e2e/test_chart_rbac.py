@@ -1,6 +1,7 @@
 """Least privilege, proven: the real operator runs a job's whole life (create, children, status,
-suspend, delete) with nothing but the chart's RBAC for its ServiceAccount, and the API server
-refuses none of its requests; and without any single one of the chart's rules, that run fails.
+re-creating a deleted child, suspend, delete) with nothing but the chart's RBAC for its
+ServiceAccount, and the API server refuses none of its requests; and without any single one of
+the chart's rules, that run fails.
 
 The operator talks to the API server through a small proxy that swaps in the ServiceAccount's
 token and records every 403, so a refused request is seen even where the operator only logs it.
@@ -64,7 +65,7 @@ class TokenProxy:
         return self
 
     def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(30)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
 
@@ -91,7 +92,7 @@ class TokenProxy:
                                               auto_decompress=False)
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._forward)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
 
@@ -175,13 +176,7 @@ def lifecycle(s: Setup, job_name: str) -> str | None:
     reached with no RBAC refusal, else what went wrong first."""
     s.proxy.denials.clear()
     cluster, ns = s.cluster, s.namespace
-
-    def check(probe: Any) -> Any:
-        def wrapped() -> Any:
-            if _rbac_denials(s.proxy.denials):
-                return "denied"
-            return probe()
-        return wrapped
+    pool = ("deployment", f"{job_name}-tools", "-n", ns)
 
     def trj() -> dict[str, Any] | None:
         found = cluster.kubectl("get", "trj", job_name, "-n", ns, "-o", "json", check=False)
@@ -194,40 +189,43 @@ def lifecycle(s: Setup, job_name: str) -> str | None:
             return None
         return job if phase is None or status.get("phase") == phase else None
 
-    log = s.workdir / f"operator-{job_name}.log"
-    operator = OperatorProcess(s.kubeconfig, namespaces=[ns], log_path=log)
+    def pool_uid() -> str:
+        return cluster.kubectl("get", *pool, "-o", "jsonpath={.metadata.uid}", check=False).stdout
+
+    def children() -> bool:
+        return all(cluster.kubectl("get", kind, name, "-n", ns, check=False).returncode == 0
+                   for kind, name in (("rayjob", job_name), ("deployment", f"{job_name}-tools"),
+                                      ("role", f"{job_name}-trainer"), ("configmap", f"{job_name}-config")))
+
+    uids: list[str] = []
+    stages: list[tuple[str, Any, Any]] = [  # (what, action, until)
+        ("status written", lambda: cluster.apply(_small_job(job_name), "-n", ns), current),
+        ("children created", None, children),
+        ("deleted tool pool re-created",
+         lambda: (uids.append(pool_uid()), cluster.kubectl("delete", *pool, "--wait=false")),
+         lambda: pool_uid() not in ("", *uids)),
+        ("phase Suspended",
+         lambda: cluster.kubectl("patch", "trj", job_name, "-n", ns, "--type=merge",
+                                 "-p", '{"spec":{"suspend":true}}'),
+         lambda: current("Suspended")),
+        ("job deleted", lambda: cluster.kubectl("delete", "trj", job_name, "-n", ns, "--wait=false"),
+         lambda: trj() is None),
+    ]
+    operator = OperatorProcess(s.kubeconfig, namespaces=[ns], log_path=s.workdir / f"operator-{job_name}.log")
     try:
         operator.start()
     except RuntimeError as err:
         return f"operator did not start: {err}; refused: {_rbac_denials(s.proxy.denials)}"
     try:
-        cluster.apply(_small_job(job_name), "-n", ns)
-        stages = [
-            ("status written for the current generation", lambda: current()),
-            ("children created", lambda: all(
-                cluster.kubectl("get", kind, name, "-n", ns, check=False).returncode == 0
-                for kind, name in (("rayjob", job_name), ("deployment", f"{job_name}-tools"),
-                                   ("role", f"{job_name}-trainer"), ("configmap", f"{job_name}-config")))),
-        ]
-        for what, probe in stages:
+        for what, action, until in stages:
+            if action:
+                action()
             try:
-                if wait_until(check(probe), STAGE_TIMEOUT, what) == "denied":
-                    break
+                wait_until(lambda until=until: _rbac_denials(s.proxy.denials) or until(), STAGE_TIMEOUT, what)
             except AssertionError:
                 return f"{what}: not reached; operator log:\n{operator.log_tail(15)}"
-        if not _rbac_denials(s.proxy.denials):
-            cluster.kubectl("patch", "trj", job_name, "-n", ns, "--type=merge",
-                            "-p", '{"spec":{"suspend":true}}')
-            try:
-                wait_until(check(lambda: current("Suspended")), STAGE_TIMEOUT, "phase Suspended")
-            except AssertionError:
-                return f"suspend: phase Suspended not reached; operator log:\n{operator.log_tail(15)}"
-        if not _rbac_denials(s.proxy.denials):
-            cluster.kubectl("delete", "trj", job_name, "-n", ns, "--wait=false")
-            try:
-                wait_until(check(lambda: trj() is None), STAGE_TIMEOUT, "job deleted")
-            except AssertionError:
-                return f"delete: the job was not released; operator log:\n{operator.log_tail(15)}"
+            if _rbac_denials(s.proxy.denials):
+                break
     finally:
         operator.stop()
         cluster.kubectl("patch", "trj", job_name, "-n", ns, "--type=merge", "-p",
