@@ -8,7 +8,7 @@
    "batch-sync": the scheme of older tool rollouts, every turn waits for all generations and then for all
    tool calls of that turn. Same generation delays, same tool code, same client.
 
-    .venv/bin/python bench/trainer_entry/bench.py [--calls 10000] [--trajectories 512] [--out result.json]
+    .venv/bin/python bench/trainer_entry/run.py [--calls 10000] [--trajectories 512] [--out result.json]
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=10240)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--trajectories", type=int, default=512)
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results" / "trainer_entry.json")
     args = parser.parse_args()
     result: dict = {}
     root = Path(tempfile.mkdtemp(prefix="bench-trainer-entry-"))
@@ -281,6 +281,7 @@ def main() -> None:
     }
     print(json.dumps(result, indent=2))
     if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")
 
 
