@@ -16,7 +16,7 @@ cluster-down:
 	@if [ -x $(PY) ]; then $(LOCALCLUSTER) down; fi
 
 demo: setup
-	@scripts/demo.sh
+	$(PY) scripts/demo.py
 
 test: setup
 	$(PY) -m pytest tests
