@@ -296,6 +296,31 @@ def _refresh_from_child(
         raise
 
 
+# Children whose only event that matters is their deletion (RayJob and Deployment are above).
+REPAIRED_ON_DELETE = (
+    ("", "v1", "configmaps"),
+    ("", "v1", "services"),
+    ("", "v1", "serviceaccounts"),
+    ("policy", "v1", "poddisruptionbudgets"),
+    ("networking.k8s.io", "v1", "networkpolicies"),
+    ("rbac.authorization.k8s.io", "v1", "roles"),
+    ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+)
+
+
+def child_deleted(
+    type: str, namespace: str, labels: kopf.Labels, jobs: kopf.Index, rayjobs: kopf.Index, **_: Any
+) -> None:
+    key = (namespace, labels[LABEL_JOB])
+    job = _first(jobs.get(key))
+    if type == "DELETED" and job is not None and not job["metadata"].get("deletionTimestamp"):
+        _repair(key, _first(rayjobs.get(key)))
+
+
+for _group, _version, _plural in REPAIRED_ON_DELETE:
+    kopf.on.event(_group, _version, _plural, labels=OWNED, id=f"child_deleted/{_plural}")(child_deleted)
+
+
 def _repair(key: Key, rayjob: dict[str, Any] | None) -> None:
     """A child was deleted while its job lives: apply the job again (fresh from the API)."""
     job = runtime().kube.get(API_VERSION, KIND, *key)

@@ -48,7 +48,14 @@ def wait_until(probe: Callable[[], T], timeout: float, what: str, interval: floa
 def install_crd(cluster: Any, crd_file: Path = CRD_FILE) -> None:
     """Apply the ToolRLJob CRD (server-side) and wait until the API serves it."""
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd_file))
-    cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+
+    def established() -> bool:
+        res = cluster.kubectl("get", f"crd/{CRD_NAME}", "-o", "json", check=False)
+        status = json.loads(res.stdout).get("status") if res.returncode == 0 else None
+        conditions = (status or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    wait_until(established, 60, f"CRD {CRD_NAME} Established")
 
 
 class OperatorProcess:
