@@ -24,6 +24,7 @@ PLURALS = {
     "Role": "roles",
     "RoleBinding": "rolebindings",
     "RayJob": "rayjobs",
+    "ScaledObject": "scaledobjects",
     "ToolRLJob": "toolrljobs",
 }
 RETRIABLE = frozenset({409, 429, 500, 502, 503, 504})
@@ -118,6 +119,26 @@ class Kube:
             if err.status == 404:
                 return None
             raise
+
+    def apply_status(
+        self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Server-side apply of the status fields this operator owns. Others' fields (the trainer's
+        progress, the autoscaler's desiredReplicas and condition) are untouched, also inside
+        `conditions`, a list keyed by type."""
+        body = {
+            "apiVersion": api_version,
+            "kind": kind,
+            "metadata": {"name": name, "namespace": namespace},
+            "status": status,
+        }
+        return self.request(
+            "PATCH",
+            resource_path(api_version, kind, namespace, name, "status"),
+            body,
+            content_type="application/apply-patch+yaml",
+            query={"fieldManager": self.field_manager, "force": "true"},
+        )
 
     def patch_status(
         self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .configmap import build_configmap
+from .keda import build_scaled_object, uses_keda
 from .rayjob import build_rayjob
 from .rbac import build_role, build_role_binding, build_service_account
 from .settings import Settings
@@ -14,8 +15,10 @@ from .toolpool import build_deployment, build_network_policy, build_pdb, build_s
 def build_children(
     job: dict[str, Any], settings: Settings, current_rayjob_suspend: bool | None = None
 ) -> list[dict[str, Any]]:
-    """Plain manifests for all of `job`'s children; pure, so it is tested without a cluster."""
-    return [
+    """Plain manifests for all of `job`'s children; pure, so it is tested without a cluster.
+    With `toolPool.autoscaler: keda` a KEDA ScaledObject sizes the pool (KedaConfigError without
+    a Prometheus URL)."""
+    children = [
         build_service_account(job),
         build_role(job),
         build_role_binding(job),
@@ -26,3 +29,6 @@ def build_children(
         build_deployment(job, settings),
         build_rayjob(job, settings, current_rayjob_suspend),
     ]
+    if uses_keda(job):
+        children.insert(-1, build_scaled_object(job, settings.prometheus_url))
+    return children

@@ -20,6 +20,7 @@ import kopf
 
 from .apply import RETRIABLE, ApiError, Kube, load_api_client
 from .children import build_children
+from .keda import KedaConfigError, uses_keda
 from .metrics import PHASES, RECONCILE_DURATION, RECONCILE_ERRORS
 from .naming import (
     API_VERSION,
@@ -186,6 +187,9 @@ def apply_job(job: dict[str, Any], rayjob: dict[str, Any] | None) -> None:
         rt.applied_generation[key] = job["metadata"].get("generation", 1)
         manifest = {"kind": "status", "metadata": {"name": key[1]}}
         refresh_status(job, _rayjob_view(live["RayJob"]), _deployment_view(live["Deployment"]))
+    except KedaConfigError as err:
+        _failed(job, "KedaConfig", str(err))
+        raise kopf.TemporaryError(str(err), delay=60) from err
     except ApiError as err:
         _failed(
             job, err.reason or str(err.status), f"{manifest['kind']} {manifest['metadata']['name']}: {err}"
@@ -215,11 +219,10 @@ def refresh_status(
             return  # nothing applied yet: the reconcile handler writes the first status
         new = compute_status({**job, "status": old}, rayjob, deployment, generation, _now())
         PHASES.record(key[0], key[1], new["phase"])
-        changes = status_changes(old, new)
-        if not changes:
+        if not status_changes(old, new):
             return
         try:
-            written = rt.kube.patch_status(API_VERSION, KIND, key[0], key[1], changes)
+            written = rt.kube.apply_status(API_VERSION, KIND, key[0], key[1], new)
         except ApiError as err:
             if err.status == 404:
                 return
@@ -342,7 +345,7 @@ def job_event(
         return
     job = plain(body)
     deployment = _first(deployments.get(key))
-    if deployment is None or job["metadata"].get("deletionTimestamp"):
+    if deployment is None or job["metadata"].get("deletionTimestamp") or uses_keda(job):
         return
     if runtime().applied_generation.get(key) != job["metadata"].get("generation"):
         return  # the spec changed: the update handler applies it

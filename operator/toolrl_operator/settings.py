@@ -6,20 +6,38 @@ import os
 from dataclasses import dataclass
 
 
+class SettingsError(ValueError):
+    """An operator environment variable has a value the operator cannot use."""
+
+
 @dataclass(frozen=True)
 class Settings:
     trainer_image: str = "toolrl-trainer:0.1.0"
     tool_sandbox_image: str = "toolrl-tool-sandbox:0.1.0"
     monitoring_namespace: str = "monitoring"
+    prometheus_url: str = ""  # the autoscaler reads pool load here; empty: it scrapes the pods
+    autoscaler_interval_seconds: float = 5.0
     field_manager: str = "toolrl-operator"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
-        """Read TOOLRL_TRAINER_IMAGE, TOOLRL_TOOL_SANDBOX_IMAGE, TOOLRL_MONITORING_NAMESPACE."""
+        """Read TOOLRL_TRAINER_IMAGE, TOOLRL_TOOL_SANDBOX_IMAGE, TOOLRL_MONITORING_NAMESPACE,
+        TOOLRL_PROMETHEUS_URL and TOOLRL_AUTOSCALER_INTERVAL_SECONDS."""
         env = dict(os.environ) if env is None else env
         defaults = cls()
+        interval = env.get("TOOLRL_AUTOSCALER_INTERVAL_SECONDS") or str(defaults.autoscaler_interval_seconds)
+        try:
+            seconds = float(interval)
+        except ValueError:
+            seconds = -1.0
+        if seconds <= 0:
+            raise SettingsError(
+                f"TOOLRL_AUTOSCALER_INTERVAL_SECONDS={interval!r}: use a positive number of seconds"
+            )
         return cls(
             trainer_image=env.get("TOOLRL_TRAINER_IMAGE") or defaults.trainer_image,
             tool_sandbox_image=env.get("TOOLRL_TOOL_SANDBOX_IMAGE") or defaults.tool_sandbox_image,
             monitoring_namespace=env.get("TOOLRL_MONITORING_NAMESPACE") or defaults.monitoring_namespace,
+            prometheus_url=env.get("TOOLRL_PROMETHEUS_URL", "").rstrip("/"),
+            autoscaler_interval_seconds=seconds,
         )

@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .configmap import TOOLS_KEY, tools_checksum
+from .keda import uses_keda
 from .naming import (
     COMPONENT_TOOL_POOL,
     COMPONENT_TRAINER,
@@ -95,7 +96,7 @@ def build_deployment(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
     if pool.get("runtimeClassName"):
         pod_spec["runtimeClassName"] = pool["runtimeClassName"]
 
-    return {
+    deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": child_metadata(job, tool_pool_name(name), COMPONENT_TOOL_POOL),
@@ -111,6 +112,9 @@ def build_deployment(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
             },
         },
     }
+    if uses_keda(job):
+        del deployment["spec"]["replicas"]  # KEDA's HPA owns it
+    return deployment
 
 
 def build_service(job: dict[str, Any]) -> dict[str, Any]:

@@ -88,6 +88,7 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("min-items", {"tools": []}, "should have at least 1 items"),
     ("type", {"algorithm.trainBatchSize": "big"}, "must be of type integer"),
     ("gpus-minimum", {"cluster.workers.gpusPerWorker": 0}, "should be greater than or equal to 1"),
+    ("autoscaler-enum", {"toolPool.autoscaler": "hpa"}, 'Unsupported value: "hpa"'),
 ]
 
 
@@ -120,8 +121,9 @@ def test_invalid_job_is_rejected_with_the_rules_message(cluster, crd, namespace,
     [
         ({"spec": {"model": {"path": "Qwen/Other"}}}, "spec.model.path is immutable"),
         ({"spec": {"cluster": {"workers": {"gpusPerWorker": 4}}}}, "gpusPerWorker is immutable"),
+        ({"spec": {"toolPool": {"autoscaler": "keda"}}}, "spec.toolPool.autoscaler is immutable"),
     ],
-    ids=["model-path", "gpus-per-worker"],
+    ids=["model-path", "gpus-per-worker", "autoscaler"],
 )
 def test_immutable_fields_cannot_change(cluster, crd, namespace, patch, message) -> None:
     cluster.kubectl("create", "-n", namespace, "-f", str(EXAMPLE))

@@ -314,3 +314,26 @@ def test_settings_come_from_the_environment() -> None:
     assert settings.trainer_image == "t:2"
     assert settings.monitoring_namespace == "obs"
     assert settings.tool_sandbox_image == Settings().tool_sandbox_image
+
+
+def test_keda_jobs_get_a_scaled_object_and_leave_replicas_to_it(make_job) -> None:
+    from toolrl_operator.keda import KedaConfigError
+
+    job = make_job(toolPool={"autoscaler": "keda"})
+    keda_settings = Settings(prometheus_url="http://prometheus.monitoring:9090")
+    kinds = [c["kind"] for c in build_children(job, keda_settings)]
+    assert kinds[-2:] == ["ScaledObject", "RayJob"]
+    assert "replicas" not in build_deployment(job, keda_settings)["spec"]
+    with pytest.raises(KedaConfigError, match="TOOLRL_PROMETHEUS_URL"):
+        build_children(job, SETTINGS)
+    assert "ScaledObject" not in [c["kind"] for c in build_children(make_job(), keda_settings)]
+
+
+def test_bad_autoscaler_interval_is_rejected_with_the_variable_name() -> None:
+    from toolrl_operator.settings import SettingsError
+
+    assert Settings.from_env({"TOOLRL_AUTOSCALER_INTERVAL_SECONDS": "2.5"}).autoscaler_interval_seconds == 2.5
+    assert Settings.from_env({"TOOLRL_PROMETHEUS_URL": "http://p:9090/"}).prometheus_url == "http://p:9090"
+    for bad in ("0", "soon"):
+        with pytest.raises(SettingsError, match="TOOLRL_AUTOSCALER_INTERVAL_SECONDS"):
+            Settings.from_env({"TOOLRL_AUTOSCALER_INTERVAL_SECONDS": bad})
