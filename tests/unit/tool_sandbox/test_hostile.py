@@ -19,17 +19,22 @@ def assert_still_serving(server: Server) -> None:
     assert (result["status"], result["stdout"]) == ("ok", "42\n")
 
 
-def sandbox_processes() -> list[int]:
-    """Processes running under the sandbox uids (children run as uid 200000 + slot)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if 200000 <= os.stat(f"/proc/{entry}").st_uid < 210000:
-                    found.append(int(entry))
-            except FileNotFoundError:
-                continue
-    return found
+def sandbox_processes(server: Server) -> list[int]:
+    """This server's sandboxed children (other servers may run on the machine at the same time)."""
+    workers = {p for p in _pids() if _is_worker_of(p, server.process.pid)}
+    return [p for p in _pids() if _parent(p) in workers]
+
+
+def _pids() -> list[int]:
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        return None
 
 
 CASES = [
@@ -160,9 +165,9 @@ def test_threads_die_with_the_timeout(server: Server) -> None:
     result = server.execute(code, timeoutSeconds=1)
     assert result["status"] == "timeout"
     deadline = time.monotonic() + 5
-    while any(_busy(pid) for pid in sandbox_processes()) and time.monotonic() < deadline:
+    while any(_busy(pid) for pid in sandbox_processes(server)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(_busy(pid) for pid in sandbox_processes())
+    assert not any(_busy(pid) for pid in sandbox_processes(server))
     assert_still_serving(server)
 
 
@@ -176,9 +181,7 @@ def _busy(pid: int) -> bool:
 
 
 def test_a_killed_worker_is_restarted(server: Server) -> None:
-    workers = [
-        int(p) for p in os.listdir("/proc") if p.isdigit() and _is_worker_of(int(p), server.process.pid)
-    ]
+    workers = [p for p in _pids() if _is_worker_of(p, server.process.pid)]
     assert workers
     os.kill(workers[0], 9)
     deadline = time.monotonic() + 60
@@ -193,9 +196,7 @@ def test_a_killed_worker_is_restarted(server: Server) -> None:
 
 def _is_worker_of(pid: int, parent: int) -> bool:
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            return ppid == parent and b"tool_sandbox.sandbox.zygote" in cmdline.read()
+            return _parent(pid) == parent and b"tool_sandbox.sandbox.zygote" in cmdline.read()
     except (FileNotFoundError, ProcessLookupError):
         return False

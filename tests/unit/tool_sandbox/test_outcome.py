@@ -19,6 +19,9 @@ def test_exit_codes_and_signals_map_to_statuses() -> None:
     assert classify(signal.SIGXFSZ, False, False).message == "file size limit exceeded"
     assert classify(signal.SIGKILL, True, False).status == "timeout"
     assert classify(signal.SIGKILL, False, True).status == "killed"
+    # A SIGKILL nobody in the worker sent, after the CPU budget is spent: RLIMIT_CPU's hard limit.
+    assert classify(signal.SIGKILL, False, False, cpu_exhausted=True).status == "timeout"
+    assert classify(signal.SIGKILL, False, False, cpu_exhausted=False).status == "killed"
     assert classify(None, False, False).status == "error"
 
 

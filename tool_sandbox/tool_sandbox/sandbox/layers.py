@@ -91,8 +91,10 @@ def enter(layers: Layers, workdir: str, uid: int | None, fds: tuple[int, int, in
 
 
 def apply_limits(limits: Limits, vm_bytes: int) -> None:
-    """Set hard and soft rlimits for one call; memory counts on top of the inherited image."""
-    cpu = math.ceil(limits.timeout_seconds) + 1
+    """Set hard and soft rlimits for one call; memory counts on top of the inherited image and
+    CPU seconds on top of what this (pre-forked) process used before the call."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = math.ceil(usage.ru_utime + usage.ru_stime + limits.timeout_seconds) + 1
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     memory = vm_bytes + (limits.memory_mib << 20)
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))

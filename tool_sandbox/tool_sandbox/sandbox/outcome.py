@@ -31,9 +31,14 @@ class Outcome:
     message: str
 
 
-def classify(wait_status: int | None, timed_out: bool, output_exceeded: bool) -> Outcome:
-    """Map a wait status plus what the worker did to (status, exit code, reason).
+def classify(
+    wait_status: int | None, timed_out: bool, output_exceeded: bool, cpu_exhausted: bool = False
+) -> Outcome:
+    """Map a wait status plus what the worker saw to (status, exit code, reason).
 
+    `timed_out`: the worker killed it at its wall-clock deadline; `output_exceeded`: killed for
+    flooding output; `cpu_exhausted`: it used up its CPU seconds, so a SIGKILL is the RLIMIT_CPU
+    hard limit (e.g. SIGXCPU ignored, or threads burning CPU faster than the wall clock).
     Exit codes follow Python's subprocess convention: a signal N is reported as -N."""
     if wait_status is None:
         return Outcome(ERROR, None, "sandbox process vanished")
@@ -45,8 +50,8 @@ def classify(wait_status: int | None, timed_out: bool, output_exceeded: bool) ->
     if code >= 0:
         return Outcome(OK if code == 0 else ERROR, code, "" if code == 0 else f"exit code {code}")
     sig = -code
-    if sig == signal.SIGXCPU:
-        return Outcome(TIMEOUT, code, _SIGNAL_REASONS[sig])
+    if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_exhausted):
+        return Outcome(TIMEOUT, code, _SIGNAL_REASONS[signal.SIGXCPU])
     return Outcome(KILLED, code, _SIGNAL_REASONS.get(sig, f"killed by signal {sig}"))
 
 

@@ -130,13 +130,11 @@ class Pool:
             await asyncio.sleep(0.2)
 
     async def _run_worker(self, worker: _Worker) -> None:
+        own = self.settings
         settings = {
-            "workdir": os.path.join(self.settings.workdir, f"w{worker.index}"),
-            "uidBase": self.settings.sandbox_uid_base + 1000 * worker.index,
-            "slots": min(
-                1000,
-                self.settings.capacity + self.settings.max_sessions + self.settings.spares_per_worker + 8,
-            ),
+            "workdir": own.workdir,  # each worker leases its own part of it (zygote.Lease)
+            "uidBase": own.sandbox_uid_base,
+            "slots": own.capacity + own.max_sessions + own.spares_per_worker + 8,
             "spares": self.settings.spares_per_worker,
             "landlock": self.settings.landlock,
         }

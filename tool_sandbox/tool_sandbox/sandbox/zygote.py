@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import ctypes
+import fcntl
 import gc
 import importlib
 import json
@@ -98,6 +99,8 @@ PRELOAD = (
     "codecs",
 )
 _CHUNK = 1 << 16
+UIDS_PER_LEASE = 1000  # slots of one worker: its children run as uid base + lease * 1000 + slot
+MAX_LEASES = 1000
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -135,17 +138,20 @@ class Child:
     ctl_buf: bytearray = field(default_factory=bytearray)
     call: Call | None = None
     session: int | None = None
+    cpu_seconds: float = 0.0  # its CPU budget (RLIMIT_CPU counts on top of its setup)
+    reaped: bool = False  # its pid may now belong to another process: never signal it again
     setup_error: str = ""
     open_fds: set[int] = field(default_factory=set)
 
 
 class Worker:
-    def __init__(self, settings: dict[str, Any]) -> None:
+    def __init__(self, settings: dict[str, Any], lease: Lease) -> None:
         self.settings = settings
-        self.root = settings["workdir"]
+        self.lease = lease
+        self.root = lease.workdir
         self.spare_target = int(settings.get("spares", 2))
         self.free_slots = list(range(int(settings.get("slots", 64))))
-        self.uid_base = settings.get("uidBase") if os.geteuid() == 0 else None
+        self.uid_base = lease.uid_base
         self.children: dict[int, Child] = {}  # by pid
         self.by_fd: dict[int, tuple[Child, str]] = {}
         self.spares: list[Child] = []
@@ -212,20 +218,25 @@ class Worker:
         return self.spawn()
 
     def kill(self, kid: Child) -> None:
+        if kid.reaped:
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(kid.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             os.kill(kid.pid, signal.SIGKILL)
 
     def reap(self, kid: Child) -> None:
-        _, status = os.waitpid(kid.pid, 0)
+        # WNOHANG: the event may be stale (its pidfd's number reused by a newer child).
+        pid, status, usage = os.wait4(kid.pid, os.WNOHANG)
+        if pid == 0:
+            return
+        kid.reaped = True
         for fd, role in ((kid.out_r, "out"), (kid.err_r, "err"), (kid.ctl_r, "ctl")):
             if fd in kid.open_fds:
                 self.on_readable(kid, role, drain=True)
         if kid.call is not None:
-            # Past its deadline counts as a timeout even if the CPU limit's SIGKILL came first.
-            late = kid.call.timed_out or time.monotonic() >= kid.call.deadline
-            self.finish(kid, outcome.classify(status, late, kid.call.exceeded))
+            cpu_exhausted = usage.ru_utime + usage.ru_stime >= kid.cpu_seconds
+            self.finish(kid, outcome.classify(status, kid.call.timed_out, kid.call.exceeded, cpu_exhausted))
         elif kid.setup_error:
             print(f"tool-sandbox worker: child setup failed: {kid.setup_error}", file=sys.stderr)
         for fd in list(kid.open_fds):
@@ -358,6 +369,7 @@ class Worker:
             if kid is None:
                 self.reply_error(msg, outcome.REJECTED, "no free sandbox slot in this worker")
                 return
+            kid.cpu_seconds = float(msg["limits"]["timeout_seconds"])
             if op == "run":
                 _place_files(kid.workdir, msg.get("files") or {}, self.uid_base, kid.slot)
             self.start(msg, kid, "run" if op == "run" else "session")
@@ -426,8 +438,8 @@ class Worker:
         os.set_blocking(self.in_fd, False)
         self.selector.register(self.in_fd, selectors.EVENT_READ)
         self.send({"op": "ready", "pid": os.getpid(), "layers": self.describe()})
+        wait = None
         while True:
-            wait = self.check_deadlines()
             if len(self.spares) < self.spare_target and self.free_slots:
                 wait = 0
             for key, _ in self.selector.select(wait):
@@ -442,6 +454,9 @@ class Worker:
                     self.reap(kid)
                 else:
                     self.on_readable(kid, role)
+            # Deadlines after the events: a child that exited in time is reaped (with its own
+            # status) before a late wake-up of this worker could call it a timeout.
+            wait = self.check_deadlines()
             if len(self.spares) < self.spare_target:
                 spare = self.spawn()
                 if spare is not None:
@@ -472,6 +487,7 @@ class Worker:
 
     def describe(self) -> dict[str, Any]:
         return {
+            "lease": self.lease.number,
             "landlockAbi": self.landlock_abi,
             "seccomp": True,
             "noNewPrivs": True,
@@ -549,8 +565,38 @@ def _inside(workdir: str, name: str) -> str | None:
     return path if path.startswith(workdir + os.sep) else None
 
 
-def _sweep(root: str, uid_base: int | None, slots: int) -> None:
-    """Remove what a previous worker left: its directories and, as root, its processes."""
+@dataclass(frozen=True)
+class Lease:
+    """A worker's exclusive share of the machine: a working directory and (as root) a uid range.
+
+    Several servers may share one `--workdir` and run as root on one machine; each worker holds
+    an flock on `lease-N` for its lifetime, so no two live workers ever use the same directory or
+    uids, and a new worker cleans up only what a dead holder of the same lease left behind."""
+
+    number: int
+    workdir: str
+    uid_base: int | None
+    fd: int
+
+
+def claim_lease(root: str, uid_base: int | None) -> Lease:
+    """Take the lowest free lease under `root` (held until this process exits)."""
+    os.makedirs(root, 0o711, exist_ok=True)
+    for number in range(MAX_LEASES):
+        fd = os.open(os.path.join(root, f"lease-{number}"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        uids = None if uid_base is None else uid_base + number * UIDS_PER_LEASE
+        return Lease(number, os.path.join(root, str(number)), uids, fd)
+    raise RuntimeError(f"all {MAX_LEASES} worker leases under {root} are held; stop some servers")
+
+
+def _sweep(lease: Lease, slots: int) -> None:
+    """Remove what a previous holder of this lease left: its directories and, as root, its processes."""
+    root, uid_base = lease.workdir, lease.uid_base
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root, 0o711, exist_ok=True)
     if uid_base is None:
@@ -584,9 +630,10 @@ def main() -> None:
     for name in settings.get("preload", PRELOAD):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-    uid_base = settings.get("uidBase") if os.geteuid() == 0 else None
-    _sweep(settings["workdir"], uid_base, int(settings.get("slots", 64)))
-    Worker(settings).run()
+    settings["slots"] = slots = min(int(settings.get("slots", 64)), UIDS_PER_LEASE)
+    lease = claim_lease(settings["workdir"], settings.get("uidBase") if os.geteuid() == 0 else None)
+    _sweep(lease, slots)
+    Worker(settings, lease).run()
 
 
 if __name__ == "__main__":
