@@ -79,8 +79,12 @@ def wait_phase(cluster, namespace: str, phase: str, name: str = JOB, timeout: fl
     return wait_until(probe, timeout, f"{name} phase {phase}", interval=1.0)
 
 
+OPERATOR_CONDITIONS = ("ToolPoolReady", "ClusterReady", "Running", "Succeeded", "Failed", "Suspended")
+
+
 def conditions(job: dict[str, Any]) -> dict[str, str]:
-    return {c["type"]: c["status"] for c in job["status"]["conditions"]}
+    """The operator's conditions (the autoscaler adds its own, AutoscalerHealthy)."""
+    return {c["type"]: c["status"] for c in job["status"]["conditions"] if c["type"] in OPERATOR_CONDITIONS}
 
 
 def event_reasons(cluster, namespace: str, name: str = JOB) -> set[str]:

@@ -88,12 +88,6 @@ def test_sigkill_mid_reconcile_then_restart_converges(cluster, namespace, tmp_pa
         assert status["rayJobName"] == name
         assert status["rayClusterName"]
         assert status["startTime"]
-        assert {c["type"] for c in status["conditions"]} == {
-            "ToolPoolReady",
-            "ClusterReady",
-            "Running",
-            "Succeeded",
-            "Failed",
-            "Suspended",
-        }
+        mine = {"ToolPoolReady", "ClusterReady", "Running", "Succeeded", "Failed", "Suspended"}
+        assert mine <= {c["type"] for c in status["conditions"]}  # the autoscaler adds its own
         assert status["toolPool"]["endpoint"] == f"http://{name}-tools.{namespace}.svc:8080"
