@@ -10,6 +10,7 @@ import json
 import math
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -34,7 +35,7 @@ from chartgen.helm import chart_with_stub_dependencies, template  # noqa: E402
 
 JOB = "dash"
 EXAMPLE = REPO / "examples" / "toolrljob.yaml"
-RATE_INTERVAL = "2m"  # covers the whole run, as Grafana's $__rate_interval would on a short range
+RATE_INTERVAL = "30s"  # Grafana's $__rate_interval for a 1s scrape on a short range is smaller
 # Code that makes each outcome the dashboard shows: ok, error, timeout and a truncated output.
 CALLS = {
     "ok": "print(sum(range(1000)))",
@@ -119,12 +120,16 @@ def operator(cluster: Any, namespace: str, tmp_path: Path) -> Iterator[OperatorP
         cluster.kubectl("delete", "namespace", quota_ns, "--wait=false", check=False)
 
 
-def _run_training(sandbox: str, trainer: TrainerMetrics, steps: int = 3, calls_per_kind: int = 3) -> None:
-    """A bounded load on the pool: each step sends every kind of call, concurrently, and the
-    trainer records what it saw, its reward parts and the step's numbers as verl reports them."""
-    trainer.set_total_steps(steps)
+def _train(sandbox: str, trainer: TrainerMetrics, touch_job: Any, stop: threading.Event,
+           max_steps: int = 100, calls_per_kind: int = 2) -> None:
+    """A bounded load on the pool until `stop`: each step sends every kind of call concurrently,
+    the trainer records what it saw, its reward parts and the step as verl reports it, and the job
+    is edited (a label), as a user would, so the operator reconciles during the run too."""
+    trainer.set_total_steps(max_steps)
     with ThreadPoolExecutor(max_workers=8) as pool:
-        for step in range(1, steps + 1):
+        for step in range(1, max_steps + 1):
+            if stop.is_set():
+                return
             trainer.set_phase("generating")
             started = time.monotonic()
 
@@ -145,6 +150,8 @@ def _run_training(sandbox: str, trainer: TrainerMetrics, steps: int = 3, calls_p
             trainer.record_step({"critic/score/mean": ok, "timing_s/step": time.monotonic() - started,
                                  "response_length/mean": 180.0 + step,
                                  "tool_call_counts/mean": len(results) / 4}, step)
+            touch_job(step)
+            stop.wait(1.0)
 
 
 def _numbers(prom: Prometheus, expr: str) -> list[float]:
@@ -185,9 +192,16 @@ def test_every_panel_returns_data(cluster: Any, namespace: str, sandbox: str, op
         ],
     }
     prom = Prometheus(tmp_path / f"prometheus-{uuid.uuid4().hex[:6]}", config, [rules]).start()
+    stop = threading.Event()
+    load = threading.Thread()
     try:
         wait_until(prom.targets_up, 60, "every scrape target up")
-        _run_training(sandbox, trainer)
+
+        def touch_job(step: int) -> None:
+            cluster.kubectl("label", "trj", JOB, "-n", namespace, f"e2e-step={step}", "--overwrite")
+
+        load = threading.Thread(target=_train, args=(sandbox, trainer, touch_job, stop), daemon=True)
+        load.start()
         queries = [(panel.title, substitute(t.expr, namespace, JOB, RATE_INTERVAL))
                    for panel in DASHBOARD.panels() for t in panel.targets]
 
@@ -211,4 +225,7 @@ def test_every_panel_returns_data(cluster: Any, namespace: str, sandbox: str, op
         bad = {name: r.get("lastError") for name, r in evaluated.items() if r["health"] != "ok"}
         assert not bad, f"alert rules failing to evaluate: {bad}"
     finally:
+        stop.set()
+        if load.is_alive():
+            load.join(60)
         prom.stop()
