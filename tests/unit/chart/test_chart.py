@@ -89,7 +89,20 @@ def test_operator_deployment(render: Render) -> None:
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["TOOLRL_TRAINER_IMAGE"] == "toolrl-trainer:0.1.0"
     assert env["TOOLRL_TOOL_SANDBOX_IMAGE"] == "toolrl-tool-sandbox:0.1.0"
+    assert env["TOOLRL_PROMETHEUS_URL"] == ""
     assert "args" not in container  # every namespace
+
+
+def test_pods_are_listed_only_without_prometheus(render: Render) -> None:
+    def rules(values: dict[str, Any] | None) -> list[dict[str, Any]]:
+        return _one(render(values), "ClusterRole")["rules"]
+
+    assert any("pods" in r["resources"] for r in rules(None))
+    values = {"autoscaler": {"prometheusUrl": "http://prometheus.monitoring:9090"}}
+    assert not any("pods" in r["resources"] for r in rules(values))
+    deploy = _one(render(values), "Deployment")
+    env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TOOLRL_PROMETHEUS_URL"] == "http://prometheus.monitoring:9090"
 
 
 def test_watch_namespaces_and_verbose_become_operator_arguments(render: Render) -> None:
@@ -196,6 +209,7 @@ def test_dashboard_configmap_carries_the_generated_json(render: Render) -> None:
     ({"alerts": {"toolLatency": {"for": "ten minutes"}}}, "does not match pattern"),
     ({"watchNamespaces": ["Not_A_Namespace"]}, "does not match pattern"),
     ({"verbose": "yes"}, "got string, want boolean"),
+    ({"autoscaler": {"prometheusUrl": "prometheus:9090"}}, "does not match pattern"),
 ])
 def test_bad_values_are_rejected_with_the_schema_message(helm_bin: str, chart: Path, values: dict[str, Any],
                                                          message: str) -> None:
