@@ -205,15 +205,16 @@ def main() -> None:
     )
     parser.add_argument("--serial", type=int, default=50)
     parser.add_argument("--burst", type=int, default=200)
+    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="the local cluster's directory")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "operator.json")
     args = parser.parse_args()
 
-    cluster = LocalCluster.recorded(DEFAULT_ROOT)
+    cluster = LocalCluster.recorded(args.root)
     if cluster is None or not cluster.is_running():
         sys.exit("no local cluster is running: start one with `make cluster-up`")
     install_crd(cluster)
     bench = Bench(config.new_client_from_config(config_file=str(cluster.kubeconfig)))
-    log = REPO / ".local-cluster" / "bench-operator.log"
+    log = args.root / "bench-operator.log"
     results: dict[str, Any] = {}
     with OperatorProcess(cluster.kubeconfig, log_path=log) as op:
         if args.serial:

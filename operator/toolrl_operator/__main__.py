@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> None:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:  # kopf logs every handler run at INFO: one line per watch event
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     watched = namespaces(args.namespace)
     handlers.runtime()  # fail fast on missing credentials, before kopf starts
     start_http_server(args.metrics_port)

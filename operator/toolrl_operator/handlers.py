@@ -8,12 +8,14 @@ status; a deleted child is re-applied.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -39,6 +41,7 @@ from .status import FAILED, compute_status, status_changes
 from .toolpool import build_deployment, desired_replicas
 
 log = logging.getLogger(__name__)
+_APPLY_POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="toolrl-apply")
 Key = tuple[str, str]
 OWNED = {LABEL_MANAGED_BY: MANAGED_BY}
 
@@ -179,24 +182,21 @@ def apply_job(job: dict[str, Any], rayjob: dict[str, Any] | None) -> None:
     key = _job_key(job)
     started = time.monotonic()
     current_suspend = rayjob["spec"]["suspend"] if rayjob else None
-    live: dict[str, dict[str, Any]] = {}
-    manifest: dict[str, Any] = {}
     try:
-        for manifest in build_children(job, rt.settings, current_suspend):
-            live[manifest["kind"]] = rt.kube.apply(manifest)
+        *first, rayjob_manifest = build_children(job, rt.settings, current_suspend)
+        # Independent objects go in parallel; the RayJob, whose pods use them, goes last.
+        live = {m["kind"]: obj for m, obj in zip(first, _APPLY_POOL.map(rt.kube.apply, first), strict=True)}
+        live["RayJob"] = rt.kube.apply(rayjob_manifest)
         rt.applied_generation[key] = job["metadata"].get("generation", 1)
-        manifest = {"kind": "status", "metadata": {"name": key[1]}}
         refresh_status(job, _rayjob_view(live["RayJob"]), _deployment_view(live["Deployment"]))
     except KedaConfigError as err:
         _failed(job, "KedaConfig", str(err))
         raise kopf.TemporaryError(str(err), delay=60) from err
     except ApiError as err:
-        _failed(
-            job, err.reason or str(err.status), f"{manifest['kind']} {manifest['metadata']['name']}: {err}"
-        )
+        _failed(job, err.reason or str(err.status), str(err))
         raise kopf.TemporaryError(str(err), delay=2 if err.status in RETRIABLE else 30) from err
     except Exception as err:  # connection resets and timeouts: retry, and count them
-        _failed(job, type(err).__name__, f"{manifest.get('kind', '?')}: {err}")
+        _failed(job, type(err).__name__, str(err))
         raise kopf.TemporaryError(str(err), delay=2) from err
     RECONCILE_DURATION.observe(time.monotonic() - started)
 
@@ -311,13 +311,14 @@ REPAIRED_ON_DELETE = (
 )
 
 
-def child_deleted(
+async def child_deleted(
     type: str, namespace: str, labels: kopf.Labels, jobs: kopf.Index, rayjobs: kopf.Index, **_: Any
 ) -> None:
+    """Async so that the many other events of these children cost no thread hop."""
     key = (namespace, labels[LABEL_JOB])
     job = _first(jobs.get(key))
     if type == "DELETED" and job is not None and not job["metadata"].get("deletionTimestamp"):
-        _repair(key, _first(rayjobs.get(key)))
+        await asyncio.to_thread(_repair, key, _first(rayjobs.get(key)))
 
 
 for _group, _version, _plural in REPAIRED_ON_DELETE:
@@ -334,10 +335,11 @@ def _repair(key: Key, rayjob: dict[str, Any] | None) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def job_event(
+async def job_event(
     type: str, body: kopf.Body, namespace: str, name: str, deployments: kopf.Index, **_: Any
 ) -> None:
-    """Forget deleted jobs; make the pool follow the autoscaler's `status.toolPool.desiredReplicas`."""
+    """Forget deleted jobs; make the pool follow the autoscaler's `status.toolPool.desiredReplicas`.
+    Async: most job events need nothing, and then cost no thread hop."""
     key = (namespace, name)
     if type == "DELETED":
         PHASES.record(namespace, name, None)
@@ -352,7 +354,7 @@ def job_event(
     if deployment["spec"]["replicas"] != desired_replicas(job):
         rt = runtime()
         try:
-            rt.kube.apply(build_deployment(job, rt.settings))
+            await asyncio.to_thread(rt.kube.apply, build_deployment(job, rt.settings))
         except ApiError as err:
             _failed(job, err.reason or str(err.status), f"Deployment: {err}")
             raise
