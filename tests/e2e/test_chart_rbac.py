@@ -1,5 +1,5 @@
 """Least privilege, proven: the real operator runs a job's whole life (create, children, status,
-re-creating a deleted child, suspend, delete) with nothing but the chart's RBAC for its
+an autoscaler reading, re-creating a deleted child, suspend, delete) with nothing but the chart's RBAC for its
 ServiceAccount, and the API server refuses none of its requests; and without any single one of
 the chart's rules, that run fails.
 
@@ -84,6 +84,11 @@ class TokenProxy:
         self._loop.run_until_complete(self._startup())
         self._ready.set()
         self._loop.run_forever()
+        pending = asyncio.all_tasks(self._loop)
+        for task in pending:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self._loop.close()
 
     async def _startup(self) -> None:
         context = ssl.create_default_context(cadata=self.ca_data.decode())
@@ -113,8 +118,8 @@ class TokenProxy:
                 self.denials.append(f"{request.method} {request.path_qs}: {reason}")
                 return web.Response(status=403, body=text, headers=out_headers)
             response = web.StreamResponse(status=upstream.status, headers=out_headers)
-            await response.prepare(request)
             try:
+                await response.prepare(request)
                 async for chunk in upstream.content.iter_any():
                     await response.write(chunk)
                 await response.write_eof()
@@ -197,10 +202,15 @@ def lifecycle(s: Setup, job_name: str) -> str | None:
                    for kind, name in (("rayjob", job_name), ("deployment", f"{job_name}-tools"),
                                       ("role", f"{job_name}-trainer"), ("configmap", f"{job_name}-config")))
 
+    def autoscaler_reported() -> bool:
+        conditions = ((trj() or {}).get("status") or {}).get("conditions", [])
+        return any(c.get("type") == "AutoscalerHealthy" for c in conditions)
+
     uids: list[str] = []
     stages: list[tuple[str, Any, Any]] = [  # (what, action, until)
         ("status written", lambda: cluster.apply(_small_job(job_name), "-n", ns), current),
         ("children created", None, children),
+        ("autoscaler read the pool and reported", None, autoscaler_reported),
         ("deleted tool pool re-created",
          lambda: (uids.append(pool_uid()), cluster.kubectl("delete", *pool, "--wait=false")),
          lambda: pool_uid() not in ("", *uids)),
