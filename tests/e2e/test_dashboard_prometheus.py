@@ -84,7 +84,11 @@ def sandbox(tmp_path: Path) -> Iterator[str]:
         yield url
     finally:
         proc.terminate()
-        proc.wait(10)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         log.close()
 
 
@@ -200,7 +204,15 @@ def test_every_panel_returns_data(cluster: Any, namespace: str, sandbox: str, op
         def touch_job(step: int) -> None:
             cluster.kubectl("label", "trj", JOB, "-n", namespace, f"e2e-step={step}", "--overwrite")
 
-        load = threading.Thread(target=_train, args=(sandbox, trainer, touch_job, stop), daemon=True)
+        failures: list[BaseException] = []
+
+        def train() -> None:
+            try:
+                _train(sandbox, trainer, touch_job, stop)
+            except Exception as err:  # shown with the panels it left without data
+                failures.append(err)
+
+        load = threading.Thread(target=train, daemon=True)
         load.start()
         queries = [(panel.title, substitute(t.expr, namespace, JOB, RATE_INTERVAL))
                    for panel in DASHBOARD.panels() for t in panel.targets]
@@ -209,8 +221,9 @@ def test_every_panel_returns_data(cluster: Any, namespace: str, sandbox: str, op
             return [(title, expr) for title, expr in queries if not _numbers(prom, expr)]
 
         deadline = time.monotonic() + 120  # the operator's first reconciles and autoscaler ticks
-        while (missing := empty()) and time.monotonic() < deadline:
+        while (missing := empty()) and time.monotonic() < deadline and not failures:
             time.sleep(2)
+        assert not failures, f"the load on tool_sandbox failed: {failures[0]!r}"
         assert not missing, "panel queries without data:\n" + "\n".join(f"{t}: {e}" for t, e in missing) + \
             f"\noperator log:\n{operator.log_tail(20)}"
 
