@@ -22,16 +22,18 @@ from .naming import (
     tool_pool_name,
 )
 from .settings import Settings
+from .status import TERMINAL_PHASES
 
 SANDBOX_UID = 65532
 CHECKSUM_ANNOTATION = "toolrl.dev/tools-checksum"
 
 
 def desired_replicas(job: dict[str, Any]) -> int:
-    """Replicas the pool should run: 0 when suspended, else the autoscaler's choice clamped to
-    [min, max], else min. The autoscaler owns `status.toolPool.desiredReplicas`."""
+    """Replicas the pool should run: 0 when suspended or finished (no trainer left to serve),
+    else the autoscaler's choice clamped to [min, max], else min. The autoscaler owns
+    `status.toolPool.desiredReplicas`."""
     spec = job["spec"]
-    if spec.get("suspend"):
+    if spec.get("suspend") or (job.get("status") or {}).get("phase") in TERMINAL_PHASES:
         return 0
     bounds = spec.get("toolPool", {}).get("replicas", {})
     low, high = bounds.get("min", 2), bounds.get("max", 64)

@@ -214,6 +214,7 @@ def test_kuberay_failure_and_success_reach_the_job(cluster, namespace, operator)
         cond = {c["type"]: c for c in job["status"]["conditions"]}["Failed"]
         assert (cond["status"], cond["reason"]) == ("True", "AppFailed")
         assert "AppFailed" in event_reasons(cluster, namespace, "fails")
+        wait_until(lambda: pool_replicas(cluster, namespace, "fails") == 0, 60, "the finished pool at 0")
 
         job = wait_phase(cluster, namespace, "Succeeded", "succeeds", timeout=60)
         assert conditions(job)["Succeeded"] == "True"
@@ -317,8 +318,8 @@ def test_delete_removes_everything(cluster, namespace, operator) -> None:
     assert trj_names(cluster, namespace) == []
 
 
-def pool_replicas(cluster, namespace: str) -> int:
-    return get_json(cluster, "deployment", f"{JOB}-tools", "-n", namespace)["spec"]["replicas"]
+def pool_replicas(cluster, namespace: str, name: str = JOB) -> int:
+    return get_json(cluster, "deployment", f"{name}-tools", "-n", namespace)["spec"]["replicas"]
 
 
 def trj_names(cluster, namespace: str) -> list[str]:

@@ -238,9 +238,14 @@ def test_search_tools_get_the_data_volume_read_only(make_job) -> None:
         (False, {"toolPool": {"desiredReplicas": 100}}, 16),
         (False, {"toolPool": {"desiredReplicas": 0}}, 2),
         (True, {"toolPool": {"desiredReplicas": 7}}, 0),
+        (False, {"phase": "Succeeded", "toolPool": {"desiredReplicas": 7}}, 0),
+        (False, {"phase": "Failed"}, 0),
+        (False, {"phase": "Running"}, 2),
     ],
 )
-def test_pool_replicas_follow_suspend_then_autoscaler_then_min(make_job, suspend, status, expected) -> None:
+def test_pool_replicas_follow_suspend_and_end_then_autoscaler_then_min(
+    make_job, suspend, status, expected
+) -> None:
     job = make_job(suspend=suspend, status=status)
     assert desired_replicas(job) == expected
     assert build_deployment(job, SETTINGS)["spec"]["replicas"] == expected
