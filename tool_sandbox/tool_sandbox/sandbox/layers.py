@@ -31,7 +31,7 @@ class Layers:
     landlock: landlock.Prepared | None  # None: Landlock unavailable or disabled
     static_filter: seccomp.Program
     self_only_filter: seccomp.Program
-    worker_pid: int
+    parent_pid: int  # the forker: a child whose parent is gone exits at once
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,8 @@ def enter(layers: Layers, workdir: str, uid: int | None, fds: tuple[int, int, in
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != layers.worker_pid:
-        os._exit(1)  # the worker died while we were forking
+    if os.getppid() != layers.parent_pid:
+        os._exit(1)  # the forker died while we were forking
     seccomp.no_new_privs()
     if layers.landlock is not None:
         layers.landlock.enforce(os.open(".", os.O_PATH | os.O_CLOEXEC))

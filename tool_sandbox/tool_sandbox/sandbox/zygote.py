@@ -17,17 +17,17 @@ import gc
 import importlib
 import json
 import os
-import resource
 import selectors
 import shutil
 import signal
 import site
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tool_sandbox.sandbox import child, landlock, layers, outcome, seccomp, wire
+from tool_sandbox.sandbox import forker, landlock, layers, outcome, seccomp, wire
 
 PRELOAD = (
     "numpy",
@@ -127,19 +127,17 @@ class Call:
 
 @dataclass
 class Child:
-    pid: int
-    pidfd: int
+    slot: int  # its name between worker and forker (the forker alone knows its pid)
     request_w: int
     out_r: int
     err_r: int
     ctl_r: int
     workdir: str
-    slot: int
     ctl_buf: bytearray = field(default_factory=bytearray)
     call: Call | None = None
     session: int | None = None
     cpu_seconds: float = 0.0  # its CPU budget (RLIMIT_CPU counts on top of its setup)
-    reaped: bool = False  # its pid may now belong to another process: never signal it again
+    reaped: bool = False
     setup_error: str = ""
     open_fds: set[int] = field(default_factory=set)
 
@@ -152,7 +150,7 @@ class Worker:
         self.spare_target = int(settings.get("spares", 2))
         self.free_slots = list(range(int(settings.get("slots", 64))))
         self.uid_base = lease.uid_base
-        self.children: dict[int, Child] = {}  # by pid
+        self.children: dict[int, Child] = {}  # by slot
         self.by_fd: dict[int, tuple[Child, str]] = {}
         self.spares: list[Child] = []
         self.sessions: dict[int, Child] = {}
@@ -166,10 +164,11 @@ class Worker:
             landlock=landlock.Prepared(_read_only_paths(), self.landlock_abi) if self.landlock_abi else None,
             static_filter=seccomp.Program(seccomp.static_filter()),
             self_only_filter=seccomp.Program(seccomp.self_only_template()),
-            worker_pid=os.getpid(),
+            parent_pid=0,  # the forker's, filled in by it
         )
-        self.statm = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
-        self.page = os.sysconf("SC_PAGE_SIZE")
+        self.forker_pid = 0
+        self.forker: socket.socket | None = None
+        self.huge_bytes = 0
 
     # ---- children -------------------------------------------------------------------------
 
@@ -186,56 +185,55 @@ class Worker:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         ctl_r, ctl_w = os.pipe()
-        vm_bytes = int(os.pread(self.statm, 128, 0).split()[0]) * self.page
-        gc.freeze()  # keep the collector from touching (and so copying) the worker's objects
-        # The C library's fork, not os.fork: the worker is single-threaded by construction, and
-        # skipping the interpreter's at-fork hooks saves a child ~200 page copies. The child
-        # reseeds the random generators itself (child.reseed).
-        pid = _libc.fork()
-        if pid < 0:
-            raise OSError(ctypes.get_errno(), "fork")
-        if pid == 0:
-            try:
-                child.main(self.layers, workdir, uid, vm_bytes, (request_r, out_w, err_w, ctl_w))
-            finally:
-                os._exit(70)
-        for fd in (request_r, out_w, err_w, ctl_w):
+        ends = (request_r, out_w, err_w, ctl_w)
+        assert self.forker is not None
+        forker.send(self.forker, {"op": "spawn", "slot": slot, "workdir": workdir, "uid": uid}, ends)
+        for fd in ends:
             os.close(fd)
-        kid = Child(pid, os.pidfd_open(pid), request_w, out_r, err_r, ctl_r, workdir, slot)
-        for fd, role in ((out_r, "out"), (err_r, "err"), (ctl_r, "ctl"), (kid.pidfd, "exit")):
+        kid = Child(slot, request_w, out_r, err_r, ctl_r, workdir)
+        for fd, role in ((out_r, "out"), (err_r, "err"), (ctl_r, "ctl")):
             os.set_blocking(fd, False)
             self.selector.register(fd, selectors.EVENT_READ)
             self.by_fd[fd] = (kid, role)
             kid.open_fds.add(fd)
-        self.children[pid] = kid
+        self.children[slot] = kid
         return kid
 
     def take_spare(self) -> Child | None:
         while self.spares:
             kid = self.spares.pop(0)
-            if kid.pid in self.children:
+            if kid.slot in self.children:
                 return kid
         return self.spawn()
 
     def kill(self, kid: Child) -> None:
-        if kid.reaped:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(kid.pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(kid.pid, signal.SIGKILL)
+        """Kill a child's process group (the forker ignores it once the child is reaped)."""
+        if not kid.reaped:
+            assert self.forker is not None
+            forker.send(self.forker, {"op": "kill", "slot": kid.slot})
 
-    def reap(self, kid: Child) -> None:
-        # WNOHANG: the event may be stale (its pidfd's number reused by a newer child).
-        pid, status, usage = os.wait4(kid.pid, os.WNOHANG)
-        if pid == 0:
-            return
+    def on_forker(self) -> None:
+        """Children the forker has reaped."""
+        assert self.forker is not None
+        while True:
+            try:
+                data = self.forker.recv(1 << 16, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            if not data:
+                raise SystemExit("tool-sandbox worker: the forker exited")
+            message = json.loads(data)
+            kid = self.children.get(message["slot"])
+            if kid is not None:
+                self.reap(kid, message["status"], float(message["cpu"]))
+
+    def reap(self, kid: Child, status: int | None, cpu_seconds: float) -> None:
         kid.reaped = True
         for fd, role in ((kid.out_r, "out"), (kid.err_r, "err"), (kid.ctl_r, "ctl")):
             if fd in kid.open_fds:
                 self.on_readable(kid, role, drain=True)
         if kid.call is not None:
-            cpu_exhausted = usage.ru_utime + usage.ru_stime >= kid.cpu_seconds
+            cpu_exhausted = cpu_seconds >= kid.cpu_seconds
             self.finish(kid, outcome.classify(status, kid.call.timed_out, kid.call.exceeded, cpu_exhausted))
         elif kid.setup_error:
             print(f"tool-sandbox worker: child setup failed: {kid.setup_error}", file=sys.stderr)
@@ -243,7 +241,7 @@ class Worker:
             self.close_fd(kid, fd)
         self.close_request(kid)
         shutil.rmtree(kid.workdir, ignore_errors=True)
-        del self.children[kid.pid]
+        del self.children[kid.slot]
         if kid.session is not None:
             self.sessions.pop(kid.session, None)
         self.free_slots.append(kid.slot)
@@ -387,16 +385,6 @@ class Worker:
                 kid.session = None
                 self.kill(kid)
             self.send({"id": msg["id"], "status": outcome.OK, "closed": kid is not None})
-        elif op == "usage":
-            me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-            self.send(
-                {
-                    "id": msg["id"],
-                    "status": outcome.OK,
-                    "worker": [me.ru_utime, me.ru_stime, me.ru_minflt],
-                    "children": [kids.ru_utime, kids.ru_stime, kids.ru_minflt],
-                }
-            )
         else:
             self.reply_error(msg, outcome.ERROR, f"unknown worker operation {op!r}")
 
@@ -435,6 +423,8 @@ class Worker:
         return nearest
 
     def run(self) -> None:
+        self.forker_pid, self.forker, self.huge_bytes = forker.start(self.layers)
+        self.selector.register(self.forker, selectors.EVENT_READ)
         os.set_blocking(self.in_fd, False)
         self.selector.register(self.in_fd, selectors.EVENT_READ)
         self.send({"op": "ready", "pid": os.getpid(), "layers": self.describe()})
@@ -445,15 +435,10 @@ class Worker:
             for key, _ in self.selector.select(wait):
                 if key.fd == self.in_fd:
                     self.on_server()
-                    continue
-                entry = self.by_fd.get(key.fd)
-                if entry is None:
-                    continue
-                kid, role = entry
-                if role == "exit":
-                    self.reap(kid)
-                else:
-                    self.on_readable(kid, role)
+                elif key.fileobj is self.forker:
+                    self.on_forker()
+                elif key.fd in self.by_fd:
+                    self.on_readable(*self.by_fd[key.fd])
             # Deadlines after the events: a child that exited in time is reaped (with its own
             # status) before a late wake-up of this worker could call it a timeout.
             wait = self.check_deadlines()
@@ -477,17 +462,19 @@ class Worker:
                 self.reply_error(msg, outcome.ERROR, f"malformed worker request: {exc!r}")
 
     def shutdown(self) -> None:
-        for kid in list(self.children.values()):
-            self.kill(kid)
-        for kid in list(self.children.values()):
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(kid.pid, 0)
+        """Kill the forker: its children die with it (PR_SET_PDEATHSIG); remove their directories."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.forker_pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.forker_pid, 0)
+        for kid in self.children.values():
             shutil.rmtree(kid.workdir, ignore_errors=True)
         os._exit(0)
 
     def describe(self) -> dict[str, Any]:
         return {
             "lease": self.lease.number,
+            "hugePagesMiB": self.huge_bytes >> 20,
             "landlockAbi": self.landlock_abi,
             "seccomp": True,
             "noNewPrivs": True,
@@ -633,7 +620,10 @@ def main() -> None:
     settings["slots"] = slots = min(int(settings.get("slots", 64)), UIDS_PER_LEASE)
     lease = claim_lease(settings["workdir"], settings.get("uidBase") if os.geteuid() == 0 else None)
     _sweep(lease, slots)
-    Worker(settings, lease).run()
+    worker = Worker(settings, lease)
+    gc.collect()
+    gc.freeze()  # the collector never walks (and so never copies) what every process shares
+    worker.run()
 
 
 if __name__ == "__main__":
