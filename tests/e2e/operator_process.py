@@ -1,9 +1,10 @@
 """The real operator (`python -m toolrl_operator`) as a child process, for e2e tests and benches.
 
-install_crd(cluster)                       # crds/toolrl.dev_toolrljobs.yaml, waits for Established
-wait_until(lambda: ..., timeout, "what")   # poll until truthy; get_json(cluster, "trj", name, "-n", ns)
+install_crd(cluster)                      # crds/toolrl.dev_toolrljobs.yaml, waits for Established
 with OperatorProcess(cluster.kubeconfig, namespaces=[ns], log_path=tmp_path / "op.log") as op:
-    ...                                    # op.metrics_url, op.kill(), op.start(), op.peak_rss_bytes()
+    ...                                   # op.metrics_url, op.kill(), op.start(), op.peak_rss_bytes()
+    delete_jobs(cluster, ns)              # while the operator runs (kopf finalizers)
+wait_until(lambda: ..., timeout, "what")  # poll until truthy; get_json(cluster, "trj", name, "-n", ns)
 """
 
 from __future__ import annotations
@@ -56,6 +57,15 @@ def install_crd(cluster: Any, crd_file: Path = CRD_FILE) -> None:
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
     wait_until(established, 60, f"CRD {CRD_NAME} Established")
+
+
+def delete_jobs(cluster: Any, namespace: str, timeout: float = 120) -> None:
+    """Delete every ToolRLJob of `namespace` and wait until they are gone. Call it while the
+    operator still runs: the jobs carry kopf's finalizer (the autoscaler daemon needs it), which
+    only the operator removes; without it the namespace would hang in Terminating."""
+    cluster.kubectl(
+        "delete", "toolrljobs", "--all", "-n", namespace, "--wait=true", f"--timeout={int(timeout)}s"
+    )
 
 
 class OperatorProcess:

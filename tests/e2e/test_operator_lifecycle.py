@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_process import OperatorProcess, get_json, install_crd, wait_until
+from operator_process import OperatorProcess, delete_jobs, get_json, install_crd, wait_until
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolrljob.yaml"
 JOB = "gsm8k-python"
@@ -49,6 +49,7 @@ def operator(cluster, namespace, tmp_path) -> Iterator[OperatorProcess]:
     op = OperatorProcess(cluster.kubeconfig, namespaces=[namespace], log_path=tmp_path / "operator.log")
     with op:
         yield op
+        delete_jobs(cluster, namespace)
     print(op.log_tail(80))
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 from kubernetes import client, config
-from operator_process import OperatorProcess, get_json, install_crd, wait_until
+from operator_process import OperatorProcess, delete_jobs, get_json, install_crd, wait_until
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolrljob.yaml"
 JOBS = 20
@@ -67,27 +67,31 @@ def test_sigkill_mid_reconcile_then_restart_converges(cluster, namespace, tmp_pa
             )
 
         wait_until(converged, 420, f"all {JOBS} jobs Running", interval=2.0)
+        jobs = {j["metadata"]["name"]: j for j in get_json(cluster, "trj", "-n", namespace)["items"]}
+        assert sorted(jobs) == names
+        for kind in CHILD_KINDS:
+            items = get_json(
+                cluster, kind, "-n", namespace, "-l", "app.kubernetes.io/managed-by=toolrl-operator"
+            )
+            per_job = Counter(i["metadata"]["labels"]["toolrl.dev/job"] for i in items["items"])
+            assert per_job == dict.fromkeys(names, 1), f"{kind}: {per_job}"
+            for item in items["items"]:
+                owner = jobs[item["metadata"]["labels"]["toolrl.dev/job"]]["metadata"]["uid"]
+                assert [o["uid"] for o in item["metadata"]["ownerReferences"]] == [owner], kind
+        rayclusters = get_json(cluster, "rayclusters", "-n", namespace)["items"]
+        clusters = Counter(c["metadata"]["ownerReferences"][0]["name"] for c in rayclusters)
+        assert clusters == dict.fromkeys(names, 1), "one RayCluster per RayJob"
+        for name, j in jobs.items():
+            status = j["status"]
+            assert status["rayJobName"] == name
+            assert status["rayClusterName"]
+            assert status["startTime"]
+            mine = {"ToolPoolReady", "ClusterReady", "Running", "Succeeded", "Failed", "Suspended"}
+            assert mine <= {c["type"] for c in status["conditions"]}  # the autoscaler adds its own
+            assert status["toolPool"]["endpoint"] == f"http://{name}-tools.{namespace}.svc:8080"
     finally:
+        if op.proc is None or op.proc.poll() is not None:
+            op.start()  # the jobs' kopf finalizers need a running operator to go away
+        delete_jobs(cluster, namespace, timeout=300)
         op.stop()
         print(op.log_tail(60))
-
-    jobs = {j["metadata"]["name"]: j for j in get_json(cluster, "trj", "-n", namespace)["items"]}
-    assert sorted(jobs) == names
-    for kind in CHILD_KINDS:
-        items = get_json(cluster, kind, "-n", namespace, "-l", "app.kubernetes.io/managed-by=toolrl-operator")
-        per_job = Counter(i["metadata"]["labels"]["toolrl.dev/job"] for i in items["items"])
-        assert per_job == dict.fromkeys(names, 1), f"{kind}: {per_job}"
-        for item in items["items"]:
-            owner = jobs[item["metadata"]["labels"]["toolrl.dev/job"]]["metadata"]["uid"]
-            assert [o["uid"] for o in item["metadata"]["ownerReferences"]] == [owner], kind
-    rayclusters = get_json(cluster, "rayclusters", "-n", namespace)["items"]
-    clusters = Counter(c["metadata"]["ownerReferences"][0]["name"] for c in rayclusters)
-    assert clusters == dict.fromkeys(names, 1), "one RayCluster per RayJob"
-    for name, j in jobs.items():
-        status = j["status"]
-        assert status["rayJobName"] == name
-        assert status["rayClusterName"]
-        assert status["startTime"]
-        mine = {"ToolPoolReady", "ClusterReady", "Running", "Succeeded", "Failed", "Suspended"}
-        assert mine <= {c["type"] for c in status["conditions"]}  # the autoscaler adds its own
-        assert status["toolPool"]["endpoint"] == f"http://{name}-tools.{namespace}.svc:8080"
