@@ -40,7 +40,7 @@ TOOL_POOL = Row("Tool pool", (
         Target(f"sum(toolrl_tool_capacity{{{JOB}}})", "capacity"),
         Target(f"sum(toolrl_tool_queue_depth{{{JOB}}})", "queued"),
     ), "Calls executing now, the slots the ready replicas offer, and calls waiting for a slot."),
-    Panel("Tool pool replicas: desired vs ready", "short", (
+    Panel("Tool pool replicas: desired, max and ready", "short", (
         Target(f"max(toolrl_autoscaler_desired_replicas{{{JOB}}})", "desired"),
         Target(f"max(toolrl_autoscaler_max_replicas{{{JOB}}})", "max"),
         Target(f"count(toolrl_tool_capacity{{{JOB}}})", "ready (serving metrics)"),
