@@ -184,6 +184,6 @@ def _differs(old: Any, new: Any) -> bool:
 
 
 def status_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """The top-level keys of `new` that differ from `old`: what a merge patch must carry. Keys
+    """The top-level keys of `new` that differ from `old` (empty: no write needed). Keys
     other writers own inside a nested object (e.g. `toolPool.desiredReplicas`) are ignored."""
     return {key: value for key, value in new.items() if _differs(old.get(key), value)}
