@@ -337,6 +337,9 @@ class LocalCluster:
                     "10.0.0.0/24",
                     "--node-ip",
                     "10.0.0.1",
+                    # renew node leases; without it the node controller marks the nodes NotReady
+                    "--node-lease-duration-seconds",
+                    "40",
                     "--server-address",
                     f"127.0.0.1:{p['kwok']}",
                 ],
