@@ -202,7 +202,7 @@ class Worker:
     def take_spare(self) -> Child | None:
         while self.spares:
             kid = self.spares.pop(0)
-            if kid.slot in self.children:
+            if self.children.get(kid.slot) is kid:  # not reaped (its slot maybe reused)
                 return kid
         return self.spawn()
 
