@@ -2,9 +2,10 @@
 SHELL := /bin/bash
 PY := .venv/bin/python
 LOCALCLUSTER := PYTHONPATH=tests/e2e $(PY) -m localcluster
-KUBECONFIG_LOCAL := .local-cluster/kubeconfig
+# `make bench BENCH="tool_sandbox operator"` runs only those (directories of bench/)
+BENCH ?=
 
-.PHONY: setup cluster-up cluster-down demo test test-unit test-e2e bench lint
+.PHONY: setup cluster-up cluster-down demo test test-unit test-e2e bench lint chart-generate chart-check
 
 setup:
 	@scripts/setup.sh
@@ -27,9 +28,16 @@ test-unit: setup
 test-e2e: setup
 	$(PY) -m pytest tests/e2e
 
-bench: setup
-	$(PY) -m bench
+# the operator benchmark needs a running cluster; the others start what they measure
+bench: cluster-up
+	$(PY) -m bench $(BENCH)
 
 lint: setup
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check tests/e2e/localcluster bench
+
+# regenerate the chart's dashboard JSON, alert rules and CRD copy after editing charts/chartgen or crds/
+chart-generate: setup
+	PYTHONPATH=charts $(PY) -m chartgen
+
+chart-check: setup
+	PYTHONPATH=charts $(PY) -m chartgen --check
