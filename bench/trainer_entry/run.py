@@ -238,7 +238,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=10240)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--trajectories", type=int, default=512)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results" / "trainer_entry.json")
+    results = Path(__file__).resolve().parents[1] / "results"
+    parser.add_argument("--out", type=Path, default=results / "trainer_entry.json")
     args = parser.parse_args()
     result: dict = {}
     root = Path(tempfile.mkdtemp(prefix="bench-trainer-entry-"))
