@@ -19,7 +19,7 @@ cluster-down:
 demo: setup
 	$(PY) scripts/demo.py
 
-test: setup
+test: setup lint
 	$(PY) -m pytest tests
 
 test-unit: setup
