@@ -52,7 +52,7 @@ def main() -> int:
 
     result = {
         "machine": f"{platform.machine()}, {len(__import__('os').sched_getaffinity(0))} cores",
-        "coldBuildSeconds": manifest.get("buildSeconds"),
+        "cacheBuildSeconds": manifest.get("buildSeconds"),
         "warmUpSeconds": {"median": statistics.median(ups), "max": max(ups)},
         "teardownSeconds": {"median": statistics.median(downs), "max": max(downs)},
         "controlPlaneRssMiB": {
@@ -65,7 +65,9 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print("| what | median | max |\n|---|---|---|")
-    print(f"| cold build (recorded) | {result['coldBuildSeconds']} s | |")
+    # the build that filled this cache may have reused Go's own module and build caches, so
+    # this is a cold figure only if those were empty then
+    print(f"| build that filled the cache | {result['cacheBuildSeconds']} s | |")
     print(f"| warm cluster-up to all ready | {statistics.median(ups):.1f} s | {max(ups):.1f} s |")
     print(f"| teardown | {statistics.median(downs):.2f} s | {max(downs):.2f} s |")
     print(f"| control-plane RSS | {statistics.median(rss) / 2**20:.0f} MiB | {max(rss) / 2**20:.0f} MiB |")
