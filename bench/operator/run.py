@@ -78,7 +78,7 @@ class Bench:
         return name
 
     def remove(self, namespace: str) -> None:
-        """Delete the jobs while the operator runs (it removes kopf's finalizers), then the namespace."""
+        """Delete the jobs (and so, by GC, their children), then the namespace."""
         self.custom.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
         deadline = time.monotonic() + 300
         while self.jobs(namespace) and time.monotonic() < deadline:

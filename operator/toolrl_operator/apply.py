@@ -26,6 +26,7 @@ PLURALS = {
     "RayJob": "rayjobs",
     "ScaledObject": "scaledobjects",
     "ToolRLJob": "toolrljobs",
+    "Event": "events",
 }
 RETRIABLE = frozenset({409, 429, 500, 502, 503, 504})
 
@@ -111,6 +112,11 @@ class Kube:
             query={"fieldManager": self.field_manager, "force": "true"},
         )
 
+    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """POST `manifest` to its collection (for objects named by the server, like Events)."""
+        path = resource_path(manifest["apiVersion"], manifest["kind"], manifest["metadata"]["namespace"])
+        return self.request("POST", path, manifest)
+
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The live object, or None if it does not exist."""
         try:
@@ -121,11 +127,17 @@ class Kube:
             raise
 
     def apply_status(
-        self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        field_manager: str = "",
     ) -> dict[str, Any]:
-        """Server-side apply of the status fields this operator owns. Others' fields (the trainer's
-        progress, the autoscaler's desiredReplicas and condition) are untouched, also inside
-        `conditions`, a list keyed by type."""
+        """Server-side apply of the status fields `field_manager` (default: the operator's) owns.
+        Others' fields (the trainer's progress, the autoscaler's desiredReplicas and condition) are
+        untouched, also inside `conditions`, a list keyed by type."""
         body = {
             "apiVersion": api_version,
             "kind": kind,
@@ -137,16 +149,5 @@ class Kube:
             resource_path(api_version, kind, namespace, name, "status"),
             body,
             content_type="application/apply-patch+yaml",
-            query={"fieldManager": self.field_manager, "force": "true"},
-        )
-
-    def patch_status(
-        self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]
-    ) -> dict[str, Any]:
-        """Merge-patch the status subresource: only the given keys change, other writers' stay."""
-        return self.request(
-            "PATCH",
-            resource_path(api_version, kind, namespace, name, "status"),
-            {"status": status},
-            content_type="application/merge-patch+json",
+            query={"fieldManager": field_manager or self.field_manager, "force": "true"},
         )

@@ -1,11 +1,16 @@
-"""The native tool-pool autoscaler: one async kopf daemon per ToolRLJob.
+"""The native tool-pool autoscaler: one loop for every ToolRLJob the operator watches.
 
-Every few seconds it reads the pool's load and the trainer's phase (signals), asks the pure
-decision function (autoscaler) for a size, and writes it to `status.toolPool.desiredReplicas`;
-the reconcile handlers make the Deployment follow. Each change of size is an Event with the
-inputs; while the metrics cannot be trusted the size holds and the `AutoscalerHealthy`
-condition says why. A daemon, not a timer: kopf logs every timer run, and the operator posts
-its logs as Events.
+Every `autoscaler_interval_seconds` the loop takes the jobs and their pool Deployments from the
+operator's in-memory indexes, and for each job (a bounded number at a time) reads the pool's
+load and the trainer's phase (signals), asks the pure decision function (autoscaler) for a size
+and writes it to `status.toolPool.desiredReplicas`; the reconcile handlers make the Deployment
+follow. Each change of size is an Event with the inputs; while the metrics cannot be trusted the
+size holds and the `AutoscalerHealthy` condition says why.
+
+One loop, not a kopf daemon or timer per job: kopf puts a finalizer on every object that has
+one, so without a running operator a job (and its namespace) could never be deleted; and 200
+daemons cost the operator seconds and tens of MiB in a burst of new jobs. The decision history
+of each job lives here, keyed by the job's uid, and goes when the job leaves the index.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import contextlib
 import datetime as dt
 import logging
 import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import aiohttp
@@ -23,13 +30,19 @@ from prometheus_client import Counter, Gauge
 
 from . import autoscaler, signals
 from .apply import ApiError
-from .handlers import plain, runtime
-from .naming import API_VERSION, GROUP, KIND, PLURAL, VERSION, tool_pool_name
+from .events import event_manifest
+from .handlers import first, runtime
+from .naming import API_VERSION, KIND
 from .status import TERMINAL_PHASES
 
 log = logging.getLogger(__name__)
 
 CONDITION = "AutoscalerHealthy"
+# Jobs read and decided at once: enough that pods timing out (3 s) in many pools do not stretch a
+# tick much past the interval, few enough to keep a burst of new jobs cheap.
+CONCURRENCY = 64
+API_THREADS = 8  # the loop's blocking API calls (listing pods, writing status)
+FIELD_MANAGER = "toolrl-operator-autoscaler"  # owns desiredReplicas and the condition
 DESIRED = Gauge(
     "toolrl_autoscaler_desired_replicas",
     "Tool-pool replicas the autoscaler wants for a job.",
@@ -39,9 +52,10 @@ MAX_REPLICAS = Gauge(
     "toolrl_autoscaler_max_replicas", "The job's spec.toolPool.replicas.max.", ["namespace", "toolrl_job"]
 )
 DECISIONS = Counter("toolrl_autoscaler_decisions_total", "Autoscaling decisions by reason.", ["reason"])
+Key = tuple[str, str]
 
 
-def native(job: dict[str, Any]) -> bool:
+def native(job: Mapping[str, Any]) -> bool:
     """Whether the operator itself should size this job's pool right now."""
     spec, status = job.get("spec", {}), job.get("status") or {}
     return (
@@ -52,7 +66,7 @@ def native(job: dict[str, Any]) -> bool:
     )
 
 
-def condition(healthy: bool, problem: str, previous: dict[str, Any] | None, now: str) -> dict[str, Any]:
+def condition(healthy: bool, problem: str, previous: Mapping[str, Any] | None, now: str) -> dict[str, Any]:
     """The AutoscalerHealthy condition (metav1.Condition shape)."""
     status = "True" if healthy else "False"
     return {
@@ -68,44 +82,100 @@ def condition(healthy: bool, problem: str, previous: dict[str, Any] | None, now:
     }
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
-async def autoscale(
-    stopped: kopf.DaemonStopped, namespace: str, name: str, body: kopf.Body, **_: Any
-) -> None:
-    """Size the job's pool until the job is deleted or the operator stops."""
-    scaler = JobScaler(namespace, name)
-    async with aiohttp.ClientSession() as session:
-        while not stopped:
-            try:
-                await scaler.tick(session, plain(body))
-            except Exception:  # one bad tick must not end the daemon; the next one retries
-                log.exception("autoscaling %s/%s failed", namespace, name)
-            await stopped.wait(runtime().settings.autoscaler_interval_seconds)
-    for gauge in (DESIRED, MAX_REPLICAS):
-        with contextlib.suppress(KeyError):
-            gauge.remove(namespace, name)
+# ---- the loop --------------------------------------------------------------------------------
+
+
+@kopf.on.startup()
+async def start(memo: kopf.Memo, jobs: kopf.Index, deployments: kopf.Index, **_: Any) -> None:
+    """Start the loop; it reads the indexes, which fill as kopf's watches come in."""
+    loop = Autoscaler(jobs, deployments, runtime().settings.autoscaler_interval_seconds)
+    memo.autoscaler = asyncio.create_task(loop.run(), name="toolrl autoscaler")
+
+
+@kopf.on.cleanup()
+async def stop(memo: kopf.Memo, **_: Any) -> None:
+    task: asyncio.Task[None] | None = memo.get("autoscaler")
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+class Autoscaler:
+    """Ticks over all jobs; remembers each job's decision history by uid."""
+
+    def __init__(
+        self,
+        jobs: Mapping[Key, Iterable[dict[str, Any]]],
+        deployments: Mapping[Key, Iterable[dict[str, Any]]],
+        interval: float,
+        concurrency: int = CONCURRENCY,
+    ) -> None:
+        self.jobs, self.deployments = jobs, deployments
+        self.interval = interval
+        self.concurrency = concurrency
+        self.scalers: dict[str, JobScaler] = {}
+        self.threads = ThreadPoolExecutor(API_THREADS, thread_name_prefix="toolrl-autoscaler")
+
+    async def run(self) -> None:
+        """Tick every `interval` seconds (at once if a tick took longer) until cancelled."""
+        try:
+            connector = aiohttp.TCPConnector(limit=4 * self.concurrency)  # a few pods per pool at once
+            async with aiohttp.ClientSession(connector=connector) as s:
+                while True:
+                    started = time.monotonic()
+                    try:
+                        await self.tick(s)
+                    except Exception:  # a bad tick must not end the loop; the next one retries
+                        log.exception("autoscaler tick failed")
+                    await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - started)))
+        finally:
+            self.threads.shutdown(wait=False, cancel_futures=True)
+
+    async def tick(self, session: aiohttp.ClientSession) -> None:
+        """One round: forget the jobs that are gone, then size every live one."""
+        live = {job["metadata"]["uid"]: job for key in list(self.jobs) for job in self.jobs.get(key, ())}
+        for uid in self.scalers.keys() - live.keys():
+            self.scalers.pop(uid).forget()
+        bound = asyncio.Semaphore(self.concurrency)
+
+        async def one(uid: str, job: dict[str, Any]) -> None:
+            meta = job["metadata"]
+            key = (meta["namespace"], meta["name"])
+            if uid not in self.scalers:
+                self.scalers[uid] = JobScaler(*key, self.threads)
+            scaler = self.scalers[uid]
+            async with bound:
+                try:
+                    await scaler.tick(session, job, first(self.deployments.get(key)))
+                except Exception:  # one job's trouble must not stop the others
+                    log.exception("autoscaling %s/%s failed", *key)
+
+        await asyncio.gather(*(one(uid, job) for uid, job in live.items()))
 
 
 class JobScaler:
-    """What the daemon of one job remembers between ticks."""
+    """What the loop remembers of one job between ticks."""
 
-    def __init__(self, namespace: str, name: str) -> None:
+    def __init__(self, namespace: str, name: str, threads: ThreadPoolExecutor) -> None:
         self.namespace, self.name = namespace, name
+        self.threads = threads
         self.state = autoscaler.State()
-        self.written: int | None = None
+        self.written: tuple[int | None, dict[str, Any] | None] | None = None  # desired, condition
 
-    async def tick(self, session: aiohttp.ClientSession, job: dict[str, Any]) -> None:
-        if not native(job):
-            return
-        rt = runtime()
+    def forget(self) -> None:
+        for gauge in (DESIRED, MAX_REPLICAS):
+            with contextlib.suppress(KeyError):
+                gauge.remove(self.namespace, self.name)
+
+    async def tick(
+        self, session: aiohttp.ClientSession, job: dict[str, Any], deployment: dict[str, Any] | None
+    ) -> None:
+        if not native(job) or deployment is None:
+            return  # no pool yet: the reconcile handler creates it
         policy = autoscaler.Policy.from_job_spec(job["spec"])
-        deployment = await asyncio.to_thread(
-            rt.kube.get, "apps/v1", "Deployment", self.namespace, tool_pool_name(self.name)
-        )
-        if deployment is None:
-            return  # not created yet: the reconcile handler will
-        current = int(deployment.get("spec", {}).get("replicas", 0))
-        ready = int((deployment.get("status") or {}).get("readyReplicas", 0))
+        current = int(deployment["spec"].get("replicas", 0))
+        ready = int(deployment["status"].get("readyReplicas", 0))
         reading = await self.read(session, current)
         decision = autoscaler.decide(
             policy,
@@ -134,57 +204,53 @@ class JobScaler:
 
     async def list_pods(self, selector: str) -> list[dict[str, Any]]:
         path = f"/api/v1/namespaces/{self.namespace}/pods"
-        answer = await asyncio.to_thread(
-            runtime().kube.request, "GET", path, query={"labelSelector": selector}
-        )
+        answer = await self._call(runtime().kube.request, "GET", path, query={"labelSelector": selector})
         return answer.get("items", [])
 
     async def publish(
         self, job: dict[str, Any], decision: autoscaler.Decision, current: int, reading: signals.Reading
     ) -> None:
-        """Write the size and the condition when they change; announce each change."""
-        kube = runtime().kube
+        """Write the size and the condition when either changes (one server-side apply, as the
+        autoscaler's own field manager: no read, no conflict with the operator's fields);
+        announce each change."""
         status = job.get("status") or {}
-        if self.written is None:
-            self.written = status.get("toolPool", {}).get("desiredReplicas")
-        if decision.replicas != self.written:
-            await asyncio.to_thread(
-                kube.patch_status,
-                API_VERSION,
-                KIND,
-                self.namespace,
-                self.name,
-                {"toolPool": {"desiredReplicas": decision.replicas}},
-            )
-            if decision.replicas != current:
-                kopf.info(job, reason="ToolPoolScaled", message=decision.message)
-            self.written = decision.replicas
-        healthy = reading.load is not None
         mine = next((c for c in status.get("conditions", []) if c.get("type") == CONDITION), None)
-        wanted = condition(healthy, reading.problem, mine, _now())
-        if mine is None or any(mine.get(k) != wanted[k] for k in ("status", "reason", "message")):
-            await asyncio.to_thread(self.write_condition, wanted)
-            if not healthy and (mine is None or mine.get("status") != "False"):
-                kopf.warn(job, reason="AutoscalerHolding", message=decision.message)
-
-    def write_condition(self, wanted: dict[str, Any]) -> None:
-        """Replace our condition in the live list, guarded by resourceVersion so that a
-        concurrent status write is never overwritten (a conflict retries on the next tick)."""
-        kube = runtime().kube
-        live = kube.get(API_VERSION, KIND, self.namespace, self.name)
-        if live is None:
+        if self.written is None:
+            self.written = (status.get("toolPool", {}).get("desiredReplicas"), mine)
+        written_replicas, written_condition = self.written
+        healthy = reading.load is not None
+        wanted = condition(healthy, reading.problem, written_condition, _now())
+        same_condition = written_condition is not None and all(
+            written_condition.get(k) == wanted[k] for k in ("status", "reason", "message")
+        )
+        if decision.replicas == written_replicas and same_condition:
             return
-        others = [c for c in (live.get("status") or {}).get("conditions", []) if c.get("type") != CONDITION]
-        body = {
-            "metadata": {"resourceVersion": live["metadata"]["resourceVersion"]},
-            "status": {"conditions": [*others, wanted]},
-        }
-        path = f"/apis/{API_VERSION}/namespaces/{self.namespace}/{PLURAL}/{self.name}/status"
+        body = {"toolPool": {"desiredReplicas": decision.replicas}, "conditions": [wanted]}
         try:
-            kube.request("PATCH", path, body, content_type="application/merge-patch+json")
+            await self._call(
+                runtime().kube.apply_status, API_VERSION, KIND, self.namespace, self.name, body, FIELD_MANAGER
+            )
         except ApiError as err:
-            if err.status not in (404, 409):
-                raise
+            if err.status == 404:
+                return  # the job is gone; the next tick forgets it
+            raise
+        self.written = (decision.replicas, wanted)
+        if decision.replicas != written_replicas and decision.replicas != current:
+            await self.announce(job, "Normal", "ToolPoolScaled", decision.message)
+        if not healthy and (written_condition is None or written_condition.get("status") != "False"):
+            await self.announce(job, "Warning", "AutoscalerHolding", decision.message)
+
+    async def announce(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Post an Event on the job; best effort, as kopf's own are."""
+        manifest = event_manifest(job, type_, reason, message, dt.datetime.now(dt.UTC))
+        try:
+            await self._call(runtime().kube.create, manifest)
+        except Exception as err:
+            log.warning("event %s on %s/%s not posted: %s", reason, self.namespace, self.name, err)
+
+    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """A blocking API call on the loop's own threads (the default executor stays free)."""
+        return await asyncio.get_running_loop().run_in_executor(self.threads, lambda: fn(*args, **kwargs))
 
 
 def _now() -> str:

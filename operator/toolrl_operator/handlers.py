@@ -88,7 +88,7 @@ def plain(obj: Any) -> Any:
     return obj
 
 
-def _first(store: Iterable[Any] | None) -> Any:
+def first(store: Iterable[Any] | None) -> Any:
     return next(iter(store), None) if store is not None else None
 
 
@@ -112,6 +112,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     settings.execution.max_workers = 16
     settings.posting.level = logging.INFO
+    settings.posting.reporting_component = MANAGED_BY  # as the autoscaler's own Events say
     settings.watching.server_timeout = 300
     runtime()
 
@@ -158,7 +159,7 @@ def reconcile(body: kopf.Body, reason: str, diff: kopf.Diff, rayjobs: kopf.Index
     job = plain(body)
     if job["metadata"].get("deletionTimestamp"):
         return
-    rayjob = _first(rayjobs.get(_job_key(job)))
+    rayjob = first(rayjobs.get(_job_key(job)))
     apply_job(job, rayjob)
     if reason == "create":
         kopf.info(body, reason="Created", message="created ConfigMap, RBAC, tool pool and RayJob")
@@ -183,9 +184,9 @@ def apply_job(job: dict[str, Any], rayjob: dict[str, Any] | None) -> None:
     started = time.monotonic()
     current_suspend = rayjob["spec"]["suspend"] if rayjob else None
     try:
-        *first, rayjob_manifest = build_children(job, rt.settings, current_suspend)
+        *others, rayjob_manifest = build_children(job, rt.settings, current_suspend)
         # Independent objects go in parallel; the RayJob, whose pods use them, goes last.
-        live = {m["kind"]: obj for m, obj in zip(first, _APPLY_POOL.map(rt.kube.apply, first), strict=True)}
+        live = {m["kind"]: obj for m, obj in zip(others, _APPLY_POOL.map(rt.kube.apply, others), strict=True)}
         live["RayJob"] = rt.kube.apply(rayjob_manifest)
         rt.applied_generation[key] = job["metadata"].get("generation", 1)
         refresh_status(job, _rayjob_view(live["RayJob"]), _deployment_view(live["Deployment"]))
@@ -260,13 +261,13 @@ def rayjob_event(
     **_: Any,
 ) -> None:
     key = (namespace, labels[LABEL_JOB])
-    job = _first(jobs.get(key))
+    job = first(jobs.get(key))
     if job is None or job["metadata"].get("deletionTimestamp"):
         return
     if type == "DELETED":
         _repair(key, None)
     else:
-        _refresh_from_child(job, _rayjob_view(body), _first(deployments.get(key)))
+        _refresh_from_child(job, _rayjob_view(body), first(deployments.get(key)))
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={**OWNED, LABEL_COMPONENT: COMPONENT_TOOL_POOL})
@@ -280,13 +281,13 @@ def deployment_event(
     **_: Any,
 ) -> None:
     key = (namespace, labels[LABEL_JOB])
-    job = _first(jobs.get(key))
+    job = first(jobs.get(key))
     if job is None or job["metadata"].get("deletionTimestamp"):
         return
     if type == "DELETED":
-        _repair(key, _first(rayjobs.get(key)))
+        _repair(key, first(rayjobs.get(key)))
     else:
-        _refresh_from_child(job, _first(rayjobs.get(key)), _deployment_view(body))
+        _refresh_from_child(job, first(rayjobs.get(key)), _deployment_view(body))
 
 
 def _refresh_from_child(
@@ -316,9 +317,9 @@ async def child_deleted(
 ) -> None:
     """Async so that the many other events of these children cost no thread hop."""
     key = (namespace, labels[LABEL_JOB])
-    job = _first(jobs.get(key))
+    job = first(jobs.get(key))
     if type == "DELETED" and job is not None and not job["metadata"].get("deletionTimestamp"):
-        await asyncio.to_thread(_repair, key, _first(rayjobs.get(key)))
+        await asyncio.to_thread(_repair, key, first(rayjobs.get(key)))
 
 
 for _group, _version, _plural in REPAIRED_ON_DELETE:
@@ -346,7 +347,7 @@ async def job_event(
         runtime().forget(key)
         return
     job = plain(body)
-    deployment = _first(deployments.get(key))
+    deployment = first(deployments.get(key))
     if deployment is None or job["metadata"].get("deletionTimestamp") or uses_keda(job):
         return
     if runtime().applied_generation.get(key) != job["metadata"].get("generation"):

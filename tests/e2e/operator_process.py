@@ -3,7 +3,7 @@
 install_crd(cluster)                      # crds/toolrl.dev_toolrljobs.yaml, waits for Established
 with OperatorProcess(cluster.kubeconfig, namespaces=[ns], log_path=tmp_path / "op.log") as op:
     ...                                   # op.metrics_url, op.kill(), op.start(), op.peak_rss_bytes()
-    delete_jobs(cluster, ns)              # while the operator runs (kopf finalizers)
+    delete_jobs(cluster, ns)              # and wait until they are gone
 wait_until(lambda: ..., timeout, "what")  # poll until truthy; get_json(cluster, "trj", name, "-n", ns)
 """
 
@@ -60,9 +60,8 @@ def install_crd(cluster: Any, crd_file: Path = CRD_FILE) -> None:
 
 
 def delete_jobs(cluster: Any, namespace: str, timeout: float = 120) -> None:
-    """Delete every ToolRLJob of `namespace` and wait until they are gone. Call it while the
-    operator still runs: the jobs carry kopf's finalizer (the autoscaler daemon needs it), which
-    only the operator removes; without it the namespace would hang in Terminating."""
+    """Delete every ToolRLJob of `namespace` and wait until they are gone. The jobs carry no
+    finalizer, so this works with or without a running operator."""
     cluster.kubectl(
         "delete", "toolrljobs", "--all", "-n", namespace, "--wait=true", f"--timeout={int(timeout)}s"
     )

@@ -1,14 +1,37 @@
-"""The daemon's pure parts: when it acts, and the condition it writes."""
+"""The autoscaling loop: when it acts, what it writes, how it keeps and drops each job's
+history, that it bounds its concurrency, and that nothing in the operator needs a finalizer."""
 
-from toolrl_operator import autoscaling
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import aiohttp
+import kopf
+import pytest
+from prometheus_client import REGISTRY
+from toolrl_operator import autoscaling, handlers
+from toolrl_operator.settings import Settings
 
 
-def job(phase="Running", **spec):
+def job(phase="Running", name="j", uid="", **spec):
     return {
-        "metadata": {"name": "j", "namespace": "n"},
-        "spec": {"toolPool": {}, **spec},
+        "apiVersion": "toolrl.dev/v1alpha1",
+        "kind": "ToolRLJob",
+        "metadata": {"name": name, "namespace": "n", "uid": uid or f"uid-{name}"},
+        "spec": {
+            "toolPool": {"replicas": {"min": 1, "max": 4}, "targetConcurrencyPerReplica": 8,
+                         "scaleDownDelaySeconds": 60},
+            **spec,
+        },
         "status": {"phase": phase},
     }
+
+
+def deployment(replicas=0):
+    return {"metadata": {"name": "d"}, "spec": {"replicas": replicas}, "status": {}}
 
 
 def test_acts_only_on_live_native_jobs():
@@ -34,3 +57,165 @@ def test_condition_says_why_it_holds_and_keeps_the_transition_time():
     assert still_bad["lastTransitionTime"] == "T1"
     good = autoscaling.condition(True, "", still_bad, "T3")
     assert (good["status"], good["reason"], good["lastTransitionTime"]) == ("True", "MetricsAvailable", "T3")
+
+
+def test_no_handler_of_the_operator_puts_a_finalizer_on_jobs():
+    """kopf adds a finalizer for daemons, timers and non-optional on.delete handlers; with one,
+    a job could not be deleted while no operator runs. (kopf has no public view of its registry.)"""
+    registry = kopf.get_default_registry()
+    assert handlers.reconcile and autoscaling.start  # both modules registered their handlers
+    assert not list(registry._spawning.get_all_handlers())
+    changing = list(registry._changing.get_all_handlers())
+    assert changing and not [h.id for h in changing if h.requires_finalizer]
+
+
+class FakeKube:
+    """Records status applies; lists no pods (or fails), slowly enough to see concurrency."""
+
+    def __init__(self, list_delay: float = 0.0, fail_listing: bool = False) -> None:
+        self.applied: list[tuple[str, dict[str, Any], str]] = []
+        self.events: list[tuple[str, str, str]] = []
+        self.list_delay, self.fail_listing = list_delay, fail_listing
+        self.running = self.peak = 0
+        self.guard = threading.Lock()
+
+    def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+        with self.guard:
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+        try:
+            time.sleep(self.list_delay)
+            if self.fail_listing:
+                raise ConnectionError("apiserver unreachable")
+            return {"items": []}
+        finally:
+            with self.guard:
+                self.running -= 1
+
+    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        assert manifest["kind"] == "Event"
+        self.events.append((manifest["type"], manifest["involvedObject"]["name"], manifest["reason"]))
+        return manifest
+
+    def apply_status(self, api_version, kind, namespace, name, status, field_manager=""):
+        self.applied.append((name, status, field_manager))
+        return {"status": status}
+
+
+@pytest.fixture
+def kube(monkeypatch) -> FakeKube:
+    fake = FakeKube()
+    rt = handlers.Runtime(Settings(), fake)  # type: ignore[arg-type]
+    monkeypatch.setattr(autoscaling, "runtime", lambda: rt)
+    return fake
+
+
+@pytest.fixture
+def events(kube) -> list[tuple[str, str, str]]:
+    """(type, job, reason) of the Events posted."""
+    return kube.events
+
+
+def desired_gauge(name: str) -> float | None:
+    labels = {"namespace": "n", "toolrl_job": name}
+    return REGISTRY.get_sample_value("toolrl_autoscaler_desired_replicas", labels)
+
+
+async def test_one_loop_sizes_every_job_keeps_history_by_uid_and_forgets_gone_jobs(kube, events):
+    jobs = {("n", f"j{i}"): [job(name=f"j{i}")] for i in range(3)}
+    pools = {key: [deployment(0)] for key in jobs}
+    loop = autoscaling.Autoscaler(jobs, pools, interval=5)
+    async with aiohttp.ClientSession() as session:
+        await loop.tick(session)
+        # an empty pool has no load: each job gets min, in one apply by the autoscaler's own manager
+        assert sorted(name for name, _, _ in kube.applied) == ["j0", "j1", "j2"]
+        for _name, status, manager in kube.applied:
+            assert manager == autoscaling.FIELD_MANAGER
+            assert status["toolPool"] == {"desiredReplicas": 1}
+            [cond] = status["conditions"]
+            assert (cond["type"], cond["status"]) == ("AutoscalerHealthy", "True")
+        assert sorted(events) == [("Normal", f"j{i}", "ToolPoolScaled") for i in range(3)]
+        assert desired_gauge("j0") == 1
+        assert set(loop.scalers) == {"uid-j0", "uid-j1", "uid-j2"}
+        history = loop.scalers["uid-j0"].state
+
+        await loop.tick(session)  # nothing changed: nothing written, the history grows
+        assert len(kube.applied) == 3 and len(events) == 3
+        assert loop.scalers["uid-j0"].state != history
+
+        del jobs[("n", "j0")]
+        await loop.tick(session)
+        assert set(loop.scalers) == {"uid-j1", "uid-j2"}
+        assert desired_gauge("j0") is None
+
+        jobs[("n", "j0")] = [job(name="j0", uid="uid-new")]  # same name, a new job: a fresh history
+        await loop.tick(session)
+        fresh, old = loop.scalers["uid-new"].state, loop.scalers["uid-j1"].state
+        assert (len(fresh.samples), len(old.samples)) == (1, 4)
+        assert len(kube.applied) == 4
+
+
+async def test_jobs_are_read_concurrently_within_the_bound(kube, events):
+    kube.list_delay = 0.2
+    jobs = {("n", f"j{i}"): [job(name=f"j{i}")] for i in range(6)}
+    loop = autoscaling.Autoscaler(jobs, {key: [deployment(0)] for key in jobs}, interval=5, concurrency=3)
+    async with aiohttp.ClientSession() as session:
+        await loop.tick(session)
+    assert kube.peak == 3
+    assert len(kube.applied) == 6
+
+
+async def test_skips_jobs_it_must_not_size_and_survives_a_bad_one(kube, events):
+    broken = job(name="broken", toolPool={"replicas": {"min": 5, "max": 2}})
+    jobs = {
+        ("n", "suspended"): [job(name="suspended", suspend=True)],
+        ("n", "done"): [job(name="done", phase="Succeeded")],
+        ("n", "no-pool-yet"): [job(name="no-pool-yet")],
+        ("n", "broken"): [broken],
+        ("n", "ok"): [job(name="ok")],
+    }
+    pools = {key: [deployment(0)] for key in jobs if key[1] != "no-pool-yet"}
+    async with aiohttp.ClientSession() as session:
+        await autoscaling.Autoscaler(jobs, pools, interval=5).tick(session)
+    assert [name for name, _, _ in kube.applied] == ["ok"]
+
+
+async def test_holds_with_unreadable_metrics_writing_and_warning_once(kube, events):
+    kube.fail_listing = True
+    jobs = {("n", "j"): [job()]}
+    loop = autoscaling.Autoscaler(jobs, {("n", "j"): [deployment(2)]}, interval=5)
+    async with aiohttp.ClientSession() as session:
+        await loop.tick(session)
+        await loop.tick(session)
+    [(_, status, _)] = kube.applied
+    assert status["toolPool"] == {"desiredReplicas": 2}  # held at the current size
+    [cond] = status["conditions"]
+    assert cond["status"] == "False" and "cannot list the pool's pods" in cond["message"]
+    assert events == [("Warning", "j", "AutoscalerHolding")]
+
+
+async def test_restart_remembers_what_the_status_already_says(kube, events):
+    cond = autoscaling.condition(True, "", None, "T0")
+    written = job()
+    written["status"].update({"toolPool": {"desiredReplicas": 1}, "conditions": [cond]})
+    async with aiohttp.ClientSession() as session:
+        loop = autoscaling.Autoscaler({("n", "j"): [written]}, {("n", "j"): [deployment(0)]}, interval=5)
+        await loop.tick(session)
+    assert kube.applied == [] and events == []
+
+
+async def test_startup_starts_one_ticking_loop_and_cleanup_stops_it(kube, events, monkeypatch):
+    ticks: list[float] = []
+
+    async def counting_tick(self, session):
+        ticks.append(time.monotonic())
+
+    monkeypatch.setattr(autoscaling.Autoscaler, "tick", counting_tick)
+    rt = handlers.Runtime(Settings(autoscaler_interval_seconds=0.05), kube)  # type: ignore[arg-type]
+    monkeypatch.setattr(autoscaling, "runtime", lambda: rt)
+    memo = kopf.Memo()
+    await autoscaling.start(memo=memo, jobs={}, deployments={})
+    while len(ticks) < 3:
+        await asyncio.sleep(0.01)
+    await autoscaling.stop(memo=memo)
+    assert memo.autoscaler.cancelled()

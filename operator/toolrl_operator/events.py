@@ -1,0 +1,49 @@
+"""Events the operator posts outside kopf's handlers.
+
+`kopf.info`/`kopf.warn` work only inside a handler kopf runs for that object; the autoscaling
+loop runs beside the handlers, so it posts its Events itself, in the shape kopf gives them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from .naming import MANAGED_BY
+
+MAX_MESSAGE = 1024  # longer messages are cut in the middle, as kopf does
+
+
+def event_manifest(
+    obj: Mapping[str, Any], type_: str, reason: str, message: str, now: dt.datetime
+) -> dict[str, Any]:
+    """A core/v1 Event about `obj` (a namespaced object with metadata.uid); `type_` is Normal or
+    Warning."""
+    if type_ not in ("Normal", "Warning"):
+        raise ValueError(f"event type {type_!r}: use Normal or Warning")
+    meta = obj["metadata"]
+    if len(message) > MAX_MESSAGE:
+        half = (MAX_MESSAGE - 3) // 2
+        message = f"{message[:half]}...{message[-half:]}"
+    stamp = now.astimezone(dt.UTC).isoformat()
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "type": type_,
+        "reason": reason,
+        "message": message,
+        "involvedObject": {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+        },
+        "reportingComponent": MANAGED_BY,
+        "source": {"component": MANAGED_BY},  # the "From" column of `kubectl describe`
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
