@@ -15,14 +15,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
-from localcluster import LocalCluster, free_port  # noqa: E402
+from localcluster import LocalCluster  # noqa: E402
 from localcluster.__main__ import DEFAULT_ROOT  # noqa: E402
 from operator_process import OperatorProcess, get_json, install_crd, wait_until  # noqa: E402
+from sandbox_process import SandboxProcess  # noqa: E402
 
 NAMESPACE = "toolrl-demo"
 EXAMPLE = REPO / "examples" / "toolrljob.yaml"
@@ -150,49 +150,12 @@ def run(cluster: LocalCluster) -> int:
 def tool_call(tools_file: Path) -> None:
     """Serve the job's tool config with the real sandbox and make one call, as a rollout would."""
     step("the tool pool's server, with the job's generated tools.yaml: one python call")
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tool_sandbox",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--config",
-            str(tools_file),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: _ok(f"{url}/readyz"), 60, "the tool sandbox to be ready")
-        request = {"tool": "python", "input": "import numpy as np\nprint(np.arange(10).sum())"}
-        req = urllib.request.Request(
-            f"{url}/v1/execute",
-            data=json.dumps(request).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            body = json.load(resp)
-        print(
-            f"POST /v1/execute {json.dumps(request)}\n  -> status={body['status']} "
-            f"output={body['output']!r} in {body['durationSeconds'] * 1000:.1f} ms"
-        )
-    finally:
-        server.terminate()
-        server.wait(10)
-
-
-def _ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return resp.status == 200
-    except OSError:
-        return False
+    with SandboxProcess.start(tools_file.parent / "sandbox", config=tools_file) as server:
+        code = "import numpy as np\nprint(np.arange(10).sum())"
+        body = server.execute(code)
+        took = body["durationSeconds"] * 1000
+        print(f"POST /v1/execute {json.dumps({'tool': 'python', 'input': code})}")
+        print(f"  -> status={body['status']} output={body['output']!r} in {took:.1f} ms")
 
 
 if __name__ == "__main__":

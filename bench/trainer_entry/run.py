@@ -26,9 +26,13 @@ from pathlib import Path
 
 import aiohttp
 from trainer_entry.hub import Sink, use_sink
-from trainer_entry.local import build_tiny_model, free_port, sandbox_server
+from trainer_entry.local import build_tiny_model
 from trainer_entry.metrics import TrainerMetrics
 from trainer_entry.pool_client import PoolClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "e2e"))
+from localcluster import free_port
+from sandbox_process import SandboxProcess
 
 CONCURRENCY = 256
 STUB = """
@@ -228,7 +232,7 @@ async def rollout_batch_sync(pool_url: str, tokenizer, gen, tool) -> float:
     return elapsed
 
 
-SANDBOX_TOOLS = "tools:\n  - {name: python, type: python, timeoutSeconds: 10, memoryLimitMiB: 256}\n"
+SANDBOX_TOOLS = [{"name": "python", "type": "python", "timeoutSeconds": 10, "memoryLimitMiB": 256}]
 
 
 def main() -> None:
@@ -261,7 +265,9 @@ def main() -> None:
     model = build_tiny_model(root)
     tokenizer = AutoTokenizer.from_pretrained(model)
     gen, tool = plan(args.trajectories)
-    with sandbox_server(SANDBOX_TOOLS, root / "sandbox", "--capacity", "64", "--queue-size", "4096") as url:
+    flags = ("--capacity", "64", "--queue-size", "4096")
+    with SandboxProcess.start(root / "sandbox", *flags, tools=SANDBOX_TOOLS) as sandbox:
+        url = sandbox.url
         config, worker_cls = verl_worker(model, url, root / "work")
         sync_s = asyncio.run(rollout_batch_sync(url, tokenizer, gen, tool))
         async_s = asyncio.run(rollout_async(config, worker_cls, tokenizer, gen, tool))

@@ -1,18 +1,11 @@
-"""Local stand-ins for CPU runs without a GPU or any download (tests, benchmarks).
+"""A local stand-in model for CPU runs without a GPU or any download (tests, benchmarks).
 
-A tiny random Qwen2 model with a locally trained tokenizer (its outputs are meaningless, its token
-plumbing is real), and a real tool_sandbox server process on a loopback port.
+A tiny random Qwen2 model with a locally trained tokenizer: its outputs are meaningless, its token
+plumbing is real.
 """
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -83,58 +76,3 @@ def build_tiny_model(root: Path) -> Path:
     )
     Qwen2ForCausalLM(config).save_pretrained(path)
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def sandbox_server(tools_yaml: str, root: Path, *extra_args: str, ready_seconds: float = 60) -> Iterator[str]:
-    """Run `python -m tool_sandbox serve` on a free loopback port; yields its base URL."""
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "tools.yaml").write_text(tools_yaml)
-    port = free_port()
-    args = [
-        sys.executable,
-        "-m",
-        "tool_sandbox",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--config",
-        str(root / "tools.yaml"),
-        "--workdir",
-        str(root / "work"),
-        *extra_args,
-    ]
-    with open(root / "server.log", "w") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + ready_seconds
-        while not _ready(url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"tool_sandbox did not become ready: {(root / 'server.log').read_text()[-2000:]}"
-                )
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/readyz", timeout=2) as resp:
-            return resp.status == 200
-    except OSError:
-        return False

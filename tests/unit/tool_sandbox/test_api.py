@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 import requests
-
-Server = Any  # conftest.Server
+from sandbox_process import SandboxProcess
 
 
 @pytest.mark.parametrize(
@@ -35,14 +34,14 @@ Server = Any  # conftest.Server
     ],
 )
 def test_malformed_requests_get_4xx_naming_the_problem(
-    server: Server, body: bytes, status: int, message: str
+    server: SandboxProcess, body: bytes, status: int, message: str
 ) -> None:
     response = requests.post(server.url + "/v1/execute", data=body, timeout=10)
     assert response.status_code == status
     assert message in response.json()["error"]
 
 
-def test_oversized_bodies_wrong_methods_and_paths(server: Server) -> None:
+def test_oversized_bodies_wrong_methods_and_paths(server: SandboxProcess) -> None:
     big = json.dumps({"tool": "python", "input": "x" * (5 << 20)})
     response = requests.post(server.url + "/v1/execute", data=big, timeout=30)
     assert response.status_code == 413 and "body size" in response.json()["error"].lower()
@@ -51,7 +50,7 @@ def test_oversized_bodies_wrong_methods_and_paths(server: Server) -> None:
     assert missing.status_code == 404 and missing.json()["error"]
 
 
-def test_batch_form(server: Server) -> None:
+def test_batch_form(server: SandboxProcess) -> None:
     calls = [{"tool": "python", "input": f"print({i} * 2)"} for i in range(5)]
     calls.append({"tool": "search", "input": "capital of France"})
     results = server.post("/v1/execute/batch", {"calls": calls}).json()["results"]
@@ -59,7 +58,7 @@ def test_batch_form(server: Server) -> None:
     assert "Paris" in results[5]["output"]
 
 
-def test_stdin_and_preloaded_libraries(server: Server) -> None:
+def test_stdin_and_preloaded_libraries(server: SandboxProcess) -> None:
     result = server.execute(
         {
             "code": "import numpy, sympy\nprint(int(input()) + int(numpy.arange(10).sum()))\n"
@@ -70,7 +69,7 @@ def test_stdin_and_preloaded_libraries(server: Server) -> None:
     assert result["status"] == "ok" and result["stdout"] == "46\n(x - 1)*(x + 1)\n"
 
 
-def test_sessions_keep_state_until_closed(server: Server) -> None:
+def test_sessions_keep_state_until_closed(server: SandboxProcess) -> None:
     opened = server.post("/v1/sessions", {"tool": "python"})
     assert opened.status_code == 201
     session = opened.json()["session"]
@@ -96,7 +95,7 @@ def test_session_cap(make_server: Any) -> None:
     assert third.status_code == 429 and "2 sessions are live" in third.json()["error"]
 
 
-def test_search_tool(server: Server) -> None:
+def test_search_tool(server: SandboxProcess) -> None:
     result = server.post(
         "/v1/execute", {"tool": "search", "input": {"query": "who created Python", "topK": 1}}
     ).json()
@@ -104,7 +103,7 @@ def test_search_tool(server: Server) -> None:
     assert "Kubernetes" not in result["output"]
 
 
-def test_sandboxfusion_run_code_as_verl_calls_it(server: Server) -> None:
+def test_sandboxfusion_run_code_as_verl_calls_it(server: SandboxProcess) -> None:
     # The exact request verl's call_sandbox_api sends (verl/utils/reward_score/sandbox_fusion/utils.py).
     def call(code: str, stdin: str | None = None, language: str = "python", run_timeout: int = 10) -> dict:
         payload = json.dumps(
@@ -140,7 +139,7 @@ def test_sandboxfusion_run_code_as_verl_calls_it(server: Server) -> None:
     assert other["status"] == "SandboxError" and "python only" in other["message"]
 
 
-def test_sandboxfusion_files_round_trip(server: Server) -> None:
+def test_sandboxfusion_files_round_trip(server: SandboxProcess) -> None:
     body = {
         "code": "print(open('data/in.txt').read().upper())\nopen('out.txt', 'w').write('done')",
         "language": "python",
@@ -152,7 +151,7 @@ def test_sandboxfusion_files_round_trip(server: Server) -> None:
     assert result["files"] == {"out.txt": base64.b64encode(b"done").decode()}
 
 
-def test_verltool_get_observation(server: Server) -> None:
+def test_verltool_get_observation(server: SandboxProcess) -> None:
     first = server.post(
         "/get_observation",
         {
@@ -204,7 +203,7 @@ def test_backpressure_answers_429_with_retry_after(make_server: Any) -> None:
     assert all(r.json()["status"] == "ok" for r in responses if r.status_code == 200)
 
 
-def test_metrics_follow_the_contract_and_pass_promtool(server: Server) -> None:
+def test_metrics_follow_the_contract_and_pass_promtool(server: SandboxProcess) -> None:
     server.execute("print(1)")
     server.execute("print('x' * 100000)")
     server.post("/v1/execute", {"tool": "search", "input": "Paris"})

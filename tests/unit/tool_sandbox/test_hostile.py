@@ -5,21 +5,19 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
 
 import pytest
 import requests
+from sandbox_process import SandboxProcess
 
-Server = Any  # conftest.Server
 
-
-def assert_still_serving(server: Server) -> None:
+def assert_still_serving(server: SandboxProcess) -> None:
     assert requests.get(server.url + "/healthz", timeout=5).status_code == 200
     result = server.execute("print(6 * 7)")
     assert (result["status"], result["stdout"]) == ("ok", "42\n")
 
 
-def sandbox_processes(server: Server) -> list[int]:
+def sandbox_processes(server: SandboxProcess) -> list[int]:
     """This server's sandboxed children (other servers may run on the machine at the same time)."""
     workers = {p for p in _pids() if _is_worker_of(p, server.process.pid)}
     return [p for p in _pids() if _parent(p) in workers]
@@ -107,7 +105,9 @@ CASES = [
 
 
 @pytest.mark.parametrize(("name", "code", "status", "text"), CASES, ids=[c[0] for c in CASES])
-def test_hostile_code_is_contained(server: Server, name: str, code: str, status: str, text: str) -> None:
+def test_hostile_code_is_contained(
+    server: SandboxProcess, name: str, code: str, status: str, text: str
+) -> None:
     result = server.execute(code, timeoutSeconds=2)
     seen = result["stdout"] + result["stderr"] + result["message"]
     assert result["status"] == status, result
@@ -116,12 +116,12 @@ def test_hostile_code_is_contained(server: Server, name: str, code: str, status:
     assert_still_serving(server)
 
 
-def test_clean_exits_are_ok(server: Server) -> None:
+def test_clean_exits_are_ok(server: SandboxProcess) -> None:
     for code in ("import sys\nprint('a')\nsys.exit(0)", "import os, sys\nsys.stdout.flush()\nos._exit(0)"):
         assert server.execute(code)["status"] == "ok"
 
 
-def test_a_gigabyte_of_output_is_cut_and_killed(server: Server) -> None:
+def test_a_gigabyte_of_output_is_cut_and_killed(server: SandboxProcess) -> None:
     code = "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.write(chunk)"
     result = server.execute(code, timeoutSeconds=3)
     assert (result["status"], result["truncated"]) == ("killed", True), result["message"]
@@ -130,7 +130,7 @@ def test_a_gigabyte_of_output_is_cut_and_killed(server: Server) -> None:
     assert_still_serving(server)
 
 
-def test_socket_to_the_servers_own_port(server: Server) -> None:
+def test_socket_to_the_servers_own_port(server: SandboxProcess) -> None:
     port = int(server.url.rsplit(":", 1)[1])
     code = f"import socket\ns = socket.socket()\ns.connect(('127.0.0.1', {port}))\nprint('connected')"
     result = server.execute(code)
@@ -139,7 +139,7 @@ def test_socket_to_the_servers_own_port(server: Server) -> None:
     assert_still_serving(server)
 
 
-def test_the_servers_environment_does_not_leak(server: Server, secret: str) -> None:
+def test_the_servers_environment_does_not_leak(server: SandboxProcess, secret: str) -> None:
     result = server.execute("import os\nprint(dict(os.environ))")
     assert result["status"] == "ok" and secret not in result["stdout"]
     pid = server.process.pid
@@ -148,14 +148,14 @@ def test_the_servers_environment_does_not_leak(server: Server, secret: str) -> N
     assert secret not in result["stdout"]
 
 
-def test_files_outside_the_working_directory_are_unreadable(server: Server) -> None:
+def test_files_outside_the_working_directory_are_unreadable(server: SandboxProcess) -> None:
     result = server.execute(f"print(open({str(server.log)!r}).read())")
     assert result["status"] == "error" and "PermissionError" in result["stderr"]
     inside = server.execute("open('note.txt', 'w').write('hi')\nprint(open('note.txt').read())")
     assert (inside["status"], inside["stdout"]) == ("ok", "hi\n")
 
 
-def test_threads_die_with_the_timeout(server: Server) -> None:
+def test_threads_die_with_the_timeout(server: SandboxProcess) -> None:
     code = (
         "import threading, time\n"
         "def spin():\n    while True:\n        pass\n"
@@ -180,7 +180,7 @@ def _busy(pid: int) -> bool:
         return False
 
 
-def test_a_killed_worker_is_restarted(server: Server) -> None:
+def test_a_killed_worker_is_restarted(server: SandboxProcess) -> None:
     workers = [p for p in _pids() if _is_worker_of(p, server.process.pid)]
     assert workers
     os.kill(workers[0], 9)

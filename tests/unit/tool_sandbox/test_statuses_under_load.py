@@ -6,16 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import requests
+from sandbox_process import SandboxProcess
 
-Server = Any  # conftest.Server
 SLEEP = "import time\ntime.sleep(1.5)\nprint('slept')"
 
 
 def test_queued_calls_keep_their_full_timeout_while_another_server_starts(
-    make_server: Callable[..., Server],
+    make_server: Callable[..., SandboxProcess],
 ) -> None:
     first = make_server("--workers", "1", "--capacity", "2")
     # 8 calls through 2 slots: the last ones wait ~4.5 s in the queue, longer than their 2 s

@@ -3,7 +3,8 @@
 from pathlib import Path
 
 import pytest
-from trainer_entry.local import build_tiny_model, sandbox_server
+from sandbox_process import SandboxProcess
+from trainer_entry.local import build_tiny_model
 
 
 @pytest.fixture(scope="session")
@@ -11,13 +12,13 @@ def tiny_model(tmp_path_factory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("model"))
 
 
-SANDBOX_TOOLS = """tools:
-  - {name: python, type: python, timeoutSeconds: 1, memoryLimitMiB: 256, maxOutputBytes: 4096}
-"""
+SANDBOX_TOOLS = [
+    {"name": "python", "type": "python", "timeoutSeconds": 1, "memoryLimitMiB": 256, "maxOutputBytes": 4096}
+]
 
 
 @pytest.fixture(scope="session")
 def sandbox(tmp_path_factory):
     """A real tool_sandbox server process; yields its base URL."""
-    with sandbox_server(SANDBOX_TOOLS, tmp_path_factory.mktemp("sandbox")) as url:
-        yield url
+    with SandboxProcess.start(tmp_path_factory.mktemp("sandbox"), tools=SANDBOX_TOOLS) as server:
+        yield server.url

@@ -3,8 +3,8 @@
 import urllib.request
 
 import pytest
+from localcluster import free_port
 from trainer_entry.hub import Sink, TrackingBackend, use_sink
-from trainer_entry.local import free_port
 from trainer_entry.metrics import TrainerMetrics
 
 

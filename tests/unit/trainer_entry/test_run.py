@@ -4,8 +4,8 @@ import json
 
 import pytest
 import yaml
+from localcluster import free_port
 from trainer_entry.__main__ import main
-from trainer_entry.local import free_port
 from trainer_entry.run import describe, wait_for_pool, write_workdir
 from trainer_entry.spec import SpecError, parse_job
 from trainer_entry.translate import translate
