@@ -53,16 +53,18 @@ class ApiTarget:
     ssl_context: ssl.SSLContext | None
 
     @classmethod
-    def in_cluster(cls) -> ApiTarget:
+    def in_cluster(cls, sa_dir: str = SA_DIR) -> ApiTarget:
+        """`sa_dir` is where the ServiceAccount's `token` and `ca.crt` are mounted; tests point it
+        at files minted for a real cluster, so the very path a pod takes is exercised."""
         host = os.environ.get("KUBERNETES_SERVICE_HOST")
         if not host:
             raise RuntimeError(
                 "not in a Kubernetes pod (KUBERNETES_SERVICE_HOST unset): progress is not reported"
             )
         port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        with open(f"{SA_DIR}/token") as fh:
+        with open(f"{sa_dir}/token") as fh:
             token = fh.read().strip()
-        context = ssl.create_default_context(cafile=f"{SA_DIR}/ca.crt")
+        context = ssl.create_default_context(cafile=f"{sa_dir}/ca.crt")
         return cls(base_url=f"https://{host}:{port}", token=token, ssl_context=context)
 
 

@@ -2,10 +2,14 @@
 
 import json
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from trainer_entry.progress import ApiTarget, ProgressReporter, progress_patch, status_path
 
 
@@ -80,3 +84,33 @@ def test_outside_a_pod(monkeypatch):
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(RuntimeError, match="not in a Kubernetes pod"):
         ApiTarget.in_cluster()
+
+
+def _self_signed_ca(cn: str) -> bytes:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=1))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def test_in_cluster_reads_the_mounted_token_and_ca(tmp_path, monkeypatch):
+    (tmp_path / "token").write_text("sa-token\n")
+    (tmp_path / "ca.crt").write_bytes(_self_signed_ca("unit-test-ca"))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
+    target = ApiTarget.in_cluster(sa_dir=str(tmp_path))
+    assert target.base_url == "https://10.0.0.1:6443"
+    assert target.token == "sa-token"
+    subjects = [dict(x[0] for x in ca["subject"]) for ca in target.ssl_context.get_ca_certs()]
+    assert {"commonName": "unit-test-ca"} in subjects

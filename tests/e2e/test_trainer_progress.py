@@ -1,0 +1,171 @@
+"""trainer_entry's real progress reporter against the real apiserver, as a pod would run it: the
+`J-trainer` ServiceAccount token and the cluster CA in a mounted-style directory, the apiserver
+in KUBERNETES_SERVICE_HOST/PORT. Proves the operator's Role lets it patch `status.progress`,
+`kubectl get trj` shows it, the operator's own status writes leave it alone, and the Role is
+scoped to this job's status only."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from operator_process import OperatorProcess, delete_jobs, get_json, install_crd, wait_until
+from trainer_entry.progress import ApiTarget, ProgressReporter, status_path
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolrljob.yaml"
+JOB = "progress"
+OTHER = "neighbour"
+
+
+@pytest.fixture
+def operator(cluster, namespace, tmp_path) -> Iterator[OperatorProcess]:
+    install_crd(cluster)
+    op = OperatorProcess(cluster.kubeconfig, namespaces=[namespace], log_path=tmp_path / "operator.log")
+    with op:
+        yield op
+        delete_jobs(cluster, namespace)
+    print(op.log_tail(80))
+
+
+def small_job(name: str) -> dict[str, Any]:
+    """The example on one 1-GPU worker with a 1-replica pool, so it starts quickly on fake nodes."""
+    job = yaml.safe_load(EXAMPLE.read_text())
+    job["metadata"]["name"] = name
+    job["spec"]["cluster"]["workers"] = {"replicas": 1, "gpusPerWorker": 1}
+    job["spec"]["toolPool"]["replicas"] = {"min": 1, "max": 4}
+    return job
+
+
+def trj(cluster, namespace: str, name: str = JOB) -> dict[str, Any]:
+    return get_json(cluster, "trj", name, "-n", namespace)
+
+
+def reconciled(cluster, namespace: str, phase: str | None = None) -> dict[str, Any] | None:
+    """The job once the operator's status reflects its current generation (and `phase`)."""
+    job = trj(cluster, namespace)
+    status = job.get("status") or {}
+    if status.get("observedGeneration") != job["metadata"]["generation"]:
+        return None
+    return job if phase is None or status.get("phase") == phase else None
+
+
+def mount_service_account(cluster, namespace: str, directory: Path) -> tuple[str, str]:
+    """Write what a pod of `J-trainer` gets mounted (`token`, `ca.crt`) into `directory`;
+    return the apiserver's (host, port), what the pod sees as KUBERNETES_SERVICE_HOST/PORT."""
+    token = cluster.kubectl("create", "token", f"{JOB}-trainer", "-n", namespace).stdout.strip()
+    kubeconfig = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    server = kubeconfig["clusters"][0]["cluster"]
+    directory.mkdir()
+    (directory / "token").write_text(token)
+    (directory / "ca.crt").write_bytes(base64.b64decode(server["certificate-authority-data"]))
+    url = urlsplit(server["server"])
+    return url.hostname, str(url.port)
+
+
+def patch_code(target: ApiTarget, path: str, body: dict[str, Any]) -> int:
+    """The HTTP status of a merge patch sent as the trainer."""
+    request = urllib.request.Request(
+        target.base_url + path,
+        data=json.dumps(body).encode(),
+        method="PATCH",
+        headers={
+            "Content-Type": "application/merge-patch+json",
+            "Authorization": f"Bearer {target.token}",
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=target.ssl_context) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def progress_managers(job: dict[str, Any]) -> set[str]:
+    """Field managers that own anything under status.progress."""
+    return {
+        entry["manager"]
+        for entry in job["metadata"]["managedFields"]
+        if "f:progress" in (entry.get("fieldsV1") or {}).get("f:status", {})
+    }
+
+
+def test_trainer_reports_progress_with_its_scoped_token(
+    cluster, namespace, operator, tmp_path, monkeypatch, caplog
+) -> None:
+    for name in (JOB, OTHER):
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(small_job(name)))
+    wait_until(lambda: reconciled(cluster, namespace, "Running"), 120, f"{JOB} Running", interval=0.5)
+    trainer = f"system:serviceaccount:{namespace}:{JOB}-trainer"
+    can_i = ("auth", "can-i", "patch", f"toolrljobs/{JOB}", "--subresource=status", "-n", namespace)
+    wait_until(
+        lambda: cluster.kubectl(*can_i, "--as", trainer, check=False).stdout.strip() == "yes",
+        30,
+        "the apiserver authorizing the J-trainer RoleBinding",
+    )
+
+    host, port = mount_service_account(cluster, namespace, tmp_path / "serviceaccount")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
+    target = ApiTarget.in_cluster(sa_dir=str(tmp_path / "serviceaccount"))
+
+    # A few steps; the clock stands still, so steps 2 and 3 wait for the throttle and the final
+    # flush sends the latest.
+    reporter = ProgressReporter(target, namespace, JOB, clock=lambda: 0.0)
+    assert reporter.update(1, 10, 0.25)
+    assert trj(cluster, namespace)["status"]["progress"]["step"] == 1
+    assert not reporter.update(2, 10, 0.5)
+    assert not reporter.update(3, 10, 0.625)
+    assert reporter.flush()
+    assert reporter.sent == 2
+
+    job = get_json(cluster, "trj", JOB, "-n", namespace, "--show-managed-fields")
+    progress = job["status"]["progress"]
+    assert {k: progress[k] for k in ("step", "totalSteps", "rewardMean")} == {
+        "step": 3,
+        "totalSteps": 10,
+        "rewardMean": 0.625,
+    }
+    assert progress["lastUpdateTime"].endswith("Z")
+    managers = progress_managers(job)  # the apiserver names the trainer's after its User-Agent
+    assert managers and managers.isdisjoint({"toolrl-operator", "toolrl-operator-autoscaler"}), managers
+    assert job["status"]["phase"] == "Running", "the trainer's patch left the operator's fields alone"
+
+    header, *rows = cluster.kubectl("get", "trj", "-n", namespace).stdout.splitlines()
+    columns = header.split()
+    row = dict(zip(columns, next(r.split() for r in rows if r.split()[0] == JOB), strict=False))
+    assert (row["STEP"], row["REWARD"]) == ("3", "0.625")
+
+    # An edit makes the operator reconcile and re-apply its status; progress survives untouched.
+    cluster.kubectl(
+        "patch",
+        "trj",
+        JOB,
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"toolPool":{"replicas":{"max":5}}}}',
+    )
+    edited = wait_until(lambda: reconciled(cluster, namespace), 60, "the operator reconciling the edit")
+    assert edited["metadata"]["generation"] > job["metadata"]["generation"]
+    assert edited["status"]["progress"] == progress
+
+    # The token is scoped: not another job's status, not its own job's spec.
+    caplog.set_level(logging.WARNING, logger="trainer_entry.progress")
+    assert not ProgressReporter(target, namespace, OTHER).update(1, 10, 0.9)
+    assert "progress patch refused (HTTP 403)" in caplog.text
+    spec_path = status_path(namespace, JOB).removesuffix("/status")
+    assert patch_code(target, spec_path, {"spec": {"toolPool": {"replicas": {"max": 16}}}}) == 403
+    assert "progress" not in (trj(cluster, namespace, OTHER).get("status") or {})
+    after = trj(cluster, namespace)
+    assert after["spec"]["toolPool"]["replicas"]["max"] == 5
+    assert after["status"]["progress"] == progress
