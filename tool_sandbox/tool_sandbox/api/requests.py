@@ -37,7 +37,7 @@ def parse_json(raw: bytes) -> Any:
 
 def require_object(body: Any, what: str = "request body") -> dict[str, Any]:
     if not isinstance(body, dict):
-        raise RequestError(f"{what} must be a JSON object, got {_kind(body)}")
+        raise RequestError(f"{what} must be a JSON object, got {json_kind(body)}")
     return body
 
 
@@ -60,7 +60,9 @@ def parse_execute(body: Any, tools: dict[str, Any], where: str = "") -> ExecuteR
         raise RequestError(f"{where}timeoutSeconds must be a positive number, got {timeout!r}")
     session = body.get("session")
     if session is not None and not isinstance(session, str):
-        raise RequestError(f"{where}session must be a string id from POST /v1/sessions, got {_kind(session)}")
+        raise RequestError(
+            f"{where}session must be a string id from POST /v1/sessions, got {json_kind(session)}"
+        )
     return ExecuteRequest(tool, body["input"], None if timeout is None else float(timeout), session)
 
 
@@ -83,5 +85,5 @@ def parse_session_create(body: Any, session_tools: list[str]) -> str:
     return tool
 
 
-def _kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__

@@ -3,11 +3,15 @@ SandboxFusion (`call_sandbox_api`) run against the pool unchanged."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
+import posixpath
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
-from tool_sandbox.api.requests import RequestError, require_object
+from tool_sandbox.api.requests import RequestError, json_kind, require_object
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.tools.base import ToolResult
 
@@ -38,11 +42,7 @@ def parse_run_code(body: Any) -> RunCode:
     stdin = body.get("stdin")
     if stdin is not None and not isinstance(stdin, str):
         raise RequestError("stdin must be a string or null")
-    files = body.get("files") or {}
-    if not isinstance(files, dict) or not all(
-        isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in files.items()
-    ):
-        raise RequestError("files must map file paths to base64 strings")
+    files = parse_files(body.get("files") or {})
     fetch = body.get("fetch_files") or []
     if not isinstance(fetch, list) or not all(isinstance(f, str) for f in fetch):
         raise RequestError("fetch_files must be a list of file paths")
@@ -52,9 +52,43 @@ def parse_run_code(body: Any) -> RunCode:
         run_timeout if run_timeout and run_timeout > 0 else None,
         int(memory) if memory and memory > 0 else None,
         stdin or "",
-        {k: v for k, v in files.items() if v is not None},
+        files,
         fetch,
     )
+
+
+def parse_files(files: Any) -> dict[str, str]:
+    """`files`: relative paths inside the working directory to base64 contents (null entries are
+    dropped, as in SandboxFusion); no path may be a directory of another."""
+    if not isinstance(files, dict):
+        raise RequestError(f"files must map file paths to base64 strings, got {json_kind(files)}")
+    kept: dict[str, str] = {}
+    for name, content in files.items():
+        if content is None:
+            continue
+        if not isinstance(content, str):
+            raise RequestError(f"files[{name!r}] must be a base64 string, got {json_kind(content)}")
+        try:
+            base64.b64decode(content, validate=True)
+        except binascii.Error as exc:
+            raise RequestError(f"files[{name!r}] is not valid base64 ({exc}); base64-encode it") from exc
+        parts = PurePosixPath(name).parts
+        bad = not name or name.startswith("/") or name.endswith("/") or "\x00" in name
+        if bad or ".." in parts or posixpath.normpath(name) == ".":
+            raise RequestError(
+                f"files key {name!r} must be a relative file path inside the working directory"
+                " (no '..', no leading '/')"
+            )
+        kept[posixpath.normpath(name)] = content
+    for name in kept:
+        parent = posixpath.dirname(name)
+        while parent:
+            if parent in kept:
+                raise RequestError(
+                    f"files {parent!r} and {name!r} conflict: {parent!r} cannot be a file and a directory"
+                )
+            parent = posixpath.dirname(parent)
+    return kept
 
 
 def unsupported_language(language: str) -> dict[str, Any]:

@@ -369,7 +369,12 @@ class Worker:
                 return
             kid.cpu_seconds = float(msg["limits"]["timeout_seconds"])
             if op == "run":
-                _place_files(kid.workdir, msg.get("files") or {}, self.uid_base, kid.slot)
+                try:
+                    _place_files(kid.workdir, msg.get("files") or {}, self.uid_base, kid.slot)
+                except (OSError, TypeError, ValueError) as exc:
+                    self.kill(kid)  # never reuse a child whose directory is half written
+                    self.reply_error(msg, outcome.ERROR, f"could not place files: {exc}; send valid files")
+                    return
             self.start(msg, kid, "run" if op == "run" else "session")
         elif op == "exec":
             float(msg["timeout"])
@@ -519,11 +524,11 @@ def _place_files(workdir: str, files: dict[str, str], uid_base: int | None, slot
     """Write SandboxFusion-style `files` (path -> base64) into a child's working directory."""
     for name, content in files.items():
         path = _inside(workdir, name)
-        if path is None or content is None:
-            continue
+        if path is None:
+            raise ValueError(f"file name {name!r} leaves the working directory")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as handle:
-            handle.write(base64.b64decode(content))
+            handle.write(base64.b64decode(content, validate=True))
         if uid_base is not None:
             for target in (path, os.path.dirname(path)):
                 os.chown(target, uid_base + slot, uid_base + slot)

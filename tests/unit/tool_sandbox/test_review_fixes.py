@@ -1,0 +1,29 @@
+"""Regression tests for the review findings, each against a real server."""
+
+from __future__ import annotations
+
+import base64
+
+from sandbox_process import SandboxProcess
+
+
+def _run_code(files: object, code: str = "print(open('a').read())") -> dict:
+    return {"code": code, "language": "python", "files": files}
+
+
+def test_bad_files_get_400_and_never_use_up_slots(server: SandboxProcess) -> None:
+    cases = {
+        "not valid base64": {"a": "%%%not-base64"},
+        "must be a base64 string": {"a": 12},
+        "cannot be a file and a directory": {"a": "", "a/b": ""},
+        "relative file path": {"../x": ""},
+    }
+    for _ in range(40):  # more bad requests than a worker has slots
+        for expected, files in cases.items():
+            response = server.post("/run_code", _run_code(files))
+            assert response.status_code == 400, response.text
+            assert expected in response.json()["error"]
+    good = {"a": base64.b64encode(b"still fine").decode(), "d/b": ""}
+    result = server.post("/run_code", _run_code(good)).json()
+    assert result["status"] == "Success", result
+    assert result["run_result"]["stdout"] == "still fine\n"
