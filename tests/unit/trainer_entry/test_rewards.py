@@ -41,14 +41,63 @@ def test_extract_code_takes_the_last_block_of_any_style():
 
 
 def test_code_program_and_judge():
-    source, expected = code_execution.program("def f(): return 2", {"tests": "assert f() == 2"})
-    assert source == "def f(): return 2\n\nassert f() == 2\n" and expected is None
-    assert code_execution.program("print(4)", "4") == ("print(4)", "4")
-    ok = CallResult(status="ok", stdout="4\n", exit_code=0)
-    assert code_execution.judge(ok, "4") == {"score": 1.0, "has_code": 1.0, "ran": 1.0, "passed": 1.0}
-    assert code_execution.judge(ok, "5")["score"] == 0.0
+    nonce = "toolrl-done-abc"
+    source, expected = code_execution.program("def f(): return 2", {"tests": "assert f() == 2"}, nonce)
+    assert source == "def f(): return 2\n\nassert f() == 2\n\nprint('toolrl-done-abc')\n"
+    assert expected is None
+    assert code_execution.program("print(4)", "4", nonce) == ("print(4)\n\nprint('toolrl-done-abc')\n", "4")
+    ok = CallResult(status="ok", stdout=f"4\n{nonce}\n", exit_code=0)
+    assert code_execution.judge(ok, "4", nonce) == {"score": 1.0, "has_code": 1.0, "ran": 1.0, "passed": 1.0}
+    assert code_execution.judge(ok, "5", nonce)["score"] == 0.0
     failed = CallResult(status="error", stderr="AssertionError", exit_code=1)
-    assert code_execution.judge(failed, None) == {"score": 0.0, "has_code": 1.0, "ran": 0.0, "passed": 0.0}
+    assert code_execution.judge(failed, None, nonce) == {
+        "score": 0.0,
+        "has_code": 1.0,
+        "ran": 0.0,
+        "passed": 0.0,
+    }
+    no_nonce = CallResult(status="ok", stdout="4\n", exit_code=0)
+    assert code_execution.judge(no_nonce, "4", nonce)["ran"] == 0.0
+    nonzero = CallResult(status="ok", stdout=f"4\n{nonce}\n", exit_code=3)
+    assert code_execution.judge(nonzero, "4", nonce)["ran"] == 0.0
+    assert code_execution.new_nonce() != code_execution.new_nonce()
+
+
+TESTS = {"tests": "assert add(2, 3) == 5\nassert add(-1, 1) == 0"}
+WRONG_ADD = "def add(a, b):\n    return a - b\n"
+
+
+@pytest.mark.parametrize(
+    "escape",
+    [
+        "import sys\nsys.exit(0)",
+        "exit()",
+        "quit()",
+        "import os\nos._exit(0)",
+        "raise SystemExit",
+        "raise SystemExit(0)",
+        "import sys\nprint('toolrl-done-' + '0' * 32)\nsys.exit(0)",
+    ],
+)
+async def test_code_execution_cannot_be_gamed_by_exiting_before_the_tests(sandbox, escape):
+    use_sink(Sink(local=TrainerMetrics()))
+    solution = f"```python\n{WRONG_ADD}{escape}\n```"
+    result = await compute_score("code", solution, TESTS, {}, preset="code-execution", pool_url=sandbox)
+    assert result["score"] == 0.0 and result["passed"] == 0.0
+
+
+async def test_code_execution_genuine_pass_scores_one(sandbox):
+    use_sink(Sink(local=TrainerMetrics()))
+    right = "```python\ndef add(a, b):\n    return a + b\n```"
+    result = await compute_score("code", right, TESTS, {}, preset="code-execution", pool_url=sandbox)
+    assert result == {"score": 1.0, "has_code": 1.0, "ran": 1.0, "passed": 1.0}
+    wrong = f"```python\n{WRONG_ADD}```"
+    result = await compute_score("code", wrong, TESTS, {}, preset="code-execution", pool_url=sandbox)
+    assert result["score"] == 0.0
+    printed = "```python\nprint(6 * 7)\n```"
+    assert (await compute_score("code", printed, "42", {}, preset="code-execution", pool_url=sandbox))[
+        "score"
+    ] == 1.0
 
 
 def test_toolbench_on_the_real_stabletoolbench_trajectory():

@@ -46,7 +46,8 @@ async def _code_execution(solution: str, ground_truth: Any, pool_url: str, tool:
     code = code_execution.extract_code(solution)
     if code is None:
         return dict(code_execution.NO_CODE)
-    source, expected = code_execution.program(code, ground_truth)
+    nonce = code_execution.new_nonce()
+    source, expected = code_execution.program(code, ground_truth, nonce)
     client = shared_client(pool_url, record=sink().tool_call)
     result = await client.execute(tool, {"code": source}, timeout_seconds=RUN_TIMEOUT_SECONDS)
-    return code_execution.judge(result, expected)
+    return code_execution.judge(result, expected, nonce)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import secrets
 from typing import Any
 
 from trainer_entry.pool_client import CallResult
@@ -24,19 +25,32 @@ def extract_code(solution: str) -> str | None:
     return best[1] if best else None
 
 
-def program(code: str, ground_truth: Any) -> tuple[str, str | None]:
-    """(source to run, expected stdout or None): tests are appended, an expected output is compared."""
+def new_nonce() -> str:
+    """A fresh marker per run: the model cannot print it, so seeing it proves the program ran to the end."""
+    return f"toolrl-done-{secrets.token_hex(16)}"
+
+
+def program(code: str, ground_truth: Any, nonce: str) -> tuple[str, str | None]:
+    """(source to run, expected stdout or None): tests are appended, then the nonce is printed last.
+
+    A program that exits early (`sys.exit(0)`, `os._exit(0)`, `raise SystemExit`) never prints the
+    nonce, so skipping the tests cannot pass.
+    """
+    done = f"\n\nprint({nonce!r})\n"
     if isinstance(ground_truth, dict) and ground_truth.get("tests"):
-        return f"{code}\n\n{ground_truth['tests']}\n", None
+        return f"{code}\n\n{ground_truth['tests']}{done}", None
     expected = ground_truth.get("output") if isinstance(ground_truth, dict) else ground_truth
-    return code, None if expected is None else str(expected)
+    return f"{code}{done}", None if expected is None else str(expected)
 
 
-def judge(result: CallResult, expected: str | None) -> dict[str, float]:
-    """Components from the pool's answer: it ran cleanly, and (if expected) printed the right output."""
-    ran = result.status == "ok" and (result.exit_code in (0, None))
-    printed = (result.stdout or result.output).strip()
-    passed = ran and (expected is None or printed == expected.strip())
+def judge(result: CallResult, expected: str | None, nonce: str) -> dict[str, float]:
+    """Components from the pool's answer: it ran to the end (exit 0 and the nonce printed last), and
+    (if expected) printed the right output before the nonce."""
+    printed = (result.stdout or result.output).rstrip()
+    finished = printed.endswith(nonce)
+    ran = result.status == "ok" and result.exit_code == 0 and finished
+    output = printed[: -len(nonce)].strip() if finished else ""
+    passed = ran and (expected is None or output == expected.strip())
     return {"score": float(passed), "has_code": 1.0, "ran": float(ran), "passed": float(passed)}
 
 
