@@ -13,8 +13,8 @@ TOOLS = {"python": object(), "search": object()}
         ({"input": "x"}, "tool is required"),
         ({"tool": "ruby", "input": "x"}, "unknown tool 'ruby'; this pool serves python, search"),
         ({"tool": "python"}, "input is required"),
-        ({"tool": "python", "input": "x", "timeoutSeconds": "5"}, "timeoutSeconds must be a positive number"),
-        ({"tool": "python", "input": "x", "timeoutSeconds": 0}, "timeoutSeconds must be a positive number"),
+        ({"tool": "python", "input": "x", "timeoutSeconds": "5"}, "timeoutSeconds must be a positive finite number"),
+        ({"tool": "python", "input": "x", "timeoutSeconds": 0}, "timeoutSeconds must be a positive finite number"),
         ({"tool": "python", "input": "x", "session": 7}, "session must be a string"),
     ],
 )
@@ -49,7 +49,7 @@ def test_run_code_request_as_verl_sends_it() -> None:
     assert (call.code, call.run_timeout, call.memory_limit_mb, call.stdin) == ("print(1)", 10.0, 1024, "")
     with pytest.raises(RequestError, match="code is required"):
         sandboxfusion.parse_run_code({"language": "python"})
-    with pytest.raises(RequestError, match="run_timeout must be a number"):
+    with pytest.raises(RequestError, match="run_timeout must be a finite number"):
         sandboxfusion.parse_run_code({"code": "", "language": "python", "run_timeout": "10"})
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 
+import requests
 from sandbox_process import SandboxProcess
 
 
@@ -27,3 +28,16 @@ def test_bad_files_get_400_and_never_use_up_slots(server: SandboxProcess) -> Non
     result = server.post("/run_code", _run_code(good)).json()
     assert result["status"] == "Success", result
     assert result["run_result"]["stdout"] == "still fine\n"
+
+
+def test_nan_and_infinite_timeouts_are_rejected(server: SandboxProcess) -> None:
+    for raw, expected in (
+        ('{"tool": "python", "input": "1", "timeoutSeconds": NaN}', "NaN"),
+        ('{"tool": "python", "input": "1", "timeoutSeconds": Infinity}', "Infinity"),
+        ('{"tool": "python", "input": "1", "timeoutSeconds": 1e400}', "positive finite number"),
+        ('{"code": "1", "language": "python", "run_timeout": 1e400}', "finite number"),
+    ):
+        path = "/run_code" if "language" in raw else "/v1/execute"
+        response = requests.post(server.url + path, data=raw, timeout=30)
+        assert response.status_code == 400, response.text
+        assert expected in response.json()["error"]

@@ -4,6 +4,7 @@ message names the field and what was expected."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,9 +31,13 @@ def parse_json(raw: bytes) -> Any:
     if not raw:
         raise RequestError("empty request body; send a JSON object")
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_constant=_reject_constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RequestError(f"request body is not valid JSON: {exc}") from exc
+
+
+def _reject_constant(name: str) -> Any:
+    raise RequestError(f"request body contains {name}, which is not JSON; send finite numbers")
 
 
 def require_object(body: Any, what: str = "request body") -> dict[str, Any]:
@@ -55,9 +60,12 @@ def parse_execute(body: Any, tools: dict[str, Any], where: str = "") -> ExecuteR
         )
     timeout = body.get("timeoutSeconds")
     if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout <= 0
     ):
-        raise RequestError(f"{where}timeoutSeconds must be a positive number, got {timeout!r}")
+        raise RequestError(f"{where}timeoutSeconds must be a positive finite number, got {timeout!r}")
     session = body.get("session")
     if session is not None and not isinstance(session, str):
         raise RequestError(

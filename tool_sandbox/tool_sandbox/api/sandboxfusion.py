@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import os
 import posixpath
 from dataclasses import dataclass, field
@@ -134,6 +135,6 @@ def _number(body: dict[str, Any], key: str) -> float | None:
     value = body.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RequestError(f"{key} must be a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise RequestError(f"{key} must be a finite number, got {value!r}")
     return float(value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -55,6 +56,6 @@ class Tool:
 
     def effective_timeout(self, timeout: float | None) -> float:
         """A caller may shorten the configured timeout, never extend it."""
-        if timeout is None:
+        if timeout is None or not math.isfinite(timeout):  # min() with NaN would drop the limit
             return self.config.timeout_seconds
         return min(float(timeout), self.config.timeout_seconds)
