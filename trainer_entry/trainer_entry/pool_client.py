@@ -8,6 +8,7 @@ dies because a tool call failed.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -154,7 +155,7 @@ class PoolClient:
             try:
                 async with self._http().post(self.url, json=body, timeout=http_timeout) as resp:
                     if resp.status == 200:
-                        return _parse(await resp.json(content_type=None), attempt + 1)
+                        return _answer(await resp.text(), attempt + 1)
                     text = (await resp.text())[:300]
                     error = f"HTTP {resp.status}: {text}"
                     if resp.status not in RETRYABLE_HTTP:
@@ -176,6 +177,22 @@ class PoolClient:
         return CallResult(status=status, error=error, attempts=self.max_retries + 1)
 
 
+def _answer(text: str, attempts: int) -> CallResult:
+    """The pool's 200 answer as a CallResult; anything but a well-formed result object becomes an error
+    observation (a broken or foreign server must not raise into the rollout)."""
+    try:
+        doc = json.loads(text)
+        if isinstance(doc, dict):
+            return _parse(doc, attempts)
+    except (ValueError, TypeError):
+        pass
+    return CallResult(
+        status="error",
+        error=f"the tool pool answered something unexpected (HTTP 200, not a result object): {text[:200]!r}",
+        attempts=attempts,
+    )
+
+
 def _parse(doc: dict[str, Any], attempts: int) -> CallResult:
     output = doc.get("output", "")
     return CallResult(
@@ -192,8 +209,6 @@ def _parse(doc: dict[str, Any], attempts: int) -> CallResult:
 
 
 def _json_text(value: Any) -> str:
-    import json
-
     return json.dumps(value, ensure_ascii=False)
 
 

@@ -25,6 +25,8 @@ class Pool:
         try:
             await asyncio.sleep(self.delay)
             status, headers, body = self.script.pop(0) if self.script else (200, {}, OK)
+            if isinstance(body, str):
+                return web.Response(text=body, status=status, headers=headers)
             return web.json_response(body, status=status, headers=headers)
         finally:
             self.inflight -= 1
@@ -110,6 +112,21 @@ async def test_5xx_is_retried_4xx_is_not(pool):
     result = await c.execute("python", {"code": 1})
     await c.close()
     assert result.status == "error" and result.attempts == 1 and "HTTP 400" in result.observation()
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["<html>502</html>", "", "[1, 2]", '"ok"', "null", '{"status": "ok", "durationSeconds": "x"}'],
+)
+async def test_unexpected_200_answer_is_an_observation_not_an_exception(pool, body):
+    pool.script = [(200, {}, body)]
+    seen = []
+    c, waits = client(pool.url, record=lambda *a: seen.append(a))
+    result = await c.execute("python", {"code": "1"})
+    await c.close()
+    assert result.status == "error" and result.attempts == 1 and waits == []
+    assert result.observation().startswith("Error: the tool pool answered something unexpected")
+    assert [(t, o) for t, o, _ in seen] == [("python", "error")]
 
 
 async def test_unreachable_pool_is_an_observation_not_an_exception():
