@@ -13,8 +13,14 @@ TOOLS = {"python": object(), "search": object()}
         ({"input": "x"}, "tool is required"),
         ({"tool": "ruby", "input": "x"}, "unknown tool 'ruby'; this pool serves python, search"),
         ({"tool": "python"}, "input is required"),
-        ({"tool": "python", "input": "x", "timeoutSeconds": "5"}, "timeoutSeconds must be a positive finite number"),
-        ({"tool": "python", "input": "x", "timeoutSeconds": 0}, "timeoutSeconds must be a positive finite number"),
+        (
+            {"tool": "python", "input": "x", "timeoutSeconds": "5"},
+            "timeoutSeconds must be a positive finite number",
+        ),
+        (
+            {"tool": "python", "input": "x", "timeoutSeconds": 0},
+            "timeoutSeconds must be a positive finite number",
+        ),
         ({"tool": "python", "input": "x", "session": 7}, "session must be a string"),
     ],
 )

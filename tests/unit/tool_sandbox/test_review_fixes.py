@@ -41,3 +41,19 @@ def test_nan_and_infinite_timeouts_are_rejected(server: SandboxProcess) -> None:
         response = requests.post(server.url + path, data=raw, timeout=30)
         assert response.status_code == 400, response.text
         assert expected in response.json()["error"]
+
+
+def test_a_stopped_session_child_cannot_freeze_its_worker(make_server: object) -> None:
+    server = make_server("--workers", "1")
+    session = server.post("/v1/sessions", {"tool": "python"}).json()["session"]
+    stop_soon = (
+        "import os, signal, threading; threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGSTOP)).start()"
+    )
+    assert server.execute(stop_soon, session=session)["status"] == "ok"
+    server.execute("import time; time.sleep(1)")  # the session child has stopped itself by now
+    big_cell = "x = 1\n" + "#" * (256 << 10) + "\nprint(x)"
+    answer = server.execute(big_cell, session=session, timeoutSeconds=1)
+    assert answer["status"] == "timeout", answer
+    assert server.execute("print(1 + 1)")["stdout"] == "2\n"
+    health = requests.get(server.url + "/healthz", timeout=30)
+    assert health.status_code == 200 and health.json() == {"status": "ok"}

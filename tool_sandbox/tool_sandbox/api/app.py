@@ -234,6 +234,9 @@ def build_app(service: Service) -> web.Application:
 
     @routes.get("/healthz")
     async def healthz(request: web.Request) -> web.Response:
+        problems = await service.pool.alive() if service.pool is not None else []
+        if problems:
+            return _json({"status": "unhealthy", "problems": problems}, 503)
         return _json({"status": "ok"})
 
     @routes.get("/readyz")

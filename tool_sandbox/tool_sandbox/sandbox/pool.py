@@ -19,6 +19,8 @@ from tool_sandbox.sandbox import outcome, wire
 log = logging.getLogger(__name__)
 _HEADER = struct.Struct(">I")
 _ENV_KEPT = ("PATH", "PYTHONPATH", "LANG", "LC_ALL")
+ANSWER_GRACE_SECONDS = 10.0  # beyond a call's own timeout, before the server stops waiting for its worker
+CONTROL_TIMEOUT_SECONDS = 5.0  # for operations without a timeout of their own (close, ping)
 
 
 class WorkerLost(Exception):
@@ -102,10 +104,33 @@ class Pool:
         worker.pending[call_id] = future
         gen = worker.generation
         worker.process.stdin.write(wire.encode({**message, "id": call_id}))
+        wait = float(message.get("timeout", 0.0)) + ANSWER_GRACE_SECONDS
+        if message.get("op") in ("close", "ping"):
+            wait = CONTROL_TIMEOUT_SECONDS
         try:
-            return await future, index, gen
+            return await asyncio.wait_for(future, wait), index, gen
+        except TimeoutError:
+            raise WorkerLost(
+                f"sandbox worker {index} did not answer within {wait:g}s; it is being checked, retry the call"
+            ) from None
         finally:
             worker.pending.pop(call_id, None)
+
+    async def alive(self) -> list[str]:
+        """Ping every worker; a worker that does not answer is killed (and restarted by its
+        supervisor). Returns what is wrong, empty when all answered."""
+        problems = []
+        for worker in self.workers:
+            if not worker.ready.is_set():
+                continue  # starting or restarting: readiness reports it
+            try:
+                await self.call({"op": "ping"}, worker.index, worker.generation)
+            except WorkerLost as exc:
+                problems.append(f"worker {worker.index}: {exc}")
+                if worker.process is not None and worker.process.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        worker.process.kill()
+        return problems
 
     # ---- supervision ---------------------------------------------------------------------
 

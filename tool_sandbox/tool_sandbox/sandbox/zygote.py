@@ -140,6 +140,8 @@ class Child:
     reaped: bool = False
     setup_error: str = ""
     open_fds: set[int] = field(default_factory=set)
+    outbox: bytearray = field(default_factory=bytearray)  # request bytes the pipe has not taken yet
+    close_after_write: bool = False
 
 
 class Worker:
@@ -190,6 +192,7 @@ class Worker:
         forker.send(self.forker, {"op": "spawn", "slot": slot, "workdir": workdir, "uid": uid}, ends)
         for fd in ends:
             os.close(fd)
+        os.set_blocking(request_w, False)  # a stopped child must never block this worker
         kid = Child(slot, request_w, out_r, err_r, ctl_r, workdir)
         for fd, role in ((out_r, "out"), (err_r, "err"), (ctl_r, "ctl")):
             os.set_blocking(fd, False)
@@ -248,8 +251,32 @@ class Worker:
 
     def close_request(self, kid: Child) -> None:
         if kid.request_w >= 0:
+            if kid.request_w in self.by_fd:
+                self.selector.unregister(kid.request_w)
+                del self.by_fd[kid.request_w]
             os.close(kid.request_w)
             kid.request_w = -1
+            kid.outbox.clear()
+
+    def write_request(self, kid: Child) -> None:
+        """Write what the pipe takes now; the rest waits for the selector (or the call's deadline)."""
+        try:
+            while kid.outbox:
+                del kid.outbox[: os.write(kid.request_w, kid.outbox)]
+        except BlockingIOError:
+            if kid.request_w not in self.by_fd:
+                self.selector.register(kid.request_w, selectors.EVENT_WRITE)
+                self.by_fd[kid.request_w] = (kid, "req")
+            return
+        except OSError:
+            self.close_request(kid)
+            self.kill(kid)  # died before reading: reported when its exit is seen
+            return
+        if kid.request_w in self.by_fd:
+            self.selector.unregister(kid.request_w)
+            del self.by_fd[kid.request_w]
+        if kid.close_after_write:
+            self.close_request(kid)
 
     def close_fd(self, kid: Child, fd: int) -> None:
         self.selector.unregister(fd)
@@ -274,12 +301,9 @@ class Worker:
         frame = {"code": msg.get("code", "")}
         if mode != "exec":
             frame.update(mode=mode, limits=msg["limits"], stdin=msg.get("stdin") or "")
-        try:
-            wire.write_all(kid.request_w, wire.encode(frame))
-            if mode == "run":
-                self.close_request(kid)
-        except OSError:
-            self.kill(kid)  # died before reading: reported when its exit is seen
+        kid.outbox += wire.encode(frame)
+        kid.close_after_write = mode == "run"
+        self.write_request(kid)
 
     def finish(self, kid: Child, result: outcome.Outcome, session_alive: bool = False) -> None:
         call = kid.call
@@ -390,6 +414,8 @@ class Worker:
                 kid.session = None
                 self.kill(kid)
             self.send({"id": msg["id"], "status": outcome.OK, "closed": kid is not None})
+        elif op == "ping":
+            self.send({"id": msg["id"], "status": outcome.OK})
         else:
             self.reply_error(msg, outcome.ERROR, f"unknown worker operation {op!r}")
 
@@ -443,7 +469,11 @@ class Worker:
                 elif key.fileobj is self.forker:
                     self.on_forker()
                 elif key.fd in self.by_fd:
-                    self.on_readable(*self.by_fd[key.fd])
+                    kid, role = self.by_fd[key.fd]
+                    if role == "req":
+                        self.write_request(kid)
+                    else:
+                        self.on_readable(kid, role)
             # Deadlines after the events: a child that exited in time is reaped (with its own
             # status) before a late wake-up of this worker could call it a timeout.
             wait = self.check_deadlines()
