@@ -29,6 +29,8 @@ PLURALS = {
     "Event": "events",
 }
 RETRIABLE = frozenset({409, 429, 500, 502, 503, 504})
+# (connect, read) seconds: a hung API server must not hold a job's lock or a worker forever.
+REQUEST_TIMEOUT = (5, 30)
 
 
 class ApiError(RuntimeError):
@@ -37,6 +39,20 @@ class ApiError(RuntimeError):
     def __init__(self, status: int, reason: str, message: str) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status, self.reason, self.message = status, reason, message
+
+
+def api_error(status: int, payload: bytes | str | None) -> ApiError:
+    """The error of a failed call. The body is a metav1.Status as JSON, unless a proxy or a
+    load balancer in the way answered (HTML, plain text): then its first line says what happened."""
+    text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload or ""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        return ApiError(status, str(data.get("reason", "")), str(data.get("message", data)))
+    first = text.strip().splitlines()[0][:200] if text.strip() else "(empty body)"
+    return ApiError(status, "", f"the API server answered with a non-JSON body: {first}")
 
 
 def load_api_client(pool_size: int = 32) -> client.ApiClient:
@@ -90,13 +106,14 @@ class Kube:
                 body=body,
                 auth_settings=["BearerToken"],
             )
-            response = self.api_client.call_api(method_, url, header_params=headers, body=body_)
+            response = self.api_client.call_api(
+                method_, url, header_params=headers, body=body_, _request_timeout=REQUEST_TIMEOUT
+            )
             response.read()
-            data = json.loads(response.data or b"{}")
             if 200 <= response.status < 300:
-                return data
+                return json.loads(response.data or b"{}")
             if response.status not in RETRIABLE or attempt == self.attempts - 1:
-                raise ApiError(response.status, data.get("reason", ""), data.get("message", str(data)))
+                raise api_error(response.status, response.data)
             time.sleep(min(0.1 * 2**attempt, 2.0))
         raise AssertionError("unreachable")
 

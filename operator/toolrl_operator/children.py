@@ -9,6 +9,7 @@ from .keda import build_scaled_object, uses_keda
 from .rayjob import build_rayjob
 from .rbac import build_role, build_role_binding, build_service_account
 from .settings import Settings
+from .status import finished
 from .toolpool import build_deployment, build_network_policy, build_pdb, build_service
 
 
@@ -17,7 +18,7 @@ def build_children(
 ) -> list[dict[str, Any]]:
     """Plain manifests for all of `job`'s children; pure, so it is tested without a cluster.
     With `toolPool.autoscaler: keda` a KEDA ScaledObject sizes the pool (KedaConfigError without
-    a Prometheus URL)."""
+    a Prometheus URL). A finished job has no RayJob to (re)create: its training must not run again."""
     children = [
         build_service_account(job),
         build_role(job),
@@ -27,8 +28,9 @@ def build_children(
         build_pdb(job),
         build_network_policy(job, settings),
         build_deployment(job, settings),
-        build_rayjob(job, settings, current_rayjob_suspend),
     ]
     if uses_keda(job):
-        children.insert(-1, build_scaled_object(job, settings.prometheus_url))
+        children.append(build_scaled_object(job, settings.prometheus_url))
+    if not finished(job):
+        children.append(build_rayjob(job, settings, current_rayjob_suspend))
     return children

@@ -56,6 +56,7 @@ class Runtime:
         self._locks_guard = threading.Lock()
         self.written_status: dict[Key, dict[str, Any]] = {}
         self.applied_generation: dict[Key, int] = {}
+        self.newest: dict[Key, dict[str, Any]] = {}  # the last watched body of each job
 
     def lock(self, key: Key) -> threading.Lock:
         with self._locks_guard:
@@ -66,6 +67,13 @@ class Runtime:
             self._locks.pop(key, None)
         self.written_status.pop(key, None)
         self.applied_generation.pop(key, None)
+        self.newest.pop(key, None)
+
+    def with_newest_status(self, job: dict[str, Any]) -> dict[str, Any]:
+        """`job` with the status of its last watched body: a handler's body may be older than
+        the autoscaler's latest `desiredReplicas` (or the phase), and must not revert them."""
+        newest = self.newest.get(_job_key(job))
+        return {**job, "status": newest.get("status") or {}} if newest else job
 
 
 _runtime: Runtime | None = None
@@ -184,12 +192,17 @@ def apply_job(job: dict[str, Any], rayjob: dict[str, Any] | None) -> None:
     started = time.monotonic()
     current_suspend = rayjob["spec"]["suspend"] if rayjob else None
     try:
-        *others, rayjob_manifest = build_children(job, rt.settings, current_suspend)
-        # Independent objects go in parallel; the RayJob, whose pods use them, goes last.
-        live = {m["kind"]: obj for m, obj in zip(others, _APPLY_POOL.map(rt.kube.apply, others), strict=True)}
-        live["RayJob"] = rt.kube.apply(rayjob_manifest)
-        rt.applied_generation[key] = job["metadata"].get("generation", 1)
-        refresh_status(job, _rayjob_view(live["RayJob"]), _deployment_view(live["Deployment"]))
+        # Under the job's lock, from the newest status: job_event resizes the pool concurrently.
+        with rt.lock(key):
+            children = build_children(rt.with_newest_status(job), rt.settings, current_suspend)
+            others = [m for m in children if m["kind"] != "RayJob"]
+            # Independent objects go in parallel; the RayJob, whose pods use them, goes last.
+            applied = _APPLY_POOL.map(rt.kube.apply, others)
+            live = {m["kind"]: obj for m, obj in zip(others, applied, strict=True)}
+            if len(others) < len(children):
+                rayjob = _rayjob_view(rt.kube.apply(children[-1]))
+            rt.applied_generation[key] = job["metadata"].get("generation", 1)
+        refresh_status(job, rayjob, _deployment_view(live["Deployment"]))
     except KedaConfigError as err:
         _failed(job, "KedaConfig", str(err))
         raise kopf.TemporaryError(str(err), delay=60) from err
@@ -342,20 +355,30 @@ async def job_event(
     """Forget deleted jobs; make the pool follow the autoscaler's `status.toolPool.desiredReplicas`.
     Async: most job events need nothing, and then cost no thread hop."""
     key = (namespace, name)
+    rt = runtime()
     if type == "DELETED":
         PHASES.record(namespace, name, None)
-        runtime().forget(key)
+        rt.forget(key)
         return
     job = plain(body)
+    rt.newest[key] = job
     deployment = first(deployments.get(key))
     if deployment is None or job["metadata"].get("deletionTimestamp") or uses_keda(job):
         return
-    if runtime().applied_generation.get(key) != job["metadata"].get("generation"):
+    if rt.applied_generation.get(key) != job["metadata"].get("generation"):
         return  # the spec changed: the update handler applies it
     if deployment["spec"]["replicas"] != desired_replicas(job):
-        rt = runtime()
         try:
-            await asyncio.to_thread(rt.kube.apply, build_deployment(job, rt.settings))
+            await asyncio.to_thread(_resize_pool, key)
         except ApiError as err:
             _failed(job, err.reason or str(err.status), f"Deployment: {err}")
             raise
+
+
+def _resize_pool(key: Key) -> None:
+    """Apply the pool's Deployment from the newest body, under the lock apply_job holds too."""
+    rt = runtime()
+    with rt.lock(key):
+        job = rt.newest.get(key)
+        if job is not None and rt.applied_generation.get(key) == job["metadata"].get("generation"):
+            rt.kube.apply(build_deployment(job, rt.settings))

@@ -15,6 +15,11 @@ CONDITION_TYPES = ("ToolPoolReady", "ClusterReady", "Running", "Succeeded", "Fai
 PHASE_CONDITIONS = {RUNNING: "Running", SUCCEEDED: "Succeeded", FAILED: "Failed", SUSPENDED: "Suspended"}
 
 
+def finished(job: dict[str, Any]) -> bool:
+    """Whether the job has ended (Succeeded or Failed): its training must never run again."""
+    return (job.get("status") or {}).get("phase") in TERMINAL_PHASES
+
+
 @dataclass(frozen=True)
 class PhaseRule:
     """One row: a RayJob `jobDeploymentStatus` (and `jobStatus`, None = any) gives a phase."""
@@ -137,7 +142,11 @@ def compute_status(
     """The operator-owned part of `job.status` (never `progress`, never `toolPool.desiredReplicas`)."""
     meta = job["metadata"]
     old = job.get("status") or {}
-    phase = rayjob_phase(rayjob)
+    if rayjob is None and old.get("phase") in TERMINAL_PHASES:
+        # The finished job's RayJob is gone (its TTL, or deleted): the outcome stays.
+        phase = Phase(old["phase"], old.get("reason", ""), old.get("message", ""))
+    else:
+        phase = rayjob_phase(rayjob)
     rj = (rayjob or {}).get("status") or {}
 
     pool_replicas, pool_ready, pool_ok, pool_reason, pool_message = tool_pool_status(deployment)
@@ -178,9 +187,17 @@ def compute_status(
 
 
 def _differs(old: Any, new: Any) -> bool:
+    if _is_conditions(old) and _is_conditions(new):
+        # A list keyed by type: only the types in `new` (ours) count, not others' conditions.
+        before = {c["type"]: c for c in old}
+        return any(_differs(before.get(c["type"]), c) for c in new)
     if isinstance(old, dict) and isinstance(new, dict):
         return any(_differs(old.get(key), value) for key, value in new.items())
     return old != new
+
+
+def _is_conditions(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(c, dict) and "type" in c for c in value)
 
 
 def status_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -342,3 +342,11 @@ def test_bad_autoscaler_interval_is_rejected_with_the_variable_name() -> None:
     for bad in ("0", "soon"):
         with pytest.raises(SettingsError, match="TOOLRL_AUTOSCALER_INTERVAL_SECONDS"):
             Settings.from_env({"TOOLRL_AUTOSCALER_INTERVAL_SECONDS": bad})
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_a_finished_job_gets_no_rayjob_so_its_training_never_runs_again(make_job, phase) -> None:
+    kinds = [c["kind"] for c in build_children(make_job(status={"phase": phase}), SETTINGS)]
+    assert "RayJob" not in kinds
+    assert "Deployment" in kinds
+    assert "RayJob" in [c["kind"] for c in build_children(make_job(status={"phase": "Running"}), SETTINGS)]

@@ -76,3 +76,46 @@ def test_event_manifest_refers_to_the_job_and_cuts_long_messages() -> None:
     with pytest.raises(ValueError, match="use Normal or Warning"):
         event_manifest(job, "Info", "R", "m", now)
     assert resource_path("v1", "Event", "rl") == "/api/v1/namespaces/rl/events"
+
+
+class _Response:
+    def __init__(self, status: int, data: bytes) -> None:
+        self.status, self.data = status, data
+
+    def read(self) -> None:
+        return None
+
+
+class _ApiClient:
+    """The two calls Kube makes of the kubernetes package's ApiClient, recorded."""
+
+    def __init__(self, response: _Response) -> None:
+        self.response = response
+        self.timeouts: list[object] = []
+
+    def param_serialize(self, method, path, header_params, body, auth_settings):
+        return method, path, header_params, body, None
+
+    def call_api(self, method, url, header_params, body, _request_timeout=None):
+        self.timeouts.append(_request_timeout)
+        return self.response
+
+
+def test_api_calls_have_a_timeout() -> None:
+    from toolrl_operator.apply import REQUEST_TIMEOUT, Kube
+
+    api = _ApiClient(_Response(200, b'{"kind": "ConfigMap"}'))
+    assert Kube(api, "test").request("GET", "/api/v1/x") == {"kind": "ConfigMap"}  # type: ignore[arg-type]
+    assert api.timeouts == [REQUEST_TIMEOUT] == [(5, 30)]
+
+
+def test_a_non_json_error_body_becomes_a_clear_api_error() -> None:
+    from toolrl_operator.apply import ApiError, Kube
+
+    api = _ApiClient(_Response(403, b"<html>\n<h1>Forbidden by proxy</h1></html>"))
+    with pytest.raises(ApiError, match="non-JSON body: <html>") as caught:
+        Kube(api, "test").request("GET", "/api/v1/x")  # type: ignore[arg-type]
+    assert caught.value.status == 403
+    api = _ApiClient(_Response(404, b'{"reason": "NotFound", "message": "gone"}'))
+    with pytest.raises(ApiError, match="404 NotFound: gone"):
+        Kube(api, "test").request("GET", "/api/v1/x")  # type: ignore[arg-type]

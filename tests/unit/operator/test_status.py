@@ -171,3 +171,20 @@ def test_status_changes_ignores_fields_owned_by_others() -> None:
     assert status_changes(old, new) == {}
     new = {"phase": "Failed", "toolPool": {"replicas": 3}}
     assert status_changes(old, new) == new
+
+
+def test_status_changes_ignores_conditions_of_other_writers(make_job) -> None:
+    ours = compute_status(make_job(), rayjob("Running"), deployment(), 3, NOW)
+    autoscaler = {"type": "AutoscalerHealthy", "status": "True", "reason": "MetricsAvailable"}
+    written = {**ours, "conditions": [*ours["conditions"], autoscaler]}
+    again = compute_status(make_job(status=written), rayjob("Running"), deployment(), 3, LATER)
+    assert status_changes(written, again) == {}
+    failed = compute_status(make_job(status=written), rayjob("Failed", "FAILED"), deployment(), 3, LATER)
+    assert "conditions" in status_changes(written, failed)
+
+
+def test_a_finished_job_keeps_its_outcome_when_its_rayjob_is_gone(make_job) -> None:
+    done = compute_status(make_job(), rayjob("Complete", "SUCCEEDED"), deployment(0, 0), 3, NOW)
+    after = compute_status(make_job(status=done), None, deployment(0, 0), 3, LATER)
+    assert (after["phase"], after["reason"]) == ("Succeeded", "JobSucceeded")
+    assert after["completionTime"] == done["completionTime"]
