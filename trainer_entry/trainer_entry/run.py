@@ -14,6 +14,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -30,6 +31,7 @@ from trainer_entry.translate import (
 CUSTOM_REWARD_DIR = Path("/etc/toolrl/reward")
 DEFAULT_CUSTOM_REWARD_KEY = "reward.py"
 DEFAULT_METRICS_PORT = 9400
+DEFAULT_POOL_WAIT_SECONDS = 600.0
 
 
 @dataclass(frozen=True)
@@ -51,9 +53,27 @@ class Environment:
             pool_url=url,
             job_name=os.environ.get("TOOLRL_JOB_NAME", job.name),
             namespace=os.environ.get("TOOLRL_JOB_NAMESPACE", job.namespace),
-            metrics_port=int(os.environ.get("TOOLRL_METRICS_PORT", DEFAULT_METRICS_PORT)),
-            pool_wait_seconds=float(os.environ.get("TOOLRL_POOL_WAIT_SECONDS", 600)),
+            metrics_port=_env_number("TOOLRL_METRICS_PORT", DEFAULT_METRICS_PORT, int, 1, 65535),
+            pool_wait_seconds=_env_number("TOOLRL_POOL_WAIT_SECONDS", DEFAULT_POOL_WAIT_SECONDS, float, 0),
         )
+
+
+def _env_number(name: str, default: float, kind: type, low: float, high: float | None = None) -> Any:
+    """A numeric environment variable, or a SpecError that names it and says what it must be."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return kind(default)
+    what = "an integer" if kind is int else "a number"
+    bounds = f" in [{low}, {high}]" if high is not None else f" >= {low}"
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = None
+    if value is None or value != value or value < low or (high is not None and value > high):
+        raise SpecError(
+            f"environment variable {name}={raw!r}: must be {what}{bounds} (unset it for {default})"
+        )
+    return value
 
 
 def generated_files(job: Job, translation: Translation) -> dict[str, str]:

@@ -6,7 +6,7 @@ import pytest
 import yaml
 from localcluster import free_port
 from trainer_entry.__main__ import main
-from trainer_entry.run import describe, wait_for_pool, write_workdir
+from trainer_entry.run import Environment, describe, wait_for_pool, write_workdir
 from trainer_entry.spec import SpecError, parse_job
 from trainer_entry.translate import translate
 
@@ -126,3 +126,34 @@ def test_trainer_hooks_feed_metrics_through_verls_tracking():
     trainer.logger.log(data={"timing_s/step": 3.0, "critic/score/mean": 0.7}, step=1)
     assert metrics.registry.get_sample_value("toolrl_trainer_reward_mean") == 0.7
     assert metrics.registry.get_sample_value("toolrl_trainer_step") == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("TOOLRL_METRICS_PORT", "http", "TOOLRL_METRICS_PORT='http': must be an integer in [1, 65535]"),
+        ("TOOLRL_METRICS_PORT", "70000", "TOOLRL_METRICS_PORT='70000': must be an integer in [1, 65535]"),
+        ("TOOLRL_POOL_WAIT_SECONDS", "10m", "TOOLRL_POOL_WAIT_SECONDS='10m': must be a number >= 0"),
+        ("TOOLRL_POOL_WAIT_SECONDS", "-1", "TOOLRL_POOL_WAIT_SECONDS='-1': must be a number >= 0"),
+        ("TOOLRL_POOL_WAIT_SECONDS", "nan", "TOOLRL_POOL_WAIT_SECONDS='nan': must be a number >= 0"),
+    ],
+)
+def test_bad_environment_exits_with_the_variable(tmp_path, capsys, monkeypatch, name, value, message):
+    spec = tmp_path / "job.json"
+    spec.write_text(json.dumps({"metadata": {"name": "j", "namespace": "rl"}, "spec": SPEC}))
+    monkeypatch.setenv("TOOLRL_TOOL_POOL_URL", "http://j-tools.rl.svc:8080")
+    monkeypatch.setenv(name, value)
+    assert main(["run", "--spec", str(spec), "--workdir", str(tmp_path / "w")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_environment_numbers_are_read(monkeypatch):
+    monkeypatch.setenv("TOOLRL_TOOL_POOL_URL", "http://j-tools.rl.svc:8080")
+    monkeypatch.setenv("TOOLRL_METRICS_PORT", "9500")
+    monkeypatch.setenv("TOOLRL_POOL_WAIT_SECONDS", "2.5")
+    env = Environment.from_env(job())
+    assert (env.metrics_port, env.pool_wait_seconds) == (9500, 2.5)
+    monkeypatch.delenv("TOOLRL_METRICS_PORT")
+    monkeypatch.delenv("TOOLRL_POOL_WAIT_SECONDS")
+    env = Environment.from_env(job())
+    assert (env.metrics_port, env.pool_wait_seconds) == (9400, 600.0)
