@@ -27,7 +27,7 @@ from sandbox_process import SandboxProcess
         (
             b'{"tool": "python", "input": "1", "timeoutSeconds": "soon"}',
             400,
-            "timeoutSeconds must be a positive number",
+            "timeoutSeconds must be a positive finite number",
         ),
         (b'{"tool": "search", "input": ["q"]}', 400, "input of a search tool must be a query string"),
         (b'{"tool": "python", "input": "1", "session": "nope"}', 404, "unknown or expired session 'nope'"),
