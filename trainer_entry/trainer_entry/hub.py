@@ -72,7 +72,7 @@ class MetricsHub:
 
     def finish(self) -> None:
         if self.progress is not None:
-            self.progress.flush()
+            self.progress.finish()
 
 
 def start_hub(settings: HubSettings) -> Any:

@@ -96,12 +96,13 @@ class ProgressReporter:
         return self.flush()
 
     def flush(self) -> bool:
-        """Send the pending progress, if any."""
+        """Send the pending progress, if any; it stays pending until a patch succeeds, so a failed
+        patch is retried by the next call instead of losing the step."""
         if self._pending is None:
             return False
-        body = progress_patch(*self._pending, now=datetime.now(UTC))
+        pending = self._pending
+        body = progress_patch(*pending, now=datetime.now(UTC))
         self._last_sent = self.clock()
-        self._pending = None
         request = urllib.request.Request(
             self.url,
             data=json.dumps(body).encode(),
@@ -125,5 +126,11 @@ class ProgressReporter:
         except (urllib.error.URLError, OSError) as exc:
             log.warning("progress patch failed: %s", exc)
             return False
+        if self._pending == pending:
+            self._pending = None
         self.sent += 1
         return True
+
+    def finish(self) -> bool:
+        """The last patch of the run: flush, and retry once if that failed (nothing comes after)."""
+        return self.flush() or self.flush()

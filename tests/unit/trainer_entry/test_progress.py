@@ -16,11 +16,12 @@ from trainer_entry.progress import ApiTarget, ProgressReporter, progress_patch, 
 class FakeApi(BaseHTTPRequestHandler):
     seen: list = []
     code = 200
+    codes: list = []  # answered first, one per request, before falling back to `code`
 
     def do_PATCH(self):
         body = self.rfile.read(int(self.headers["Content-Length"]))
         FakeApi.seen.append((self.path, dict(self.headers), json.loads(body)))
-        self.send_response(FakeApi.code)
+        self.send_response(FakeApi.codes.pop(0) if FakeApi.codes else FakeApi.code)
         self.end_headers()
         self.wfile.write(b"{}")
 
@@ -30,7 +31,7 @@ class FakeApi(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def api():
-    FakeApi.seen, FakeApi.code = [], 200
+    FakeApi.seen, FakeApi.code, FakeApi.codes = [], 200, []
     server = HTTPServer(("127.0.0.1", 0), FakeApi)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -78,6 +79,33 @@ def test_refused_patch_is_logged_not_raised(api, caplog):
     reporter = ProgressReporter(api, "rl", "j")
     assert not reporter.update(1, 10, 0.0)
     assert "J-trainer Role" in caplog.text
+
+
+def test_failed_patch_keeps_the_progress_for_the_next_call(api):
+    now = [100.0]
+    reporter = ProgressReporter(api, "rl", "j", min_interval=5.0, clock=lambda: now[0])
+    FakeApi.code = 500
+    assert not reporter.update(9, 10, 0.9, force=True)
+    assert not reporter.flush()
+    FakeApi.code = 200
+    assert reporter.flush()
+    assert not reporter.flush()  # sent once: nothing pending any more
+    steps = [
+        (b["status"]["progress"]["step"], b["status"]["progress"]["rewardMean"]) for *_, b in FakeApi.seen
+    ]
+    assert steps == [(9, 0.9), (9, 0.9), (9, 0.9)] and reporter.sent == 1
+
+
+def test_final_patch_is_retried_once(api):
+    reporter = ProgressReporter(api, "rl", "j", min_interval=5.0, clock=lambda: 0.0)
+    assert reporter.update(1, 10, 0.1) and not reporter.update(10, 10, 0.5)
+    FakeApi.codes = [503]
+    assert reporter.finish()
+    assert [body["status"]["progress"]["step"] for *_, body in FakeApi.seen][-2:] == [10, 10]
+    FakeApi.codes = [503, 503, 503]
+    assert not reporter.update(11, 10, 0.6, force=True)
+    assert not reporter.finish()  # one retry only: 3 attempts in all, then the run ends
+    assert len(FakeApi.seen) == 6
 
 
 def test_outside_a_pod(monkeypatch):
