@@ -89,6 +89,17 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("type", {"algorithm.trainBatchSize": "big"}, "must be of type integer"),
     ("gpus-minimum", {"cluster.workers.gpusPerWorker": 0}, "should be greater than or equal to 1"),
     ("autoscaler-enum", {"toolPool.autoscaler": "hpa"}, 'Unsupported value: "hpa"'),
+    ("pool-min-1", {"toolPool.replicas": {"min": 0, "max": 4}}, "should be greater than or equal to 1"),
+    (
+        "data-no-hostpath",
+        {"data.volume": {"hostPath": {"path": "/var/lib"}}},
+        "hostPath volumes are not allowed (they expose the node's files to the job): use a persistentVolumeClaim",
+    ),
+    (
+        "checkpoint-no-hostpath",
+        {"checkpoint": {"volume": {"hostPath": {"path": "/"}}}},
+        "hostPath volumes are not allowed",
+    ),
 ]
 
 

@@ -93,3 +93,13 @@ def test_example_is_defaulted_like_the_apiserver_does(make_job) -> None:
     }
     assert spec["runPolicy"]["activeDeadlineSeconds"] == 0
     assert spec["tools"][0]["maxOutputBytes"] == 4096
+
+
+def test_pool_min_is_at_least_one_and_volumes_reject_host_paths(schema: dict[str, Any]) -> None:
+    spec = schema["properties"]["spec"]["properties"]
+    assert spec["toolPool"]["properties"]["replicas"]["properties"]["min"]["minimum"] == 1
+    for volume in (spec["data"]["properties"]["volume"], spec["checkpoint"]["properties"]["volume"]):
+        assert "hostPath" in volume["properties"], "CEL sees only declared fields"
+        [rule] = volume["x-kubernetes-validations"]
+        assert rule["rule"] == "!has(self.hostPath)"
+        assert "persistentVolumeClaim" in rule["message"]
