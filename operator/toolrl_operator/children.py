@@ -6,7 +6,7 @@ from typing import Any
 
 from .configmap import build_configmap
 from .keda import build_scaled_object, uses_keda
-from .rayjob import build_rayjob
+from .rayjob import build_ray_network_policy, build_rayjob
 from .rbac import build_role, build_role_binding, build_service_account
 from .settings import Settings
 from .status import finished
@@ -28,6 +28,7 @@ def build_children(
         build_pdb(job),
         build_network_policy(job, settings),
         build_deployment(job, settings),
+        build_ray_network_policy(job, settings),
     ]
     if uses_keda(job):
         children.append(build_scaled_object(job, settings.prometheus_url))

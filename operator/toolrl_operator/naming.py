@@ -22,6 +22,11 @@ COMPONENT_CONFIG = "config"
 
 TOOL_POOL_PORT = 8080
 TRAINER_METRICS_PORT = 9400
+RAY_DASHBOARD_PORT = 8265  # also Ray's job-submission API: unauthenticated, runs any code
+RAY_GCS_PORT = 6379
+RAY_CLIENT_PORT = 10001
+# Without TOOLRL_KUBERAY_NAMESPACE, namespaces with this label reach Ray dashboards (KubeRay's).
+RAY_DASHBOARD_ACCESS_LABEL = "toolrl.dev/ray-dashboard-access"
 CONFIG_MOUNT = "/etc/toolrl"
 REWARD_DIR = "reward"  # inside CONFIG_MOUNT: /etc/toolrl/reward/<key>
 DATA_MOUNT = "/data"
@@ -38,6 +43,15 @@ def rayjob_name(job: str) -> str:
 
 def tool_pool_name(job: str) -> str:
     return f"{job}-tools"
+
+
+def ray_network_policy_name(job: str) -> str:
+    return f"{job}-ray"
+
+
+def namespace_selector(namespace: str) -> dict[str, Any]:
+    """A NetworkPolicy peer: every pod of one namespace."""
+    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
 
 
 def trainer_name(job: str) -> str:

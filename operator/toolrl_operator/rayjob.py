@@ -12,12 +12,19 @@ from .naming import (
     CONFIG_MOUNT,
     DATA_MOUNT,
     LABEL_KUEUE_QUEUE,
+    RAY_CLIENT_PORT,
+    RAY_DASHBOARD_ACCESS_LABEL,
+    RAY_DASHBOARD_PORT,
+    RAY_GCS_PORT,
     REWARD_DIR,
     TRAINER_METRICS_PORT,
     child_metadata,
     config_name,
     labels,
+    namespace_selector,
+    ray_network_policy_name,
     rayjob_name,
+    selector_labels,
     tool_pool_url,
     trainer_name,
 )
@@ -26,6 +33,22 @@ from .settings import Settings
 GPU_RESOURCE = "nvidia.com/gpu"
 WORKER_GROUP = "gpu-workers"
 ENTRYPOINT = f"python -m trainer_entry run --spec {CONFIG_MOUNT}/{JOB_KEY}"
+RAY_UID = 1000  # the trainer image's user (images/trainer/Dockerfile)
+CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+    "runAsNonRoot": True,
+    "runAsUser": RAY_UID,
+}
+POD_SECURITY: dict[str, Any] = {
+    # Pod-wide too, so KubeRay's submitter sidecar runs the same way.
+    "runAsNonRoot": True,
+    "runAsUser": RAY_UID,
+    "runAsGroup": RAY_UID,
+    "fsGroup": RAY_UID,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 
 
 def trainer_env(name: str, namespace: str) -> list[dict[str, str]]:
@@ -82,8 +105,12 @@ def _pod_template(
 ) -> dict[str, Any]:
     name = job["metadata"]["name"]
     volumes, mounts = _volumes(job)
-    container = {**container, "volumeMounts": mounts}
-    pod_spec: dict[str, Any] = {"containers": [container], "volumes": volumes}
+    container = {**container, "volumeMounts": mounts, "securityContext": copy.deepcopy(CONTAINER_SECURITY)}
+    pod_spec: dict[str, Any] = {
+        "securityContext": copy.deepcopy(POD_SECURITY),
+        "containers": [container],
+        "volumes": volumes,
+    }
     if service_account:
         pod_spec["serviceAccountName"] = service_account
     else:
@@ -128,9 +155,9 @@ def build_rayjob(
         "image": image,
         "env": env,
         "ports": [
-            {"name": "gcs-server", "containerPort": 6379},
-            {"name": "dashboard", "containerPort": 8265},
-            {"name": "client", "containerPort": 10001},
+            {"name": "gcs-server", "containerPort": RAY_GCS_PORT},
+            {"name": "dashboard", "containerPort": RAY_DASHBOARD_PORT},
+            {"name": "client", "containerPort": RAY_CLIENT_PORT},
             {"name": "trainer-metrics", "containerPort": TRAINER_METRICS_PORT},
         ],
         "resources": copy.deepcopy(head.get("resources") or {}),
@@ -182,3 +209,33 @@ def build_rayjob(
     if deadline:
         rayjob_spec["activeDeadlineSeconds"] = deadline
     return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": metadata, "spec": rayjob_spec}
+
+
+def build_ray_network_policy(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """Who reaches the job's Ray pods: the dashboard (8265) is also Ray's unauthenticated job
+    submission API, and GCS (6379) and the client port (10001) run code as well. Admitted: the
+    job's own Ray pods (all ports); KubeRay, to the dashboard (its namespace, or namespaces
+    labelled RAY_DASHBOARD_ACCESS_LABEL=true); the monitoring namespace and the operator's
+    (its autoscaler reads the trainer's phase), to the trainer metrics (9400)."""
+    name = job["metadata"]["name"]
+    pods = selector_labels(name, COMPONENT_TRAINER)
+    kuberay = (
+        namespace_selector(settings.kuberay_namespace)
+        if settings.kuberay_namespace
+        else {"namespaceSelector": {"matchLabels": {RAY_DASHBOARD_ACCESS_LABEL: "true"}}}
+    )
+    metrics_from = [namespace_selector(ns) for ns in settings.metrics_namespaces()]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": child_metadata(job, ray_network_policy_name(name), COMPONENT_TRAINER),
+        "spec": {
+            "podSelector": {"matchLabels": pods},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": {"matchLabels": pods}}]},
+                {"from": [kuberay], "ports": [{"protocol": "TCP", "port": RAY_DASHBOARD_PORT}]},
+                {"from": metrics_from, "ports": [{"protocol": "TCP", "port": TRAINER_METRICS_PORT}]},
+            ],
+        },
+    }

@@ -18,11 +18,20 @@ class Settings:
     prometheus_url: str = ""  # the autoscaler reads pool load here; empty: it scrapes the pods
     autoscaler_interval_seconds: float = 5.0
     field_manager: str = "toolrl-operator"
+    operator_namespace: str = ""  # where the operator runs (POD_NAMESPACE); empty out of cluster
+    # Where KubeRay runs: Ray NetworkPolicies admit it to the dashboard. Empty: namespaces
+    # labelled RAY_DASHBOARD_ACCESS_LABEL instead.
+    kuberay_namespace: str = ""
+
+    def metrics_namespaces(self) -> list[str]:
+        """Namespaces whose pods may read the jobs' /metrics: Prometheus's and the operator's."""
+        return [self.monitoring_namespace, *([self.operator_namespace] if self.operator_namespace else [])]
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
         """Read TOOLRL_TRAINER_IMAGE, TOOLRL_TOOL_SANDBOX_IMAGE, TOOLRL_MONITORING_NAMESPACE,
-        TOOLRL_PROMETHEUS_URL and TOOLRL_AUTOSCALER_INTERVAL_SECONDS."""
+        TOOLRL_PROMETHEUS_URL, TOOLRL_AUTOSCALER_INTERVAL_SECONDS, TOOLRL_KUBERAY_NAMESPACE and
+        POD_NAMESPACE (the operator's own, set by the chart)."""
         env = dict(os.environ) if env is None else env
         defaults = cls()
         interval = env.get("TOOLRL_AUTOSCALER_INTERVAL_SECONDS") or str(defaults.autoscaler_interval_seconds)
@@ -40,4 +49,6 @@ class Settings:
             monitoring_namespace=env.get("TOOLRL_MONITORING_NAMESPACE") or defaults.monitoring_namespace,
             prometheus_url=env.get("TOOLRL_PROMETHEUS_URL", "").rstrip("/"),
             autoscaler_interval_seconds=seconds,
+            operator_namespace=env.get("POD_NAMESPACE", ""),
+            kuberay_namespace=env.get("TOOLRL_KUBERAY_NAMESPACE", ""),
         )

@@ -18,6 +18,7 @@ from .naming import (
     child_metadata,
     config_name,
     labels,
+    namespace_selector,
     selector_labels,
     tool_pool_name,
 )
@@ -161,8 +162,9 @@ def _http_egress(url: str) -> dict[str, Any]:
 
 
 def build_network_policy(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    """Only this job's Ray pods (and the monitoring namespace, for /metrics) reach the pool;
-    the pool's egress is denied except DNS and the endpoints of `http` tools."""
+    """Only this job's Ray pods reach the pool, and, for /metrics, the monitoring namespace and
+    the operator's (its autoscaler scrapes the pods without Prometheus); the pool's egress is
+    denied except DNS and the endpoints of `http` tools."""
     name = job["metadata"]["name"]
     port = [{"protocol": "TCP", "port": TOOL_POOL_PORT}]
     http_urls = sorted({t["url"] for t in job["spec"]["tools"] if t["type"] == "http" and t.get("url")})
@@ -170,6 +172,7 @@ def build_network_policy(job: dict[str, Any], settings: Settings) -> dict[str, A
     if http_urls:
         egress.append({"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]})
         egress.extend(_http_egress(url) for url in http_urls)
+    metrics_from = [namespace_selector(ns) for ns in settings.metrics_namespaces()]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -182,16 +185,7 @@ def build_network_policy(job: dict[str, Any], settings: Settings) -> dict[str, A
                     "from": [{"podSelector": {"matchLabels": selector_labels(name, COMPONENT_TRAINER)}}],
                     "ports": port,
                 },
-                {
-                    "from": [
-                        {
-                            "namespaceSelector": {
-                                "matchLabels": {"kubernetes.io/metadata.name": settings.monitoring_namespace}
-                            }
-                        }
-                    ],
-                    "ports": port,
-                },
+                {"from": metrics_from, "ports": port},
             ],
             "egress": egress,
         },

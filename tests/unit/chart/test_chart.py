@@ -90,7 +90,22 @@ def test_operator_deployment(render: Render) -> None:
     assert env["TOOLRL_TRAINER_IMAGE"] == "toolrl-trainer:0.1.0"
     assert env["TOOLRL_TOOL_SANDBOX_IMAGE"] == "toolrl-tool-sandbox:0.1.0"
     assert env["TOOLRL_PROMETHEUS_URL"] == ""
+    assert env["TOOLRL_KUBERAY_NAMESPACE"] == "", "Ray dashboards open to labelled namespaces"
+    assert "POD_NAMESPACE" in env, "the operator admits its own namespace to pools' /metrics"
     assert "args" not in container  # every namespace
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"kuberayNamespace": "ray-system"}, "ray-system"),
+        ({"kuberay-operator": {"enabled": True}}, "toolrl"),
+    ],
+)
+def test_kuberay_namespace_reaches_the_operator(render: Render, values: dict[str, Any], expected: str) -> None:
+    deploy = _one(render(values, namespace="toolrl"), "Deployment")
+    env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TOOLRL_KUBERAY_NAMESPACE"] == expected
 
 
 def test_pods_are_listed_only_without_prometheus(render: Render) -> None:

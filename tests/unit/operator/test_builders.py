@@ -9,7 +9,7 @@ import pytest
 import yaml
 from toolrl_operator.children import build_children
 from toolrl_operator.configmap import build_configmap
-from toolrl_operator.rayjob import ENTRYPOINT, GPU_RESOURCE, build_rayjob
+from toolrl_operator.rayjob import ENTRYPOINT, GPU_RESOURCE, build_ray_network_policy, build_rayjob
 from toolrl_operator.rbac import build_role, build_role_binding, build_service_account
 from toolrl_operator.settings import Settings
 from toolrl_operator.toolpool import (
@@ -40,6 +40,7 @@ def test_every_child_is_owned_labelled_and_named_per_contract(make_job) -> None:
         ("Service", "gsm8k-python-tools"),
         ("PodDisruptionBudget", "gsm8k-python-tools"),
         ("NetworkPolicy", "gsm8k-python-tools"),
+        ("NetworkPolicy", "gsm8k-python-ray"),
         ("Deployment", "gsm8k-python-tools"),
         ("RayJob", "gsm8k-python"),
     }
@@ -350,3 +351,57 @@ def test_a_finished_job_gets_no_rayjob_so_its_training_never_runs_again(make_job
     assert "RayJob" not in kinds
     assert "Deployment" in kinds
     assert "RayJob" in [c["kind"] for c in build_children(make_job(status={"phase": "Running"}), SETTINGS)]
+
+
+def test_ray_pods_admit_only_their_job_kuberay_and_metrics_readers(make_job) -> None:
+    settings = Settings(operator_namespace="toolrl-system", kuberay_namespace="ray-system")
+    np = build_ray_network_policy(make_job(), settings)
+    assert np["metadata"]["name"] == "gsm8k-python-ray"
+    assert np["metadata"]["labels"]["app.kubernetes.io/component"] == "trainer"
+    ray = {"toolrl.dev/job": "gsm8k-python", "app.kubernetes.io/component": "trainer"}
+    spec = np["spec"]
+    assert spec["podSelector"] == {"matchLabels": ray}
+    assert spec["policyTypes"] == ["Ingress"]
+    own, kuberay, metrics = spec["ingress"]
+    assert own == {"from": [{"podSelector": {"matchLabels": ray}}]}, "the job's Ray pods: all ports"
+    assert kuberay == {
+        "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ray-system"}}}],
+        "ports": [{"protocol": "TCP", "port": 8265}],
+    }
+    assert metrics["ports"] == [{"protocol": "TCP", "port": 9400}]
+    assert [
+        p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in metrics["from"]
+    ] == [
+        "monitoring",
+        "toolrl-system",
+    ]
+    default = build_ray_network_policy(make_job(), Settings())["spec"]["ingress"]
+    labelled = {"namespaceSelector": {"matchLabels": {"toolrl.dev/ray-dashboard-access": "true"}}}
+    assert default[1]["from"] == [labelled]
+    assert len(default[2]["from"]) == 1, "no operator namespace known: only monitoring"
+
+
+def test_ray_containers_are_unprivileged(make_job) -> None:
+    cluster = build_rayjob(make_job(), SETTINGS)["spec"]["rayClusterSpec"]
+    templates = [cluster["headGroupSpec"]["template"], cluster["workerGroupSpecs"][0]["template"]]
+    for template in templates:
+        pod = template["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsUser"] == 1000
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in pod["containers"]:
+            sc = container["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"] == {"drop": ["ALL"]}
+            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+            assert (sc["runAsNonRoot"], sc["runAsUser"]) == (True, 1000)
+
+
+def test_pool_admits_the_operators_namespace_for_direct_scraping(make_job) -> None:
+    np = build_network_policy(make_job(), Settings(operator_namespace="toolrl-system"))["spec"]
+    peers = np["ingress"][1]["from"]
+    names = [p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in peers]
+    assert names == ["monitoring", "toolrl-system"]
+    assert np["ingress"][1]["ports"] == [{"protocol": "TCP", "port": 8080}]
+    assert Settings.from_env({"POD_NAMESPACE": "ops"}).operator_namespace == "ops"
+    assert Settings.from_env({"TOOLRL_KUBERAY_NAMESPACE": "kr"}).kuberay_namespace == "kr"
