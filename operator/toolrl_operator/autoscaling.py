@@ -20,7 +20,7 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -137,21 +137,63 @@ class Autoscaler:
         live = {job["metadata"]["uid"]: job for key in list(self.jobs) for job in self.jobs.get(key, ())}
         for uid in self.scalers.keys() - live.keys():
             self.scalers.pop(uid).forget()
+        due = []
+        for uid, job in live.items():
+            key = (job["metadata"]["namespace"], job["metadata"]["name"])
+            deployment = first(self.deployments.get(key))
+            if native(job) and deployment is not None:  # no pool yet: the reconcile handler makes it
+                due.append((uid, key, job, deployment))
+        url = runtime().settings.prometheus_url
+        pods = {} if url else await self.list_pods({key[0] for _, key, _, _ in due})
         bound = asyncio.Semaphore(self.concurrency)
 
-        async def one(uid: str, job: dict[str, Any]) -> None:
-            meta = job["metadata"]
-            key = (meta["namespace"], meta["name"])
+        async def one(uid: str, key: Key, job: dict[str, Any], deployment: dict[str, Any]) -> None:
+            async def read(current: int) -> signals.Reading:
+                if url:
+                    return await signals.read_prometheus(session, url, *key, current)
+                listed = pods[key[0]]
+                if isinstance(listed, BaseException):
+                    return signals.unlisted(listed)
+                pools, heads = listed
+                job_pods, job_heads = pools.get(key[1], []), heads.get(key[1], [])
+                return await signals.read_direct(session, job_pods, job_heads, current)
+
             if uid not in self.scalers:
                 self.scalers[uid] = JobScaler(*key, self.threads)
-            scaler = self.scalers[uid]
             async with bound:
                 try:
-                    await scaler.tick(session, job, first(self.deployments.get(key)))
+                    await self.scalers[uid].tick(job, deployment, read)
                 except Exception:  # one job's trouble must not stop the others
                     log.exception("autoscaling %s/%s failed", *key)
 
-        await asyncio.gather(*(one(uid, job) for uid, job in live.items()))
+        await asyncio.gather(*(one(*item) for item in due))
+
+    async def list_pods(self, namespaces: Iterable[str]) -> dict[str, PodsByJob | BaseException]:
+        """Without Prometheus: each namespace's pool pods and Ray heads, listed once for all its
+        jobs (not twice per job), by job. A failed pool listing is kept to say why the size holds;
+        without the heads there is only no phase."""
+        kube = runtime().kube
+
+        async def one(namespace: str) -> PodsByJob | BaseException:
+            path = f"/api/v1/namespaces/{namespace}/pods"
+            pools, heads = await asyncio.gather(
+                *(
+                    _blocking(self.threads, kube.request, "GET", path, query={"labelSelector": selector})
+                    for selector in (signals.POOL_PODS_SELECTOR, signals.TRAINER_HEADS_SELECTOR)
+                ),
+                return_exceptions=True,
+            )
+            if isinstance(pools, BaseException):
+                return pools
+            heads_by_job = {} if isinstance(heads, BaseException) else signals.by_job(heads["items"])
+            return signals.by_job(pools["items"]), heads_by_job
+
+        ordered = sorted(namespaces)
+        return dict(zip(ordered, await asyncio.gather(*(one(ns) for ns in ordered)), strict=True))
+
+
+Reader = Callable[[int], Awaitable[signals.Reading]]  # the job's reading, given its pool's replicas
+PodsByJob = tuple[dict[str, list[Any]], dict[str, list[Any]]]  # pool pods, Ray heads
 
 
 class JobScaler:
@@ -168,15 +210,11 @@ class JobScaler:
             with contextlib.suppress(KeyError):
                 gauge.remove(self.namespace, self.name)
 
-    async def tick(
-        self, session: aiohttp.ClientSession, job: dict[str, Any], deployment: dict[str, Any] | None
-    ) -> None:
-        if not native(job) or deployment is None:
-            return  # no pool yet: the reconcile handler creates it
+    async def tick(self, job: dict[str, Any], deployment: dict[str, Any], read: Reader) -> None:
         policy = autoscaler.Policy.from_job_spec(job["spec"])
         current = int(deployment["spec"].get("replicas", 0))
         ready = int(deployment["status"].get("readyReplicas", 0))
-        reading = await self.read(session, current)
+        reading = await read(current)
         decision = autoscaler.decide(
             policy,
             self.state,
@@ -195,17 +233,6 @@ class JobScaler:
         MAX_REPLICAS.labels(self.namespace, self.name).set(policy.max_replicas)
         DECISIONS.labels(decision.reason).inc()
         await self.publish(job, decision, current, reading)
-
-    async def read(self, session: aiohttp.ClientSession, current: int) -> signals.Reading:
-        url = runtime().settings.prometheus_url
-        if url:
-            return await signals.read_prometheus(session, url, self.namespace, self.name, current)
-        return await signals.read_direct(session, self.list_pods, self.name, current)
-
-    async def list_pods(self, selector: str) -> list[dict[str, Any]]:
-        path = f"/api/v1/namespaces/{self.namespace}/pods"
-        answer = await self._call(runtime().kube.request, "GET", path, query={"labelSelector": selector})
-        return answer.get("items", [])
 
     async def publish(
         self, job: dict[str, Any], decision: autoscaler.Decision, current: int, reading: signals.Reading
@@ -227,8 +254,15 @@ class JobScaler:
             return
         body = {"toolPool": {"desiredReplicas": decision.replicas}, "conditions": [wanted]}
         try:
-            await self._call(
-                runtime().kube.apply_status, API_VERSION, KIND, self.namespace, self.name, body, FIELD_MANAGER
+            await _blocking(
+                self.threads,
+                runtime().kube.apply_status,
+                API_VERSION,
+                KIND,
+                self.namespace,
+                self.name,
+                body,
+                FIELD_MANAGER,
             )
         except ApiError as err:
             if err.status == 404:
@@ -244,13 +278,14 @@ class JobScaler:
         """Post an Event on the job; best effort, as kopf's own are."""
         manifest = event_manifest(job, type_, reason, message, dt.datetime.now(dt.UTC))
         try:
-            await self._call(runtime().kube.create, manifest)
+            await _blocking(self.threads, runtime().kube.create, manifest)
         except Exception as err:
             log.warning("event %s on %s/%s not posted: %s", reason, self.namespace, self.name, err)
 
-    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """A blocking API call on the loop's own threads (the default executor stays free)."""
-        return await asyncio.get_running_loop().run_in_executor(self.threads, lambda: fn(*args, **kwargs))
+
+async def _blocking(threads: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A blocking API call on the loop's own threads (the default executor stays free)."""
+    return await asyncio.get_running_loop().run_in_executor(threads, lambda: fn(*args, **kwargs))
 
 
 def _now() -> str:

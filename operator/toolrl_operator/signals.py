@@ -12,7 +12,7 @@ Queries and parsers are pure; ``read_prometheus`` and ``read_direct`` do the I/O
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,12 +137,20 @@ async def read_prometheus(
 # ---- direct scraping ------------------------------------------------------------------------------
 
 
-def pool_pod_selector(job: str) -> str:
-    return f"{LABEL_JOB}={job},{LABEL_COMPONENT}={COMPONENT_TOOL_POOL}"
+# Every job's pool pods, and every job's Ray head (where the trainer serves its metrics): listed
+# once per namespace and tick, then split by job.
+POOL_PODS_SELECTOR = f"{LABEL_JOB},{LABEL_COMPONENT}={COMPONENT_TOOL_POOL}"
+TRAINER_HEADS_SELECTOR = f"{LABEL_JOB},{RAY_NODE_TYPE}=head"
 
 
-def trainer_pod_selector(job: str) -> str:
-    return f"{LABEL_JOB}={job},{RAY_NODE_TYPE}=head"
+def by_job(pods: list[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """Pods grouped by their `toolrl.dev/job` label."""
+    grouped: dict[str, list[Mapping[str, Any]]] = {}
+    for pod in pods:
+        job = pod.get("metadata", {}).get("labels", {}).get(LABEL_JOB)
+        if job:
+            grouped.setdefault(job, []).append(pod)
+    return grouped
 
 
 def ready_pod_ips(pods: list[Mapping[str, Any]]) -> list[tuple[str, str]]:
@@ -203,36 +211,35 @@ async def scrape_pool(session: aiohttp.ClientSession, targets: list[tuple[str, s
     return Reading(total, pods=len(targets))
 
 
-ListPods = Callable[[str], Awaitable[list[dict[str, Any]]]]
+def unlisted(err: BaseException) -> Reading:
+    """The reading when the pool's pods could not be listed: hold (the API server is the
+    operator's own problem, but guessing a load would be worse)."""
+    return Reading(None, f"cannot list the pool's pods: {_describe(err)}")
 
 
 async def read_direct(
     session: aiohttp.ClientSession,
-    list_pods: ListPods,
-    job: str,
+    pool_pods: list[Mapping[str, Any]],
+    head_pods: list[Mapping[str, Any]],
     expected_pods: int,
     pool_port: int = TOOL_POOL_PORT,
     trainer_port: int = TRAINER_METRICS_PORT,
 ) -> Reading:
     """The pool's load from its ready pods' /metrics, the phase from the Ray head's /metrics.
-    `list_pods(label_selector)` lists pods in the job's namespace; `expected_pods` is the
-    Deployment's replicas (0: nothing to scrape, the load is 0)."""
-    try:
-        pods = ready_pod_ips(await list_pods(pool_pod_selector(job)))
-    except Exception as err:  # the API server is the operator's own problem, but hold all the same
-        return Reading(None, f"cannot list the pool's pods: {_describe(err)}")
+    `pool_pods` and `head_pods` are the job's pods; `expected_pods` is the Deployment's replicas
+    (0: nothing to scrape, the load is 0)."""
+    pods = ready_pod_ips(pool_pods)
     if not pods and expected_pods:
         return Reading(None, f"none of the pool's {expected_pods} pods is ready to read the load from")
     reading = await scrape_pool(session, [(name, f"http://{ip}:{pool_port}/metrics") for name, ip in pods])
     phase, expected = None, None
-    try:
-        heads = ready_pod_ips(await list_pods(trainer_pod_selector(job)))
-        if heads:
-            phase, expected = parse_trainer_metrics(
-                await _get_text(session, f"http://{heads[0][1]}:{trainer_port}/metrics")
-            )
-    except Exception:  # best effort: no phase only turns the rollout-aware part off
-        phase, expected = None, None
+    heads = ready_pod_ips(head_pods)
+    if heads:
+        try:
+            text = await _get_text(session, f"http://{heads[0][1]}:{trainer_port}/metrics")
+            phase, expected = parse_trainer_metrics(text)
+        except Exception:  # best effort: no phase only turns the rollout-aware part off
+            phase, expected = None, None
     return Reading(reading.load, reading.problem, reading.pods, phase, expected)
 
 

@@ -70,27 +70,22 @@ def test_no_handler_of_the_operator_puts_a_finalizer_on_jobs():
 
 
 class FakeKube:
-    """Records status applies; lists no pods (or fails), slowly enough to see concurrency."""
+    """Lists no pods (or fails) and records each listing; records status applies, which take
+    `apply_delay` seconds so that their concurrency shows."""
 
-    def __init__(self, list_delay: float = 0.0, fail_listing: bool = False) -> None:
+    def __init__(self, apply_delay: float = 0.0, fail_listing: bool = False) -> None:
         self.applied: list[tuple[str, dict[str, Any], str]] = []
         self.events: list[tuple[str, str, str]] = []
-        self.list_delay, self.fail_listing = list_delay, fail_listing
+        self.listed: list[tuple[str, str]] = []
+        self.apply_delay, self.fail_listing = apply_delay, fail_listing
         self.running = self.peak = 0
         self.guard = threading.Lock()
 
-    def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
-        with self.guard:
-            self.running += 1
-            self.peak = max(self.peak, self.running)
-        try:
-            time.sleep(self.list_delay)
-            if self.fail_listing:
-                raise ConnectionError("apiserver unreachable")
-            return {"items": []}
-        finally:
-            with self.guard:
-                self.running -= 1
+    def request(self, method: str, path: str, query: dict[str, str], **_: Any) -> dict[str, Any]:
+        self.listed.append((path, query["labelSelector"]))
+        if self.fail_listing:
+            raise ConnectionError("apiserver unreachable")
+        return {"items": []}
 
     def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
         assert manifest["kind"] == "Event"
@@ -98,7 +93,13 @@ class FakeKube:
         return manifest
 
     def apply_status(self, api_version, kind, namespace, name, status, field_manager=""):
-        self.applied.append((name, status, field_manager))
+        with self.guard:
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+        time.sleep(self.apply_delay)
+        with self.guard:
+            self.running -= 1
+            self.applied.append((name, status, field_manager))
         return {"status": status}
 
 
@@ -129,6 +130,10 @@ async def test_one_loop_sizes_every_job_keeps_history_by_uid_and_forgets_gone_jo
         await loop.tick(session)
         # an empty pool has no load: each job gets min, in one apply by the autoscaler's own manager
         assert sorted(name for name, _, _ in kube.applied) == ["j0", "j1", "j2"]
+        assert sorted(kube.listed) == [  # the namespace's pods, once for all its jobs
+            ("/api/v1/namespaces/n/pods", "toolrl.dev/job,app.kubernetes.io/component=tool-pool"),
+            ("/api/v1/namespaces/n/pods", "toolrl.dev/job,ray.io/node-type=head"),
+        ]
         for _name, status, manager in kube.applied:
             assert manager == autoscaling.FIELD_MANAGER
             assert status["toolPool"] == {"desiredReplicas": 1}
@@ -156,7 +161,7 @@ async def test_one_loop_sizes_every_job_keeps_history_by_uid_and_forgets_gone_jo
 
 
 async def test_jobs_are_read_concurrently_within_the_bound(kube, events):
-    kube.list_delay = 0.2
+    kube.apply_delay = 0.2
     jobs = {("n", f"j{i}"): [job(name=f"j{i}")] for i in range(6)}
     loop = autoscaling.Autoscaler(jobs, {key: [deployment(0)] for key in jobs}, interval=5, concurrency=3)
     async with aiohttp.ClientSession() as session:

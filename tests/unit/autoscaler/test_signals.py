@@ -114,33 +114,34 @@ async def test_scrape_pool_sums_pods_and_spoils_on_any_failure():
         await runner.cleanup()
 
 
-async def test_read_direct_finds_pods_through_the_api_and_reads_the_trainer():
+def test_pods_are_listed_once_for_all_jobs_and_split_by_job():
+    assert s.TRAINER_HEADS_SELECTOR == "toolrl.dev/job,ray.io/node-type=head"
+    named = (("a1", "a"), ("b1", "b"), ("a2", "a"))
+    pods = [{"metadata": {"name": n, "labels": {"toolrl.dev/job": j}}} for n, j in named]
+    grouped = s.by_job([*pods, {"metadata": {"name": "stray"}}])
+    names = {job: [p["metadata"]["name"] for p in ps] for job, ps in grouped.items()}
+    assert names == {"a": ["a1", "a2"], "b": ["b1"]}
+    held = s.unlisted(ConnectionError("refused"))
+    assert held.load is None and held.problem == "cannot list the pool's pods: ConnectionError: refused"
+
+
+async def test_read_direct_reads_the_ready_pods_and_the_trainer():
     runner, base = await serve({"/metrics": pool_metrics(2, 5)})
     port = int(base.rsplit(":", 1)[1])
     trainer_runner, trainer_base = await serve({"/metrics": trainer_metrics("generating", 640)})
     trainer_port = int(trainer_base.rsplit(":", 1)[1])
     ready = {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}
-    selectors = []
-
-    async def list_pods(selector):
-        selectors.append(selector)
-        return [{"metadata": {"name": "j-tools-x"}, "status": ready}]
-
+    pods = [{"metadata": {"name": "j-tools-x"}, "status": ready}]
+    heads = [{"metadata": {"name": "j-head"}, "status": ready}]
     try:
         async with aiohttp.ClientSession() as session:
-            r = await s.read_direct(session, list_pods, "j", 1, pool_port=port, trainer_port=trainer_port)
+            r = await s.read_direct(session, pods, heads, 1, pool_port=port, trainer_port=trainer_port)
             assert r == s.Reading(7.0, pods=1, phase="generating", expected_calls=640)
-            assert selectors == [
-                "toolrl.dev/job=j,app.kubernetes.io/component=tool-pool",
-                "toolrl.dev/job=j,ray.io/node-type=head",
-            ]
-
-            async def no_pods(_selector):
-                return []
-
-            held = await s.read_direct(session, no_pods, "j", 3)
+            no_phase = await s.read_direct(session, pods, [], 1, pool_port=port)
+            assert no_phase == s.Reading(7.0, pods=1)
+            held = await s.read_direct(session, [], [], 3)
             assert held.load is None and "3 pods" in held.problem
-            assert (await s.read_direct(session, no_pods, "j", 0)).load == 0
+            assert (await s.read_direct(session, [], [], 0)).load == 0
     finally:
         await runner.cleanup()
         await trainer_runner.cleanup()
