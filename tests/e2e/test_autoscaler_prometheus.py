@@ -25,6 +25,8 @@ from toolrl_operator import signals
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolrljob.yaml"
 JOB = "scale"
+# The series labels the chart's PodMonitor gives a pool pod (docs/contracts.md).
+POOL_LABELS = {"toolrl_job": JOB, "toolrl_component": "tool-pool"}
 MIN, MAX, TARGET, DELAY = 1, 5, 10, 15
 PODS = 3
 BURST = 150  # concurrent calls, each sleeping CALL_SECONDS in the sandbox
@@ -185,7 +187,7 @@ def test_bursts_scale_up_in_panic_down_after_the_delay_and_hold_without_promethe
 ):
     pods = {f"pool-{i}": [url.removeprefix("http://")] for i, url in enumerate(sandboxes)}
     labels = {
-        f"pool-{i}": {"namespace": namespace, "pod": f"{JOB}-tools-5d8f7-{i}", "toolrl_job": JOB}
+        f"pool-{i}": {"namespace": namespace, "pod": f"{JOB}-tools-5d8f7-{i}", **POOL_LABELS}
         for i in range(PODS)
     }
     prom = prometheus(pods, labels)
@@ -277,7 +279,10 @@ def test_signals_from_real_prometheus_and_real_pods(prometheus, sandboxes):
     """The operator's queries against a real Prometheus scraping real tool_sandbox processes."""
     namespace = "rl"
     pods = {f"pool-{i}": [url.removeprefix("http://")] for i, url in enumerate(sandboxes)}
-    labels = {f"pool-{i}": {"namespace": namespace, "pod": f"{JOB}-tools-5d8f7-{i}"} for i in range(PODS)}
+    labels = {
+        f"pool-{i}": {"namespace": namespace, "pod": f"{JOB}-tools-5d8f7-{i}", **POOL_LABELS}
+        for i in range(PODS)
+    }
     prom = prometheus(pods, labels)
     wait_until(prom.targets_up, 30, "Prometheus scraping the pool")
     idle = wait_until(
@@ -306,7 +311,8 @@ def test_signals_from_real_prometheus_and_real_pods(prometheus, sandboxes):
     # A pod that does not answer spoils the reading: hold, naming the pod.
     dead = f"127.0.0.1:{free_port()}"
     broken = prometheus(
-        {**pods, "dead": [dead]}, {**labels, "dead": {"namespace": namespace, "pod": f"{JOB}-tools-5d8f7-x"}}
+        {**pods, "dead": [dead]},
+        {**labels, "dead": {"namespace": namespace, "pod": f"{JOB}-tools-5d8f7-x", **POOL_LABELS}},
     )
     r = wait_until(
         lambda: "5d8f7-x" in (r := read_prometheus(broken.url, namespace, PODS + 1)).problem and r,

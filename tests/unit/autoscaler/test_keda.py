@@ -40,7 +40,8 @@ def test_scaled_object_targets_the_pool_with_a_prometheus_trigger():
     meta = trigger["metadata"]
     assert meta["serverAddress"] == "http://prometheus.monitoring:9090"
     assert meta["threshold"] == "16" and meta["ignoreNullValues"] == "false"
-    assert 'toolrl_tool_queue_depth{namespace="rl",pod=~"gsm8k-tools-.+"}' in meta["query"]
+    pool = 'namespace="rl",toolrl_job="gsm8k",toolrl_component="tool-pool"'
+    assert f"toolrl_tool_queue_depth{{{pool}}}" in meta["query"]
     assert keda.uses_keda(job()) and not keda.uses_keda(job(autoscaler="native"))
 
 

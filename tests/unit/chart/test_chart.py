@@ -102,7 +102,7 @@ def test_operator_deployment(render: Render) -> None:
         ({"kuberay-operator": {"enabled": True}}, "toolrl"),
     ],
 )
-def test_kuberay_namespace_reaches_the_operator(render: Render, values: dict[str, Any], expected: str) -> None:
+def test_kuberay_namespace_reaches_the_operator(render: Render, values: dict, expected: str) -> None:
     deploy = _one(render(values, namespace="toolrl"), "Deployment")
     env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["TOOLRL_KUBERAY_NAMESPACE"] == expected
@@ -204,6 +204,10 @@ def test_pod_monitors_relabel_the_job(render: Render, watch: list[str], selector
         [endpoint] = spec["podMetricsEndpoints"]
         assert {"sourceLabels": ["__meta_kubernetes_pod_label_toolrl_dev_job"], "targetLabel": "toolrl_job"} \
             in endpoint["relabelings"]
+        assert {
+            "sourceLabels": ["__meta_kubernetes_pod_label_app_kubernetes_io_component"],
+            "targetLabel": "toolrl_component",
+        } in endpoint["relabelings"]
         ports[spec["selector"]["matchLabels"]["app.kubernetes.io/component"]] = endpoint["port"]
     # The container port names the operator gives the tool pool and the Ray head.
     assert ports == {"tool-pool": "http", "trainer": "trainer-metrics"}
