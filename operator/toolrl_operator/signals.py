@@ -25,7 +25,6 @@ from .naming import (
     LABEL_JOB,
     TOOL_POOL_PORT,
     TRAINER_METRICS_PORT,
-    tool_pool_name,
 )
 
 INFLIGHT = "toolrl_tool_inflight"
@@ -33,6 +32,9 @@ QUEUE_DEPTH = "toolrl_tool_queue_depth"
 PHASE = "toolrl_trainer_rollout_phase"
 EXPECTED_CALLS = "toolrl_trainer_expected_tool_calls"
 RAY_NODE_TYPE = "ray.io/node-type"
+# Series labels the chart's PodMonitors relabel from the pod labels (docs/contracts.md).
+PROM_JOB_LABEL = "toolrl_job"  # from toolrl.dev/job
+PROM_COMPONENT_LABEL = "toolrl_component"  # from app.kubernetes.io/component
 TIMEOUT = aiohttp.ClientTimeout(total=3)
 
 
@@ -51,8 +53,11 @@ class Reading:
 
 
 def pool_selector(namespace: str, job: str) -> str:
-    """PromQL matchers for a job's pool pods; `namespace` and `pod` are scrape-target labels."""
-    return f'namespace="{namespace}",pod=~"{tool_pool_name(job)}-.+"'
+    """PromQL matchers for a job's pool pods, by the pods' labels (a pod-name prefix would also
+    match the pools of jobs named `<job>-tools-...`)."""
+    return (
+        f'namespace="{namespace}",{PROM_JOB_LABEL}="{job}",{PROM_COMPONENT_LABEL}="{COMPONENT_TOOL_POOL}"'
+    )
 
 
 def pool_load_query(namespace: str, job: str) -> str:
@@ -66,7 +71,7 @@ def pool_up_query(namespace: str, job: str) -> str:
 
 
 def trainer_queries(namespace: str, job: str) -> tuple[str, str]:
-    sel = f'namespace="{namespace}",toolrl_job="{job}"'
+    sel = f'namespace="{namespace}",{PROM_JOB_LABEL}="{job}"'
     return f"{PHASE}{{{sel}}} == 1", f"max({EXPECTED_CALLS}{{{sel}}})"
 
 

@@ -27,11 +27,10 @@ def trainer_metrics(phase: str, expected: float) -> str:
 
 def test_queries_select_the_pool_pods_of_one_job():
     q = s.pool_load_query("rl", "gsm8k")
-    assert q == (
-        'sum(toolrl_tool_inflight{namespace="rl",pod=~"gsm8k-tools-.+"}) + '
-        'sum(toolrl_tool_queue_depth{namespace="rl",pod=~"gsm8k-tools-.+"})'
-    )
-    assert s.pool_up_query("rl", "gsm8k") == 'up{namespace="rl",pod=~"gsm8k-tools-.+"}'
+    sel = 'namespace="rl",toolrl_job="gsm8k",toolrl_component="tool-pool"'
+    assert q == f"sum(toolrl_tool_inflight{{{sel}}}) + sum(toolrl_tool_queue_depth{{{sel}}})"
+    assert s.pool_up_query("rl", "gsm8k") == f"up{{{sel}}}"
+    assert "pod=" not in q, "a name prefix would also match the pool of a job named gsm8k-tools-x"
     phase, expected = s.trainer_queries("rl", "gsm8k")
     assert 'toolrl_job="gsm8k"' in phase and phase.endswith("== 1") and expected.startswith("max(")
 
