@@ -29,6 +29,11 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
     serve.add_argument("--spares-per-worker", type=int, default=defaults.spares_per_worker)
     serve.add_argument("--workdir", default=defaults.workdir, help="where per-call directories are made")
     serve.add_argument("--no-landlock", action="store_true", help="do not use Landlock even if available")
+    serve.add_argument(
+        "--allow-no-landlock",
+        action="store_true",
+        help="become ready even without Landlock (children then rely on seccomp, uids and the pod)",
+    )
     args = parser.parse_args(argv)
     for name in ("workers", "capacity", "queue_size", "max_sessions"):
         if getattr(args, name) < 1:
@@ -45,6 +50,7 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
         spares_per_worker=args.spares_per_worker,
         workdir=args.workdir,
         landlock=not args.no_landlock,
+        allow_no_landlock=args.allow_no_landlock,
     )
     return settings, args.config
 

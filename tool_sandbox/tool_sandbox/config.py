@@ -90,6 +90,7 @@ class ServerSettings:
     )
     sandbox_uid_base: int = 200000  # children run as uid base+slot when the server is root
     landlock: bool = True
+    allow_no_landlock: bool = False  # else /readyz fails when children would run without Landlock
 
 
 def parse_tools(text: str, source: str = "tools.yaml") -> tuple[ToolConfig, ...]:

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import base64
+import contextlib
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import requests
+from localcluster.cluster import free_port
 from sandbox_process import SandboxProcess
 
 
@@ -57,3 +63,26 @@ def test_a_stopped_session_child_cannot_freeze_its_worker(make_server: object) -
     assert server.execute("print(1 + 1)")["stdout"] == "2\n"
     health = requests.get(server.url + "/healthz", timeout=30)
     assert health.status_code == 200 and health.json() == {"status": "ok"}
+
+
+def test_readiness_fails_without_landlock_unless_allowed(make_server: object, tmp_path: Path) -> None:
+    allowed = make_server("--no-landlock", "--allow-no-landlock")
+    body = requests.get(allowed.url + "/readyz", timeout=10).json()
+    assert body["ready"] is True and body["sandbox"]["landlockAbi"] == 0
+    port = free_port()
+    argv = [sys.executable, "-m", "tool_sandbox", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--workdir", str(tmp_path / "work"), "--no-landlock"]
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):  # until the worker reported its layers
+            assert process.poll() is None
+            with contextlib.suppress(requests.ConnectionError):
+                response = requests.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+                if "problem" in response.json():
+                    break
+            time.sleep(0.2)
+        assert response.status_code == 503
+        assert "--allow-no-landlock" in response.json()["problem"]
+    finally:
+        process.terminate()
+        process.wait(15)

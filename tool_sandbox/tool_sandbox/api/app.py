@@ -27,6 +27,7 @@ from tool_sandbox.api.requests import (
 from tool_sandbox.config import ServerSettings, ToolConfig
 from tool_sandbox.metrics import Metrics
 from tool_sandbox.sandbox import outcome
+from tool_sandbox.sandbox.libc import PR_SET_DUMPABLE, prctl
 from tool_sandbox.sandbox.pool import Pool
 from tool_sandbox.sessions import SessionLimit, Sessions
 from tool_sandbox.tools import Tool, ToolInputError, ToolResult, build_tools, needs_pool
@@ -78,7 +79,18 @@ class Service:
             await self.pool.close()
 
     def ready(self) -> bool:
-        return self.tools_ready and (self.pool is None or self.pool.is_ready())
+        return self.tools_ready and (self.pool is None or self.pool.is_ready()) and not self.unready_reason()
+
+    def unready_reason(self) -> str:
+        """Why a started pool must not take traffic, or ""."""
+        if self.pool is None or not self.pool.is_ready() or self.settings.allow_no_landlock:
+            return ""
+        if not self.pool.layers().get("landlockAbi"):
+            return (
+                "Landlock is unavailable (kernel without it, or --no-landlock): children could read"
+                " files outside their directory; use a kernel with Landlock or start with --allow-no-landlock"
+            )
+        return ""
 
     async def admit(self, tool: str, job: Callable[[], Awaitable[ToolResult]]) -> ToolResult:
         """Run `job` under backpressure and record it; raises Rejected when the queue is full."""
@@ -243,6 +255,8 @@ def build_app(service: Service) -> web.Application:
     async def readyz(request: web.Request) -> web.Response:
         layers = service.pool.layers() if service.pool is not None else {}
         body = {"ready": service.ready(), "tools": list(service.tools), "sandbox": layers}
+        if service.unready_reason():
+            body["problem"] = service.unready_reason()
         return _json(body, 200 if service.ready() else 503)
 
     @routes.get("/metrics")
@@ -286,6 +300,9 @@ async def _observe(service: Service, step: verltool.Step) -> tuple[str, bool, bo
 
 async def serve(settings: ServerSettings, tools: tuple[ToolConfig, ...]) -> None:
     """Run until SIGTERM/SIGINT."""
+    # Not dumpable: processes of the same uid (children, when not root) cannot ptrace this one or
+    # read its memory through /proc.
+    prctl(PR_SET_DUMPABLE, 0)
     service = Service(settings, tools)
     runner = web.AppRunner(build_app(service), access_log=None, handle_signals=False)
     await runner.setup()

@@ -1,0 +1,18 @@
+"""The C library through ctypes, and the prctl options the sandbox uses: one home for both."""
+
+from __future__ import annotations
+
+import ctypes
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+
+
+def prctl(option: int, value: int) -> None:
+    """prctl(option, value) or OSError."""
+    if libc.prctl(option, value, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl({option}, {value})")
