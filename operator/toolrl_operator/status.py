@@ -22,16 +22,21 @@ def finished(job: dict[str, Any]) -> bool:
 
 @dataclass(frozen=True)
 class PhaseRule:
-    """One row: a RayJob `jobDeploymentStatus` (and `jobStatus`, None = any) gives a phase."""
+    """One row: a RayJob `jobDeploymentStatus` (and `jobStatus`, None = any) gives a phase;
+    a `queued` row only matches while the job waits in a Kueue queue for admission."""
 
     deployment_status: str
     job_status: str | None
     phase: str
     reason: str
+    queued: bool = False
 
 
 # KubeRay v1 RayJob status -> ToolRLJob phase. The first matching row wins.
 RAYJOB_PHASES: tuple[PhaseRule, ...] = (
+    # Kueue: the RayJob is created suspended and stays so until admitted; the user did not suspend.
+    PhaseRule("Suspending", None, PENDING, "Queued", queued=True),
+    PhaseRule("Suspended", None, PENDING, "Queued", queued=True),
     PhaseRule("", None, PENDING, "RayJobCreated"),
     PhaseRule("Initializing", None, PROVISIONING, "RayClusterStarting"),
     PhaseRule("Waiting", None, PROVISIONING, "WaitingForSubmission"),
@@ -54,14 +59,25 @@ class Phase:
     message: str
 
 
-def rayjob_phase(rayjob: dict[str, Any] | None) -> Phase:
-    """Map a RayJob (None: not created or not yet seen) to the job's phase, reason and message."""
+def waiting_queue(job: dict[str, Any]) -> str:
+    """The Kueue queue the job waits in for admission when not suspended by the user, else ''."""
+    spec = job.get("spec") or {}
+    return "" if spec.get("suspend") else (spec.get("cluster") or {}).get("queueName") or ""
+
+
+def rayjob_phase(rayjob: dict[str, Any] | None, queue: str = "") -> Phase:
+    """Map a RayJob (None: not created or not yet seen) to the job's phase, reason and message;
+    `queue` is the Kueue queue the job waits in (waiting_queue)."""
     if rayjob is None:
         return Phase(PENDING, "RayJobNotCreated", "waiting for the RayJob to be created")
     rj = rayjob.get("status") or {}
     deployment, job_status = rj.get("jobDeploymentStatus", ""), rj.get("jobStatus", "")
     for rule in RAYJOB_PHASES:
+        if rule.queued and not queue:
+            continue
         if rule.deployment_status == deployment and rule.job_status in (None, job_status):
+            if rule.queued:
+                return Phase(PENDING, rule.reason, f"waiting in the Kueue queue {queue} for admission")
             reason = rule.reason
             if rule.phase == FAILED and rj.get("reason"):
                 reason = rj["reason"]
@@ -146,7 +162,7 @@ def compute_status(
         # The finished job's RayJob is gone (its TTL, or deleted): the outcome stays.
         phase = Phase(old["phase"], old.get("reason", ""), old.get("message", ""))
     else:
-        phase = rayjob_phase(rayjob)
+        phase = rayjob_phase(rayjob, waiting_queue(job))
     rj = (rayjob or {}).get("status") or {}
 
     pool_replicas, pool_ready, pool_ok, pool_reason, pool_message = tool_pool_status(deployment)

@@ -52,10 +52,38 @@ def test_each_row_of_the_phase_table(deployment_status, job_status, phase, reaso
     assert (got.phase, got.reason) == (phase, reason)
 
 
+QUEUED_ROWS = [
+    # (jobDeploymentStatus, phase, reason) while the job waits in Kueue queue "gpu" (not user-suspended)
+    ("Suspending", "Pending", "Queued"),
+    ("Suspended", "Pending", "Queued"),
+]
+
+
+@pytest.mark.parametrize(("deployment_status", "phase", "reason"), QUEUED_ROWS)
+def test_each_queued_row_of_the_phase_table(deployment_status, phase, reason) -> None:
+    got = rayjob_phase(rayjob(deployment_status), queue="gpu")
+    assert (got.phase, got.reason) == (phase, reason)
+    assert "gpu" in got.message
+    assert rayjob_phase(rayjob("Running"), queue="gpu").phase == "Running", "admitted: the usual rows"
+
+
 def test_the_cases_cover_every_row_of_the_table() -> None:
-    covered = {(d, j) for d, j, _, _ in ROWS}
+    covered = {(d, j, False) for d, j, _, _ in ROWS} | {(d, "", True) for d, _, _ in QUEUED_ROWS}
     for rule in RAYJOB_PHASES:
-        assert any(d == rule.deployment_status and rule.job_status in (None, j) for d, j in covered), rule
+        assert any(
+            d == rule.deployment_status and rule.job_status in (None, j) and q == rule.queued
+            for d, j, q in covered
+        ), rule
+
+
+def test_a_queued_job_is_pending_and_a_user_suspended_one_suspended(make_job) -> None:
+    queued = make_job(cluster={"queueName": "gpu"})
+    got = compute_status(queued, rayjob("Suspended"), deployment(), 3, NOW)
+    assert (got["phase"], got["reason"]) == ("Pending", "Queued")
+    assert got["message"] == "waiting in the Kueue queue gpu for admission"
+    suspended = make_job(cluster={"queueName": "gpu"}, suspend=True)
+    assert compute_status(suspended, rayjob("Suspended"), deployment(0, 0), 3, NOW)["phase"] == "Suspended"
+    assert compute_status(make_job(), rayjob("Suspended"), deployment(0, 0), 3, NOW)["phase"] == "Suspended"
 
 
 def test_running_with_any_ray_job_status_is_running() -> None:
