@@ -146,15 +146,22 @@ def build_pdb(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# Host names resolve to any address, but never to the link-local range: cloud metadata services
+# (169.254.169.254) hand out node credentials. (IPv4 only: NetworkPolicy matches no host names.)
+ANY_BUT_LINK_LOCAL = {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}}
+
+
 def _http_egress(url: str) -> dict[str, Any]:
     """Egress to one http tool's endpoint. NetworkPolicy matches IPs, not host names: an IP
-    literal is pinned to that address, a host name opens only its port."""
+    literal is pinned to that address, a host name opens its port to every IPv4 address but the
+    link-local range (cloud metadata)."""
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     rule: dict[str, Any] = {"ports": [{"protocol": "TCP", "port": port}]}
     try:
         address = ipaddress.ip_address(parts.hostname or "")
     except ValueError:
+        rule["to"] = [copy.deepcopy(ANY_BUT_LINK_LOCAL)]
         return rule
     suffix = 32 if address.version == 4 else 128
     rule["to"] = [{"ipBlock": {"cidr": f"{address}/{suffix}"}}]

@@ -281,7 +281,10 @@ def test_network_policy_opens_egress_to_http_tools_only(make_job) -> None:
     ]
     egress = build_network_policy(make_job(tools=tools), SETTINGS)["spec"]["egress"]
     assert egress[0] == {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
-    assert {"ports": [{"protocol": "TCP", "port": 8000}]} in egress
+    assert {
+        "ports": [{"protocol": "TCP", "port": 8000}],
+        "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}}],
+    } in egress, "a host name opens its port, but not to cloud metadata (169.254.169.254)"
     assert {
         "ports": [{"protocol": "TCP", "port": 443}],
         "to": [{"ipBlock": {"cidr": "10.1.2.3/32"}}],
