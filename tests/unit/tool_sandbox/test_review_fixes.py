@@ -86,3 +86,15 @@ def test_readiness_fails_without_landlock_unless_allowed(make_server: object, tm
     finally:
         process.terminate()
         process.wait(15)
+
+
+def test_fetch_files_are_capped_in_number_and_total_bytes(server: SandboxProcess) -> None:
+    too_many = {"code": "", "language": "python", "fetch_files": [f"f{i}" for i in range(65)]}
+    response = server.post("/run_code", too_many)
+    assert response.status_code == 400 and "at most 64" in response.json()["error"]
+    code = "for name in 'abc':\n    open(name, 'wb').write(b'x' * 200_000)"
+    body = {"code": code, "language": "python", "fetch_files": ["a", "b", "c"]}
+    result = server.post("/run_code", body).json()
+    assert result["status"] == "Success", result
+    sizes = {name: len(base64.b64decode(data)) for name, data in result["files"].items()}
+    assert sizes == {"a": 200_000, "b": 4096 * 64 - 200_000}  # budget: maxOutputBytes * 64, "c" left out

@@ -17,6 +17,7 @@ from tool_sandbox.sandbox import outcome
 from tool_sandbox.tools.base import ToolResult
 
 PYTHON_LANGUAGES = ("python", "python3")
+MAX_FETCH_FILES = 64
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ def parse_run_code(body: Any) -> RunCode:
     fetch = body.get("fetch_files") or []
     if not isinstance(fetch, list) or not all(isinstance(f, str) for f in fetch):
         raise RequestError("fetch_files must be a list of file paths")
+    if len(fetch) > MAX_FETCH_FILES:
+        raise RequestError(f"fetch_files names {len(fetch)} files; at most {MAX_FETCH_FILES} per call")
     return RunCode(
         code,
         language,

@@ -8,7 +8,6 @@ import contextlib
 import json
 import logging
 import os
-import struct
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +16,6 @@ from tool_sandbox.config import ServerSettings
 from tool_sandbox.sandbox import outcome, wire
 
 log = logging.getLogger(__name__)
-_HEADER = struct.Struct(">I")
 _ENV_KEPT = ("PATH", "PYTHONPATH", "LANG", "LC_ALL")
 ANSWER_GRACE_SECONDS = 10.0  # beyond a call's own timeout, before the server stops waiting for its worker
 CONTROL_TIMEOUT_SECONDS = 5.0  # for operations without a timeout of their own (close, ping)
@@ -177,9 +175,7 @@ class Pool:
         assert stdout is not None
         try:
             while True:
-                header = await stdout.readexactly(_HEADER.size)
-                (size,) = _HEADER.unpack(header)
-                message = json.loads(await stdout.readexactly(size))
+                message = await wire.read_stream_frame(stdout)
                 if message.get("op") == "ready":
                     worker.layers = message.get("layers", {})
                     worker.ready.set()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import struct
 from typing import Any
 
 _HEADER = struct.Struct(">I")
+HEADER_SIZE = _HEADER.size
 MAX_FRAME = 64 << 20
 
 
@@ -16,13 +18,25 @@ def encode(message: dict[str, Any]) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
+def frame_size(header: bytes | bytearray) -> int:
+    """The body size a header announces; ValueError past MAX_FRAME (the stream cannot be trusted)."""
+    (size,) = _HEADER.unpack_from(header)
+    if size > MAX_FRAME:
+        raise ValueError(f"frame of {size} bytes exceeds {MAX_FRAME}")
+    return size
+
+
+async def read_stream_frame(stream: asyncio.StreamReader) -> dict[str, Any]:
+    """One frame from an asyncio stream (IncompleteReadError at end of stream)."""
+    size = frame_size(await stream.readexactly(HEADER_SIZE))
+    return json.loads(await stream.readexactly(size))
+
+
 def split(buffer: bytearray) -> list[dict[str, Any]]:
     """Remove and return the complete frames at the start of `buffer`."""
     messages = []
     while len(buffer) >= _HEADER.size:
-        (size,) = _HEADER.unpack_from(buffer)
-        if size > MAX_FRAME:
-            raise ValueError(f"frame of {size} bytes exceeds {MAX_FRAME}")
+        size = frame_size(buffer)
         end = _HEADER.size + size
         if len(buffer) < end:
             break
@@ -42,8 +56,7 @@ def read_frame(fd: int) -> dict[str, Any] | None:
     header = _read_exact(fd, _HEADER.size)
     if header is None:
         return None
-    (size,) = _HEADER.unpack(header)
-    body = _read_exact(fd, size)
+    body = _read_exact(fd, frame_size(header))
     if body is None:
         return None
     return json.loads(body)

@@ -99,6 +99,7 @@ PRELOAD = (
     "codecs",
 )
 _CHUNK = 1 << 16
+FETCH_BUDGET_FACTOR = 64  # fetch_files returns at most maxOutputBytes * this in all
 UIDS_PER_LEASE = 1000  # slots of one worker: its children run as uid base + lease * 1000 + slot
 MAX_LEASES = 1000
 _PR_SET_PDEATHSIG = 1
@@ -329,7 +330,14 @@ class Worker:
         if kid.session is not None:
             reply["sessionAlive"] = session_alive
         if call.fetch:
-            reply["files"] = _fetch(kid.workdir, call.fetch, call.max_output * 64)
+            reply["files"], cut = _fetch(kid.workdir, call.fetch, call.max_output * FETCH_BUDGET_FACTOR)
+            if cut:
+                reply["truncated"] = True
+                reply["message"] = _join(
+                    reply["message"],
+                    f"fetch_files returned at most {call.max_output * FETCH_BUDGET_FACTOR} bytes in all;"
+                    f" cut short or left out: {', '.join(cut)}",
+                )
         if call.session_open:
             if session_alive:
                 kid.session = self.next_session
@@ -564,9 +572,15 @@ def _place_files(workdir: str, files: dict[str, str], uid_base: int | None, slot
                 os.chown(target, uid_base + slot, uid_base + slot)
 
 
-def _fetch(workdir: str, names: list[str], limit: int) -> dict[str, str]:
-    """Read files the code left behind, never following a link out of the directory."""
-    found = {}
+def _join(message: str, more: str) -> str:
+    return f"{message}; {more}" if message else more
+
+
+def _fetch(workdir: str, names: list[str], budget: int) -> tuple[dict[str, str], list[str]]:
+    """Read files the code left behind, never following a link out of the directory, at most
+    `budget` bytes in all; also returns the names cut short or left out."""
+    found: dict[str, str] = {}
+    cut: list[str] = []
     for name in names:
         path = _inside(workdir, name)
         if path is None or os.path.realpath(path) != path:
@@ -578,8 +592,15 @@ def _fetch(workdir: str, names: list[str], limit: int) -> dict[str, str]:
         with os.fdopen(fd, "rb") as handle:
             if not os.path.stat.S_ISREG(os.fstat(fd).st_mode):
                 continue
-            found[name] = base64.b64encode(handle.read(limit)).decode()
-    return found
+            data = handle.read(budget + 1)
+            if len(data) > budget:
+                cut.append(name)
+                data = data[:budget]
+                if not data:
+                    continue
+            budget -= len(data)
+            found[name] = base64.b64encode(data).decode()
+    return found, cut
 
 
 def _inside(workdir: str, name: str) -> str | None:
