@@ -29,7 +29,6 @@ from trainer_entry.translate import (
 )
 
 CUSTOM_REWARD_DIR = Path("/etc/toolrl/reward")
-DEFAULT_CUSTOM_REWARD_KEY = "reward.py"
 DEFAULT_METRICS_PORT = 9400
 DEFAULT_POOL_WAIT_SECONDS = 600.0
 
@@ -92,7 +91,7 @@ def write_workdir(
     for name, text in generated_files(job, translation).items():
         (workdir / name).write_text(text)
     if job.spec["reward"]["preset"] == "custom":
-        key = job.spec["reward"]["custom"].get("key", DEFAULT_CUSTOM_REWARD_KEY)
+        key = job.spec["reward"]["custom"]["key"]
         source = reward_dir / key
         if not source.is_file():
             raise SpecError(

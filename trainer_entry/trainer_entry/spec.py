@@ -1,7 +1,9 @@
 """The ToolRLJob spec as the trainer reads it: loading, defaults, and the value checks verl does not do.
 
-The operator writes `job.json` with the CRD defaults applied; the defaults here only fill what an
-older or hand-written spec leaves out, so the trainer never guesses silently.
+The CRD (crds/toolrl.dev_toolrljobs.yaml) is the one home of defaults: the operator writes `job.json`
+with them applied. `DEFAULTS` repeats exactly the CRD's values for the fields the trainer reads (a unit
+test compares them with the CRD), applied the way the apiserver would, so a hand-written spec means the
+same as one that went through the cluster. A field without a CRD default must be in the spec.
 """
 
 from __future__ import annotations
@@ -21,14 +23,13 @@ PRESETS = ("code-execution", "exact-match", "toolbench", "custom")
 TOOL_TYPES = ("python", "search", "http")
 
 DEFAULTS: dict[str, Any] = {
-    "data": {"valFiles": [], "maxPromptLength": 1024, "maxResponseLength": 2048},
+    "data": {"maxPromptLength": 1024, "maxResponseLength": 2048},
     "algorithm": {
         "advantageEstimator": "grpo",
         "rolloutsPerPrompt": 8,
         "klLoss": {"enabled": True, "coef": 0.001},
         "learningRate": 1.0e-6,
         "trainBatchSize": 256,
-        "totalEpochs": 1,
     },
     "rollout": {
         "engine": "vllm",
@@ -40,7 +41,6 @@ DEFAULTS: dict[str, Any] = {
         "maxToolResponseLength": 1024,
         "toolCall": {"timeoutSeconds": 30, "maxRetries": 3, "retryDelaySeconds": 1.0, "maxConcurrency": 256},
     },
-    "tools": [],
     "reward": {
         "preset": "code-execution",
         "toolbench": {
@@ -51,10 +51,14 @@ DEFAULTS: dict[str, Any] = {
             "finishBonus": 0.5,
         },
     },
-    "cluster": {"workers": {"replicas": 1, "gpusPerWorker": 1}},
+    "cluster": {"workers": {"replicas": 1, "gpusPerWorker": 8}},
     "checkpoint": {"saveFreq": 20, "resume": "auto"},
-    "trainer": {"extraArgs": []},
+    "trainer": {},
 }
+TOOL_DEFAULTS: dict[str, Any] = {"timeoutSeconds": 10}
+"""CRD defaults of each `spec.tools[]` entry."""
+CUSTOM_REWARD_DEFAULTS: dict[str, Any] = {"key": "reward.py", "function": "compute_score"}
+"""CRD defaults of `spec.reward.custom` (when it is given)."""
 
 
 class SpecError(ValueError):
@@ -81,6 +85,16 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def with_defaults(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec with the CRD defaults filled in where the apiserver would fill them."""
+    out = _merge(DEFAULTS, spec)
+    if isinstance(out.get("tools"), list):
+        out["tools"] = [_merge(TOOL_DEFAULTS, t) if isinstance(t, dict) else t for t in out["tools"]]
+    if isinstance(out["reward"].get("custom"), dict):
+        out["reward"]["custom"] = _merge(CUSTOM_REWARD_DEFAULTS, out["reward"]["custom"])
+    return out
+
+
 def parse_job(doc: dict[str, Any]) -> Job:
     """Build a Job from the ConfigMap document, applying defaults and checking values."""
     if not isinstance(doc, dict) or not isinstance(doc.get("spec"), dict):
@@ -92,7 +106,7 @@ def parse_job(doc: dict[str, Any]) -> Job:
         name=str(meta["name"]),
         namespace=str(meta.get("namespace") or "default"),
         uid=str(meta.get("uid") or ""),
-        spec=_merge(DEFAULTS, doc["spec"]),
+        spec=with_defaults(doc["spec"]),
     )
     check_spec(job.spec)
     return job
@@ -194,11 +208,13 @@ def check_spec(spec: dict[str, Any]) -> None:
         )
     _number(spec, "algorithm.learningRate", 0.0)
     _number(spec, "algorithm.klLoss.coef", 0.0)
-    steps = _get(spec, "algorithm.totalTrainingSteps")
-    if steps is not None:
-        _positive_int(spec, "algorithm.totalTrainingSteps")
-    else:
-        _positive_int(spec, "algorithm.totalEpochs")
+    steps, epochs = _get(spec, "algorithm.totalTrainingSteps"), _get(spec, "algorithm.totalEpochs")
+    _need(
+        (steps is None) != (epochs is None),
+        "algorithm.totalEpochs",
+        "set exactly one of algorithm.totalEpochs and algorithm.totalTrainingSteps (the CRD has no default)",
+    )
+    _positive_int(spec, "algorithm.totalTrainingSteps" if steps is not None else "algorithm.totalEpochs")
     _one_of(spec, "rollout.engine", ENGINES)
     _one_of(spec, "rollout.protocol", PROTOCOLS)
     _number(spec, "rollout.gpuMemoryUtilization", 0.05, 0.95)
@@ -221,7 +237,7 @@ def check_spec(spec: dict[str, Any]) -> None:
     _check_checkpoint(spec)
     extra = _get(spec, "trainer.extraArgs")
     _need(
-        isinstance(extra, list) and all(isinstance(a, str) and "=" in a for a in extra),
+        extra is None or (isinstance(extra, list) and all(isinstance(a, str) and "=" in a for a in extra)),
         "trainer.extraArgs",
         "must be a list of Hydra overrides like 'trainer.val_before_train=false'",
     )
@@ -229,6 +245,7 @@ def check_spec(spec: dict[str, Any]) -> None:
 
 def _check_tools(spec: dict[str, Any]) -> None:
     tools = spec.get("tools")
+    _need(tools is not None, "tools", "is required: the tools the policy may call (a list, may be empty)")
     _need(isinstance(tools, list), "tools", "must be a list")
     names: set[str] = set()
     for i, tool in enumerate(tools):
@@ -264,7 +281,7 @@ def _check_reward(spec: dict[str, Any]) -> None:
         custom = _get(spec, "reward.custom") or {}
         _need(bool(custom.get("configMap")), "reward.custom.configMap", "is required for preset custom")
         _need(
-            str(custom.get("function") or "compute_score").isidentifier(),
+            isinstance(custom["function"], str) and custom["function"].isidentifier(),
             "reward.custom.function",
             "must be a Python function name",
         )

@@ -43,10 +43,10 @@ class PoolTool(BaseTool):
         self.tool_type = config["tool_type"]
         self.timeout = float(config["timeout_seconds"])
         self._client_options = {
-            "max_retries": int(config.get("max_retries", 3)),
-            "retry_delay_seconds": float(config.get("retry_delay_seconds", 1.0)),
-            "max_concurrency": int(config.get("max_concurrency", 256)),
-            "request_timeout_seconds": float(config.get("request_timeout_seconds", self.timeout)),
+            "max_retries": int(config["max_retries"]),
+            "retry_delay_seconds": float(config["retry_delay_seconds"]),
+            "max_concurrency": int(config["max_concurrency"]),
+            "request_timeout_seconds": float(config["request_timeout_seconds"]),
         }
         self.pool_url = config["pool_url"]
         self._instances: dict[str, dict[str, Any]] = {}

@@ -104,7 +104,7 @@ def tool_config(job: Job, pool_url: str) -> dict[str, Any]:
                     "type": "native",
                     "pool_url": pool_url,
                     "tool_type": tool["type"],
-                    "timeout_seconds": float(tool.get("timeoutSeconds", call["timeoutSeconds"])),
+                    "timeout_seconds": float(tool["timeoutSeconds"]),
                     "request_timeout_seconds": float(call["timeoutSeconds"]),
                     "max_retries": int(call["maxRetries"]),
                     "retry_delay_seconds": float(call["retryDelaySeconds"]),
@@ -130,7 +130,7 @@ def _reward(job: Job, pool_url: str) -> list[str]:
         custom = reward["custom"]
         return [
             f"reward.custom_reward_function.path={hydra_value(CUSTOM_REWARD_FILE)}",
-            f"reward.custom_reward_function.name={hydra_value(custom.get('function', 'compute_score'))}",
+            f"reward.custom_reward_function.name={hydra_value(custom['function'])}",
         ]
     kwargs: dict[str, Any] = {"preset": reward["preset"], "pool_url": pool_url}
     if reward["preset"] == "toolbench":
@@ -161,7 +161,7 @@ def _overrides(job: Job, pool_url: str) -> list[str]:
     data, algo, rollout = s["data"], s["algorithm"], s["rollout"]
     workers = s["cluster"]["workers"]
     seq_len = data["maxPromptLength"] + data["maxResponseLength"]
-    val_files = data["valFiles"] or data["trainFiles"]
+    val_files = data.get("valFiles") or data["trainFiles"]
     mini_batch = algo.get("ppoMiniBatchSize", algo["trainBatchSize"])
     v = hydra_value
     out = [
@@ -207,10 +207,10 @@ def _overrides(job: Job, pool_url: str) -> list[str]:
         out.append(f"trainer.total_training_steps={algo['totalTrainingSteps']}")
     else:
         out.append(f"trainer.total_epochs={algo['totalEpochs']}")
-    if not data["valFiles"]:
+    if not data.get("valFiles"):
         out += ["trainer.val_before_train=false", "trainer.test_freq=-1"]
     out += _reward(job, pool_url) + _checkpoint(job)
-    return out + list(s["trainer"]["extraArgs"])
+    return out + list(s["trainer"].get("extraArgs") or [])
 
 
 def translate(job: Job, pool_url: str) -> Translation:

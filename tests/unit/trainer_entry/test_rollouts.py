@@ -95,7 +95,7 @@ def job_for(protocol, model):
                     "maxPromptLength": 1024,
                     "maxResponseLength": 1024,
                 },
-                "algorithm": {"rolloutsPerPrompt": 2, "trainBatchSize": 3},
+                "algorithm": {"rolloutsPerPrompt": 2, "trainBatchSize": 3, "totalEpochs": 1},
                 "rollout": {
                     "protocol": protocol,
                     "maxToolTurns": MAX_TOOL_TURNS,

@@ -13,6 +13,7 @@ from trainer_entry.translate import translate
 SPEC = {
     "model": {"path": "Qwen/Qwen2.5-3B-Instruct"},
     "data": {"trainFiles": ["/data/t.parquet"]},
+    "algorithm": {"totalEpochs": 1},
     "rollout": {"protocol": "react"},
     "tools": [{"name": "python", "type": "python"}],
     "reward": {"preset": "exact-match"},
@@ -70,7 +71,7 @@ def test_verl_loads_our_tool_config(tmp_path):
     loaded = initialize_tools_from_config(str(tmp_path / "toolrl_tools.yaml"))
     assert [(t.name, t.tool_type, t.timeout) for t in loaded] == [
         ("python", "python", 3.0),
-        ("web", "http", 30.0),
+        ("web", "http", 10.0),  # the CRD default of tools[].timeoutSeconds
     ]
 
 

@@ -1,15 +1,22 @@
 """Spec checks: values verl would accept and fail on later are rejected, naming the field to fix."""
 
 import json
+import re
+from pathlib import Path
 
 import pytest
-from trainer_entry.spec import DEFAULTS, SpecError, load_job, parse_job
+import yaml
+from trainer_entry.rewards.toolbench import DEFAULT_WEIGHTS
+from trainer_entry.spec import CUSTOM_REWARD_DEFAULTS, DEFAULTS, TOOL_DEFAULTS, SpecError, load_job, parse_job
+
+CRD = Path(__file__).resolve().parents[3] / "crds" / "toolrl.dev_toolrljobs.yaml"
 
 
 def doc(**spec):
     base = {
         "model": {"path": "Qwen/Qwen2.5-0.5B-Instruct"},
         "data": {"trainFiles": ["/data/train.parquet"]},
+        "algorithm": {"totalEpochs": 1},
         "tools": [{"name": "python", "type": "python"}],
     }
     base.update(spec)
@@ -91,3 +98,87 @@ def test_load_job_reports_missing_and_broken_files(tmp_path):
     bad.write_text(json.dumps({"metadata": {"name": "x"}}))
     with pytest.raises(SpecError, match="expected an object with 'spec'"):
         load_job(bad)
+
+
+def crd_spec_schema() -> dict:
+    doc = yaml.safe_load(CRD.read_text())
+    (version,) = [v for v in doc["spec"]["versions"] if v.get("storage")]
+    return version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+
+
+def trainer_defaults() -> list[tuple[list[str], object]]:
+    """(CRD schema path, value) of every default the trainer applies, objects included."""
+    out = []
+
+    def walk(path, table):
+        for key, value in table.items():
+            out.append(([*path, key], value))
+            if isinstance(value, dict):
+                walk([*path, key], value)
+
+    walk([], DEFAULTS)
+    walk(["tools", "[]"], TOOL_DEFAULTS)
+    walk(["reward", "custom"], CUSTOM_REWARD_DEFAULTS)
+    return out
+
+
+def test_every_trainer_default_is_the_crds_default():
+    schema = crd_spec_schema()
+    checked = 0
+    for path, value in trainer_defaults():
+        node, parent = schema, None
+        for part in path:
+            parent = node
+            node = node["items"] if part == "[]" else node["properties"][part]
+        field = "spec." + ".".join(path).replace(".[]", "[]")
+        if isinstance(value, dict):
+            # The apiserver fills an object's defaults only if the object is defaulted or required.
+            assert node.get("default") == {} or path[-1] in parent.get("required", []), field
+        else:
+            assert "default" in node, f"{field}: the trainer defaults it to {value!r}, the CRD has no default"
+            assert node["default"] == value and type(node["default"]) is type(value), (
+                f"{field}: trainer {value!r} != CRD {node['default']!r}"
+            )
+            checked += 1
+    assert checked >= 30  # the table is not accidentally empty
+    assert DEFAULT_WEIGHTS is DEFAULTS["reward"]["toolbench"]  # the toolbench preset uses the same table
+
+
+def test_gpus_per_worker_defaults_to_the_crds_8():
+    assert parse_job(doc()).spec["cluster"]["workers"]["gpusPerWorker"] == 8
+
+
+def test_tool_and_custom_reward_defaults_apply_per_entry():
+    job = parse_job(
+        doc(
+            tools=[
+                {"name": "python", "type": "python"},
+                {"name": "s", "type": "search", "timeoutSeconds": 2},
+            ],
+            reward={"preset": "custom", "custom": {"configMap": "r"}},
+        )
+    )
+    assert [t["timeoutSeconds"] for t in job.spec["tools"]] == [10, 2]
+    assert job.spec["reward"]["custom"] == {"configMap": "r", "key": "reward.py", "function": "compute_score"}
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "message"),
+    [
+        (
+            {},
+            "spec.algorithm.totalEpochs: set exactly one of algorithm.totalEpochs and algorithm.totalTr",
+        ),
+        ({"totalEpochs": 1, "totalTrainingSteps": 5}, "spec.algorithm.totalEpochs: set exactly one"),
+    ],
+)
+def test_fields_without_a_crd_default_must_be_given(algorithm, message):
+    with pytest.raises(SpecError, match=re.escape(message)):
+        parse_job(doc(algorithm=algorithm))
+
+
+def test_missing_tools_names_the_field():
+    d = doc()
+    del d["spec"]["tools"]
+    with pytest.raises(SpecError, match=r"spec\.tools: is required"):
+        parse_job(d)

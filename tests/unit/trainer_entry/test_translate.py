@@ -197,7 +197,7 @@ def test_tool_config_carries_the_call_policy():
         "retry_delay_seconds": 0.25,
         "max_concurrency": 64,
     }
-    assert tools[1]["config"]["timeout_seconds"] == 12.0
+    assert tools[1]["config"]["timeout_seconds"] == 10.0  # the CRD's default for tools[].timeoutSeconds
 
 
 @pytest.mark.parametrize(

@@ -15,13 +15,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-DEFAULT_WEIGHTS = {
-    "formatWeight": 0.1,
-    "functionCallWeight": 0.2,
-    "finishWeight": 0.3,
-    "errorPenalty": -0.5,
-    "finishBonus": 0.5,
-}
+from trainer_entry.spec import DEFAULTS
+
+DEFAULT_WEIGHTS = DEFAULTS["reward"]["toolbench"]  # the CRD's, from the spec's one table
 FINISH = "Finish"
 
 REACT_STEP = re.compile(
