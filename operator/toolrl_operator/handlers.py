@@ -22,7 +22,7 @@ import kopf
 
 from .apply import RETRIABLE, ApiError, Kube, load_api_client
 from .children import build_children
-from .keda import KedaConfigError, uses_keda
+from .keda import KedaConfigError, explain_api_error, uses_keda
 from .metrics import PHASES, RECONCILE_DURATION, RECONCILE_ERRORS
 from .naming import (
     API_VERSION,
@@ -197,7 +197,7 @@ def apply_job(job: dict[str, Any], rayjob: dict[str, Any] | None) -> None:
             children = build_children(rt.with_newest_status(job), rt.settings, current_suspend)
             others = [m for m in children if m["kind"] != "RayJob"]
             # Independent objects go in parallel; the RayJob, whose pods use them, goes last.
-            applied = _APPLY_POOL.map(rt.kube.apply, others)
+            applied = _APPLY_POOL.map(_apply, others)
             live = {m["kind"]: obj for m, obj in zip(others, applied, strict=True)}
             if len(others) < len(children):
                 rayjob = _rayjob_view(rt.kube.apply(children[-1]))
@@ -213,6 +213,17 @@ def apply_job(job: dict[str, Any], rayjob: dict[str, Any] | None) -> None:
         _failed(job, type(err).__name__, str(err))
         raise kopf.TemporaryError(str(err), delay=2) from err
     RECONCILE_DURATION.observe(time.monotonic() - started)
+
+
+def _apply(manifest: dict[str, Any]) -> dict[str, Any]:
+    """Apply one child; a ScaledObject the cluster refuses says how to set KEDA up."""
+    try:
+        return runtime().kube.apply(manifest)
+    except ApiError as err:
+        advice = explain_api_error(err.status) if manifest["kind"] == "ScaledObject" else ""
+        if advice:
+            raise KedaConfigError(f"{advice} ({err})") from err
+        raise
 
 
 def _failed(job: dict[str, Any], reason: str, message: str) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from .autoscaler import Policy
 from .naming import COMPONENT_TOOL_POOL, child_metadata, tool_pool_name
 from .signals import pool_load_query
+from .status import finished
 
 API_VERSION = "keda.sh/v1alpha1"
 PAUSED_REPLICAS = "autoscaling.keda.sh/paused-replicas"
@@ -20,6 +21,21 @@ PAUSED_REPLICAS = "autoscaling.keda.sh/paused-replicas"
 
 class KedaConfigError(ValueError):
     """The operator cannot build a ScaledObject for this job."""
+
+
+def explain_api_error(status: int) -> str:
+    """What to do when the API server refuses the ScaledObject ('' for other errors)."""
+    if status == 403:
+        return (
+            "the operator may not manage KEDA ScaledObjects (403): install its chart with "
+            "keda.enabled=true, or use spec.toolPool.autoscaler: native"
+        )
+    if status == 404:
+        return (
+            f"the cluster has no KEDA ScaledObject API ({API_VERSION}, 404): install KEDA, "
+            "or use spec.toolPool.autoscaler: native"
+        )
+    return ""
 
 
 def uses_keda(job: dict[str, Any]) -> bool:
@@ -36,7 +52,7 @@ def build_scaled_object(job: dict[str, Any], prometheus_url: str) -> dict[str, A
     meta = job["metadata"]
     policy = Policy.from_job_spec(job["spec"])
     metadata = child_metadata(job, tool_pool_name(meta["name"]), COMPONENT_TOOL_POOL)
-    if job["spec"].get("suspend"):  # KEDA would otherwise scale the suspended pool back up
+    if job["spec"].get("suspend") or finished(job):  # else KEDA keeps (or brings back) the pool
         metadata["annotations"] = {PAUSED_REPLICAS: "0"}
     return {
         "apiVersion": API_VERSION,

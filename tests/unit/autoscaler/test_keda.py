@@ -55,3 +55,20 @@ def test_suspended_job_pauses_keda_at_zero():
 def test_keda_without_prometheus_says_what_to_set():
     with pytest.raises(keda.KedaConfigError, match="TOOLRL_PROMETHEUS_URL"):
         keda.build_scaled_object(job(), "")
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_finished_job_pauses_keda_at_zero(phase):
+    done = job()
+    done["status"] = {"phase": phase}
+    so = keda.build_scaled_object(done, "http://p:9090")
+    assert so["metadata"]["annotations"] == {"autoscaling.keda.sh/paused-replicas": "0"}
+    running = job()
+    running["status"] = {"phase": "Running"}
+    assert "annotations" not in keda.build_scaled_object(running, "http://p:9090")["metadata"]
+
+
+def test_refused_scaled_objects_explain_the_keda_setup():
+    assert "keda.enabled=true" in keda.explain_api_error(403)
+    assert "install KEDA" in keda.explain_api_error(404)
+    assert keda.explain_api_error(409) == ""

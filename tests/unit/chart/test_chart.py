@@ -120,6 +120,16 @@ def test_pods_are_listed_only_without_prometheus(render: Render) -> None:
     assert env["TOOLRL_PROMETHEUS_URL"] == "http://prometheus.monitoring:9090"
 
 
+def test_keda_scaled_objects_are_granted_only_with_keda_enabled(render: Render) -> None:
+    def keda_rules(values: dict[str, Any] | None) -> list[dict[str, Any]]:
+        return [r for r in _one(render(values), "ClusterRole")["rules"] if "keda.sh" in r["apiGroups"]]
+
+    assert keda_rules(None) == []
+    assert keda_rules({"keda": {"enabled": True}}) == [
+        {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": ["create", "patch"]}
+    ]
+
+
 def test_watch_namespaces_and_verbose_become_operator_arguments(render: Render) -> None:
     deploy = _one(render({"watchNamespaces": ["rl-a", "rl-b"], "verbose": True}), "Deployment")
     [container] = deploy["spec"]["template"]["spec"]["containers"]

@@ -83,3 +83,24 @@ def test_resizing_the_pool_waits_for_the_jobs_lock_and_uses_the_newest_body(make
     lock.release()
     worker.join()
     assert [m["spec"]["replicas"] for m in fake.applied] == [6]
+
+
+@pytest.mark.parametrize(("status", "advice"), [(403, "keda.enabled=true"), (404, "install KEDA")])
+def test_a_refused_scaled_object_is_reported_with_the_keda_setup(make_job, fake, monkeypatch, status, advice):
+    from toolrl_operator.apply import ApiError
+
+    warnings: list[tuple[str, str]] = []
+    monkeypatch.setattr(handlers.kopf, "warn", lambda _j, reason, message: warnings.append((reason, message)))
+    applied = fake.apply
+
+    def refuse_scaled_objects(manifest: dict[str, Any]) -> dict[str, Any]:
+        if manifest["kind"] == "ScaledObject":
+            raise ApiError(status, "Forbidden" if status == 403 else "NotFound", "no")
+        return applied(manifest)
+
+    monkeypatch.setattr(fake, "apply", refuse_scaled_objects)
+    handlers.runtime().settings = Settings(prometheus_url="http://p:9090")
+    with pytest.raises(handlers.kopf.TemporaryError):
+        apply_job(make_job(toolPool={"autoscaler": "keda"}), None)
+    assert warnings and warnings[-1][0] == "ReconcileError"
+    assert advice in warnings[-1][1]
