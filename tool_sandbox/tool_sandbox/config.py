@@ -35,6 +35,7 @@ class ToolConfig:
     url: str = ""
     # Server-side knobs beyond the CRD (usable in a hand-written tools.yaml).
     file_size_limit_mib: int = 16
+    disk_limit_mib: int = 32  # bytes a call (or a session) may keep in its directory
     max_open_files: int = 64
     max_processes: int = 64
     max_retries: int = 3
@@ -53,6 +54,7 @@ _FIELDS = {
     "topK": ("top_k", int),
     "url": ("url", str),
     "fileSizeLimitMiB": ("file_size_limit_mib", int),
+    "diskLimitMiB": ("disk_limit_mib", int),
     "maxOpenFiles": ("max_open_files", int),
     "maxProcesses": ("max_processes", int),
     "maxRetries": ("max_retries", int),
@@ -65,6 +67,7 @@ _POSITIVE = (
     "maxOutputBytes",
     "topK",
     "fileSizeLimitMiB",
+    "diskLimitMiB",
     "maxOpenFiles",
     "maxProcesses",
     "rateLimitPerSecond",

@@ -98,3 +98,18 @@ def test_fetch_files_are_capped_in_number_and_total_bytes(server: SandboxProcess
     assert result["status"] == "Success", result
     sizes = {name: len(base64.b64decode(data)) for name, data in result["files"].items()}
     assert sizes == {"a": 200_000, "b": 4096 * 64 - 200_000}  # budget: maxOutputBytes * 64, "c" left out
+
+
+def test_a_call_cannot_fill_the_disk(server: SandboxProcess) -> None:
+    write = "for i in range(3):\n    open(f'f{i}', 'wb').write(b'x' * (15 << 20))\n"
+    for code in (write, write + "import time\ntime.sleep(2.5)\nprint('not reached')"):
+        result = server.execute(code)
+        assert result["status"] == "killed", result
+        assert f"wrote more than {32 << 20} bytes" in result["message"]
+        assert "not reached" not in result["stdout"]
+    session = server.post("/v1/sessions", {"tool": "python"}).json()["session"]
+    result = server.execute(write, session=session)
+    assert result["status"] == "killed" and "wrote more than" in result["message"], result
+    gone = server.post("/v1/execute", {"tool": "python", "input": "1", "session": session})
+    assert gone.status_code == 404, gone.text  # the session's process was killed with it
+    assert server.execute("print(1 + 1)")["stdout"] == "2\n"

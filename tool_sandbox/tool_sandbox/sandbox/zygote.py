@@ -99,6 +99,7 @@ PRELOAD = (
     "codecs",
 )
 _CHUNK = 1 << 16
+DISK_CHECK_SECONDS = 0.1  # how often a running call's directory is measured
 FETCH_BUDGET_FACTOR = 64  # fetch_files returns at most maxOutputBytes * this in all
 UIDS_PER_LEASE = 1000  # slots of one worker: its children run as uid base + lease * 1000 + slot
 MAX_LEASES = 1000
@@ -124,6 +125,8 @@ class Call:
     err_total: int = 0
     timed_out: bool = False
     exceeded: bool = False
+    next_disk_check: float = 0.0
+    disk_exceeded: bool = False
 
 
 @dataclass
@@ -138,6 +141,7 @@ class Child:
     call: Call | None = None
     session: int | None = None
     cpu_seconds: float = 0.0  # its CPU budget (RLIMIT_CPU counts on top of its setup)
+    disk_bytes: int = 0  # what its directory may hold (0: unchecked)
     reaped: bool = False
     setup_error: str = ""
     open_fds: set[int] = field(default_factory=set)
@@ -298,6 +302,7 @@ class Worker:
             kill_bytes=max(16 * max_output, 1 << 18),
             fetch=list(msg.get("fetch") or []),
             session_open=mode == "session" and kid.session is None,
+            next_disk_check=now + DISK_CHECK_SECONDS,
         )
         frame = {"code": msg.get("code", "")}
         if mode != "exec":
@@ -311,6 +316,17 @@ class Worker:
         kid.call = None
         assert call is not None
         message = result.message
+        if not call.disk_exceeded and self.over_disk(kid):
+            call.disk_exceeded = True
+            if session_alive:
+                self.kill(kid)
+                session_alive = False
+        if call.disk_exceeded:
+            result = outcome.Outcome(outcome.KILLED, result.exit_code, "")
+            message = (
+                f"wrote more than {kid.disk_bytes} bytes to its directory (the call's disk budget);"
+                " write less or delete files as you go"
+            )
         if kid.setup_error:
             result = outcome.Outcome(outcome.ERROR, None, "")
             message = f"sandbox setup failed: {kid.setup_error}"
@@ -400,6 +416,7 @@ class Worker:
                 self.reply_error(msg, outcome.REJECTED, "no free sandbox slot in this worker")
                 return
             kid.cpu_seconds = float(msg["limits"]["timeout_seconds"])
+            kid.disk_bytes = int(msg.get("diskBytes", 0))
             if op == "run":
                 try:
                     _place_files(kid.workdir, msg.get("files") or {}, self.uid_base, kid.slot)
@@ -447,18 +464,29 @@ class Worker:
 
     # ---- loop -----------------------------------------------------------------------------
 
+    def over_disk(self, kid: Child) -> bool:
+        return kid.disk_bytes > 0 and _disk_usage(kid.workdir) > kid.disk_bytes
+
     def check_deadlines(self) -> float | None:
+        """Kill calls past their deadline or their disk budget; seconds until the next check."""
         now = time.monotonic()
         nearest = None
         for kid in self.children.values():
             call = kid.call
-            if call is None or call.timed_out:
+            if call is None or call.timed_out or call.disk_exceeded:
                 continue
             if now >= call.deadline:
                 call.timed_out = True
                 self.kill(kid)
-            else:
-                nearest = call.deadline - now if nearest is None else min(nearest, call.deadline - now)
+                continue
+            if now >= call.next_disk_check:
+                call.next_disk_check = now + DISK_CHECK_SECONDS
+                if self.over_disk(kid):
+                    call.disk_exceeded = True
+                    self.kill(kid)
+                    continue
+            due = min(call.deadline, call.next_disk_check) - now
+            nearest = due if nearest is None else min(nearest, due)
         return nearest
 
     def run(self) -> None:
@@ -570,6 +598,21 @@ def _place_files(workdir: str, files: dict[str, str], uid_base: int | None, slot
         if uid_base is not None:
             for target in (path, os.path.dirname(path)):
                 os.chown(target, uid_base + slot, uid_base + slot)
+
+
+def _disk_usage(root: str) -> int:
+    """Bytes of disk the files under `root` use (an entry counts at least one block)."""
+    total = 0
+    pending = [root]
+    while pending:
+        with contextlib.suppress(OSError), os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    info = entry.stat(follow_symlinks=False)
+                    total += max(info.st_blocks * 512, 4096)
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+    return total
 
 
 def _join(message: str, more: str) -> str:

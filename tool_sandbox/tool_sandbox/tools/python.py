@@ -70,6 +70,7 @@ class PythonTool(Tool):
             "timeout": seconds,
             "limits": self.limits(seconds, memory_mib),
             "maxOutputBytes": self.config.max_output_bytes,
+            "diskBytes": self.config.disk_limit_mib << 20,
             "files": files or {},
             "fetch": fetch or [],
         }
@@ -86,6 +87,7 @@ class PythonTool(Tool):
             "timeout": self.config.timeout_seconds,
             "limits": self.limits(self.settings.session_cpu_seconds),
             "maxOutputBytes": self.config.max_output_bytes,
+            "diskBytes": self.config.disk_limit_mib << 20,
         }
         try:
             reply, worker, generation = await self.pool.call(message)
