@@ -158,6 +158,7 @@ def verl_worker(model: Path, pool_url: str, workdir: Path):
                     "maxPromptLength": 256,
                     "maxResponseLength": 1024,
                 },
+                "algorithm": {"totalEpochs": 1},
                 "rollout": {
                     "protocol": "python-tags",
                     "maxToolTurns": TOOL_TURNS,
