@@ -17,6 +17,10 @@ class SessionLimit(Exception):
     """Too many live sessions; close one or retry later."""
 
 
+class SessionExists(Exception):
+    """A live session already has this id."""
+
+
 @dataclass
 class Session:
     id: str
@@ -32,12 +36,15 @@ class Sessions:
         self.idle_seconds = idle_seconds
         self.live: dict[str, Session] = {}
         self._opening = 0
+        self._id_locks: dict[str, tuple[asyncio.Lock, int]] = {}  # lock and how many callers hold or await it
 
     def __len__(self) -> int:
         return len(self.live) + self._opening
 
     async def open(self, tool: PythonTool, session_id: str | None = None) -> Session | ToolResult:
         """Start a session process; a ToolResult explains a failure to start."""
+        if session_id is not None and session_id in self.live:
+            raise SessionExists(f"session {session_id!r} is already live; use it or close it first")
         if len(self) >= self.max_sessions:
             raise SessionLimit(f"{self.max_sessions} sessions are live; close one or retry later")
         self._opening += 1
@@ -48,8 +55,25 @@ class Sessions:
         if isinstance(handle, ToolResult):
             return handle
         session = Session(session_id or secrets.token_hex(12), tool, handle)
+        if session.id in self.live:  # opened meanwhile by someone else: keep theirs, close ours
+            await tool.close_session(handle)
+            raise SessionExists(f"session {session.id!r} is already live; use it or close it first")
         self.live[session.id] = session
         return session
+
+    async def ensure(self, tool: PythonTool, session_id: str) -> Session | ToolResult:
+        """The live session `session_id`, opened once however many callers ask for it at once."""
+        lock, users = self._id_locks.get(session_id, (asyncio.Lock(), 0))
+        self._id_locks[session_id] = (lock, users + 1)
+        try:
+            async with lock:
+                return self.get(session_id) or await self.open(tool, session_id)
+        finally:
+            lock, users = self._id_locks[session_id]
+            if users == 1:
+                del self._id_locks[session_id]
+            else:
+                self._id_locks[session_id] = (lock, users - 1)
 
     def get(self, session_id: str) -> Session | None:
         session = self.live.get(session_id)

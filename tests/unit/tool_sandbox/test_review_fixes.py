@@ -7,6 +7,7 @@ import contextlib
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import requests
@@ -113,3 +114,14 @@ def test_a_call_cannot_fill_the_disk(server: SandboxProcess) -> None:
     gone = server.post("/v1/execute", {"tool": "python", "input": "1", "session": session})
     assert gone.status_code == 404, gone.text  # the session's process was killed with it
     assert server.execute("print(1 + 1)")["stdout"] == "2\n"
+
+
+def test_concurrent_first_steps_of_one_trajectory_share_one_session(make_server: object) -> None:
+    server = make_server("--max-sessions", "2")
+    step = "<python>count = globals().get('count', 0) + 1\nprint(count)</python>"
+    body = {"trajectory_ids": ["same"] * 8, "actions": [step] * 8}
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: server.post("/get_observation", body).json(), range(4)))
+    observations = [o for answer in answers for o in answer["observations"]]
+    assert sorted(int(o) for o in observations) == list(range(1, 33)), observations
+    assert all(all(answer["valids"]) for answer in answers)

@@ -29,7 +29,7 @@ from tool_sandbox.metrics import Metrics
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.sandbox.libc import PR_SET_DUMPABLE, prctl
 from tool_sandbox.sandbox.pool import Pool
-from tool_sandbox.sessions import SessionLimit, Sessions
+from tool_sandbox.sessions import SessionExists, SessionLimit, Sessions
 from tool_sandbox.tools import Tool, ToolInputError, ToolResult, build_tools, needs_pool
 from tool_sandbox.tools.python import PythonTool
 
@@ -284,14 +284,13 @@ async def _observe(service: Service, step: verltool.Step) -> tuple[str, bool, bo
         if kind == "python":
             tool = service.tools[names[0]]
             assert isinstance(tool, PythonTool)
-            if service.sessions.get(session_id) is None:
-                opened = await service.sessions.open(tool, session_id)
-                if isinstance(opened, ToolResult):
-                    return verltool.observation(opened), False, False
+            opened = await service.sessions.ensure(tool, session_id)
+            if isinstance(opened, ToolResult):
+                return verltool.observation(opened), False, False
             result = await service.execute(ExecuteRequest(tool.name, text, None, session_id))
         else:
             result = await service.execute(ExecuteRequest(names[0], text, None, None))
-    except (Rejected, SessionLimit) as exc:
+    except (Rejected, SessionLimit, SessionExists) as exc:
         return f"[{outcome.REJECTED}: {exc}]", False, False
     except ToolInputError as exc:
         return f"[{outcome.ERROR}: {exc}]", False, False
