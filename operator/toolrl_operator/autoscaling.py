@@ -32,8 +32,9 @@ from . import autoscaler, signals
 from .apply import ApiError
 from .events import event_manifest
 from .handlers import first, runtime
-from .naming import API_VERSION, KIND
-from .status import TERMINAL_PHASES
+from .keda import uses_keda
+from .naming import API_VERSION, AUTOSCALER_FIELD_MANAGER, KIND
+from .status import now, pool_stopped
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,6 @@ CONDITION = "AutoscalerHealthy"
 # tick much past the interval, few enough to keep a burst of new jobs cheap.
 CONCURRENCY = 64
 API_THREADS = 8  # the loop's blocking API calls (listing pods, writing status)
-FIELD_MANAGER = "toolrl-operator-autoscaler"  # owns desiredReplicas and the condition
 DESIRED = Gauge(
     "toolrl_autoscaler_desired_replicas",
     "Tool-pool replicas the autoscaler wants for a job.",
@@ -57,13 +57,7 @@ Key = tuple[str, str]
 
 def native(job: Mapping[str, Any]) -> bool:
     """Whether the operator itself should size this job's pool right now."""
-    spec, status = job.get("spec", {}), job.get("status") or {}
-    return (
-        spec.get("toolPool", {}).get("autoscaler", "native") == "native"
-        and not spec.get("suspend")
-        and status.get("phase") not in TERMINAL_PHASES
-        and not job["metadata"].get("deletionTimestamp")
-    )
+    return not uses_keda(job) and not pool_stopped(job) and not job["metadata"].get("deletionTimestamp")
 
 
 def condition(healthy: bool, problem: str, previous: Mapping[str, Any] | None, now: str) -> dict[str, Any]:
@@ -246,7 +240,7 @@ class JobScaler:
             self.written = (status.get("toolPool", {}).get("desiredReplicas"), mine)
         written_replicas, written_condition = self.written
         healthy = reading.load is not None
-        wanted = condition(healthy, reading.problem, written_condition, _now())
+        wanted = condition(healthy, reading.problem, written_condition, now())
         same_condition = written_condition is not None and all(
             written_condition.get(k) == wanted[k] for k in ("status", "reason", "message")
         )
@@ -262,7 +256,7 @@ class JobScaler:
                 self.namespace,
                 self.name,
                 body,
-                FIELD_MANAGER,
+                AUTOSCALER_FIELD_MANAGER,
             )
         except ApiError as err:
             if err.status == 404:
@@ -287,6 +281,3 @@ async def _blocking(threads: ThreadPoolExecutor, fn: Callable[..., Any], *args: 
     """A blocking API call on the loop's own threads (the default executor stays free)."""
     return await asyncio.get_running_loop().run_in_executor(threads, lambda: fn(*args, **kwargs))
 
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -9,7 +9,6 @@ status; a deleted child is re-applied.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import threading
 import time
@@ -27,6 +26,7 @@ from .metrics import PHASES, RECONCILE_DURATION, RECONCILE_ERRORS
 from .naming import (
     API_VERSION,
     COMPONENT_TOOL_POOL,
+    FIELD_MANAGER,
     GROUP,
     KIND,
     LABEL_COMPONENT,
@@ -37,7 +37,7 @@ from .naming import (
     VERSION,
 )
 from .settings import Settings
-from .status import FAILED, compute_status, status_changes
+from .status import FAILED, compute_status, now, status_changes
 from .toolpool import build_deployment, desired_replicas
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ def runtime() -> Runtime:
     global _runtime
     if _runtime is None:
         settings = Settings.from_env()
-        _runtime = Runtime(settings, Kube(load_api_client(), settings.field_manager))
+        _runtime = Runtime(settings, Kube(load_api_client(), FIELD_MANAGER))
     return _runtime
 
 
@@ -98,10 +98,6 @@ def plain(obj: Any) -> Any:
 
 def first(store: Iterable[Any] | None) -> Any:
     return next(iter(store), None) if store is not None else None
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _job_key(job: Mapping[str, Any]) -> Key:
@@ -242,7 +238,7 @@ def refresh_status(
         generation = rt.applied_generation.get(key, old.get("observedGeneration", 0))
         if not generation:
             return  # nothing applied yet: the reconcile handler writes the first status
-        new = compute_status({**job, "status": old}, rayjob, deployment, generation, _now())
+        new = compute_status({**job, "status": old}, rayjob, deployment, generation, now())
         PHASES.record(key[0], key[1], new["phase"])
         if not status_changes(old, new):
             return

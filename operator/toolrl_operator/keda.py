@@ -13,7 +13,7 @@ from typing import Any
 from .autoscaler import Policy
 from .naming import COMPONENT_TOOL_POOL, child_metadata, tool_pool_name
 from .signals import pool_load_query
-from .status import finished
+from .status import pool_stopped
 
 API_VERSION = "keda.sh/v1alpha1"
 PAUSED_REPLICAS = "autoscaling.keda.sh/paused-replicas"
@@ -52,7 +52,7 @@ def build_scaled_object(job: dict[str, Any], prometheus_url: str) -> dict[str, A
     meta = job["metadata"]
     policy = Policy.from_job_spec(job["spec"])
     metadata = child_metadata(job, tool_pool_name(meta["name"]), COMPONENT_TOOL_POOL)
-    if job["spec"].get("suspend") or finished(job):  # else KEDA keeps (or brings back) the pool
+    if pool_stopped(job):  # else KEDA keeps (or brings back) the pool
         metadata["annotations"] = {PAUSED_REPLICAS: "0"}
     return {
         "apiVersion": API_VERSION,

@@ -11,6 +11,10 @@ KIND = "ToolRLJob"
 PLURAL = "toolrljobs"
 
 MANAGED_BY = "toolrl-operator"
+# Server-side apply field managers: the operator's (children, its status fields) and the
+# autoscaler's (status.toolPool.desiredReplicas and the AutoscalerHealthy condition).
+FIELD_MANAGER = "toolrl-operator"
+AUTOSCALER_FIELD_MANAGER = "toolrl-operator-autoscaler"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_JOB = "toolrl.dev/job"

@@ -124,10 +124,8 @@ def _pod_template(
 
 def _worker_resources(workers: dict[str, Any]) -> dict[str, Any]:
     resources = copy.deepcopy(workers.get("resources") or {})
-    gpus = workers.get("gpusPerWorker", 0)
-    if gpus:
-        for kind in ("requests", "limits"):
-            resources.setdefault(kind, {})[GPU_RESOURCE] = gpus
+    for kind in ("requests", "limits"):
+        resources.setdefault(kind, {})[GPU_RESOURCE] = workers["gpusPerWorker"]
     return resources
 
 
@@ -168,7 +166,7 @@ def build_rayjob(
         "env": env,
         "resources": _worker_resources(workers),
     }
-    replicas = workers.get("replicas", 1)
+    replicas = workers["replicas"]
 
     queue = cluster.get("queueName") or ""
     suspend = bool(spec.get("suspend", False))
@@ -185,8 +183,8 @@ def build_rayjob(
         # pod to schedule or evict) and reaches the dashboard over localhost.
         "submissionMode": "SidecarMode",
         "shutdownAfterJobFinishes": True,
-        "ttlSecondsAfterFinished": run_policy.get("ttlSecondsAfterFinished", 3600),
-        "backoffLimit": run_policy.get("backoffLimit", 0),
+        "ttlSecondsAfterFinished": run_policy["ttlSecondsAfterFinished"],
+        "backoffLimit": run_policy["backoffLimit"],
         "suspend": suspend,
         "rayClusterSpec": {
             "headGroupSpec": {
@@ -205,7 +203,7 @@ def build_rayjob(
             ],
         },
     }
-    deadline = run_policy.get("activeDeadlineSeconds", 0)
+    deadline = run_policy["activeDeadlineSeconds"]
     if deadline:
         rayjob_spec["activeDeadlineSeconds"] = deadline
     return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": metadata, "spec": rayjob_spec}

@@ -17,7 +17,6 @@ class Settings:
     monitoring_namespace: str = "monitoring"
     prometheus_url: str = ""  # the autoscaler reads pool load here; empty: it scrapes the pods
     autoscaler_interval_seconds: float = 5.0
-    field_manager: str = "toolrl-operator"
     operator_namespace: str = ""  # where the operator runs (POD_NAMESPACE); empty out of cluster
     # Where KubeRay runs: Ray NetworkPolicies admit it to the dashboard. Empty: namespaces
     # labelled RAY_DASHBOARD_ACCESS_LABEL instead.

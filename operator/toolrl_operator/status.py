@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,9 +17,19 @@ CONDITION_TYPES = ("ToolPoolReady", "ClusterReady", "Running", "Succeeded", "Fai
 PHASE_CONDITIONS = {RUNNING: "Running", SUCCEEDED: "Succeeded", FAILED: "Failed", SUSPENDED: "Suspended"}
 
 
-def finished(job: dict[str, Any]) -> bool:
+def finished(job: Mapping[str, Any]) -> bool:
     """Whether the job has ended (Succeeded or Failed): its training must never run again."""
     return (job.get("status") or {}).get("phase") in TERMINAL_PHASES
+
+
+def pool_stopped(job: Mapping[str, Any]) -> bool:
+    """Suspended or finished: no trainer is left for the tool pool to serve, so it runs 0 pods."""
+    return bool((job.get("spec") or {}).get("suspend")) or finished(job)
+
+
+def now() -> str:
+    """The present as a metav1.Time (RFC 3339, seconds, UTC), for conditions and timestamps."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)

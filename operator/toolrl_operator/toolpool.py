@@ -7,6 +7,7 @@ import ipaddress
 from typing import Any
 from urllib.parse import urlsplit
 
+from .autoscaler import Policy
 from .configmap import TOOLS_KEY, tools_checksum
 from .keda import uses_keda
 from .naming import (
@@ -23,9 +24,9 @@ from .naming import (
     tool_pool_name,
 )
 from .settings import Settings
-from .status import TERMINAL_PHASES
+from .status import pool_stopped
 
-SANDBOX_UID = 65532
+SANDBOX_UID = 10001  # the tool-sandbox image's user (images/tool-sandbox/Dockerfile)
 CHECKSUM_ANNOTATION = "toolrl.dev/tools-checksum"
 
 
@@ -33,15 +34,13 @@ def desired_replicas(job: dict[str, Any]) -> int:
     """Replicas the pool should run: 0 when suspended or finished (no trainer left to serve),
     else the autoscaler's choice clamped to [min, max], else min. The autoscaler owns
     `status.toolPool.desiredReplicas`."""
-    spec = job["spec"]
-    if spec.get("suspend") or (job.get("status") or {}).get("phase") in TERMINAL_PHASES:
+    if pool_stopped(job):
         return 0
-    bounds = spec.get("toolPool", {}).get("replicas", {})
-    low, high = bounds.get("min", 2), bounds.get("max", 64)
+    policy = Policy.from_job_spec(job["spec"])  # the bounds, as the CRD defaults them
     wanted = (job.get("status") or {}).get("toolPool", {}).get("desiredReplicas")
     if wanted is None:
-        return low
-    return max(low, min(high, int(wanted)))
+        return policy.min_replicas
+    return policy.clamp(int(wanted))
 
 
 def _needs_data(spec: dict[str, Any]) -> bool:

@@ -13,6 +13,7 @@ import kopf
 import pytest
 from prometheus_client import REGISTRY
 from toolrl_operator import autoscaling, handlers
+from toolrl_operator.naming import AUTOSCALER_FIELD_MANAGER
 from toolrl_operator.settings import Settings
 
 
@@ -135,7 +136,7 @@ async def test_one_loop_sizes_every_job_keeps_history_by_uid_and_forgets_gone_jo
             ("/api/v1/namespaces/n/pods", "toolrl.dev/job,ray.io/node-type=head"),
         ]
         for _name, status, manager in kube.applied:
-            assert manager == autoscaling.FIELD_MANAGER
+            assert manager == AUTOSCALER_FIELD_MANAGER == "toolrl-operator-autoscaler"
             assert status["toolPool"] == {"desiredReplicas": 1}
             [cond] = status["conditions"]
             assert (cond["type"], cond["status"]) == ("AutoscalerHealthy", "True")

@@ -187,6 +187,7 @@ def test_tool_pool_pod_is_restricted_and_probed(make_job) -> None:
     assert pod["runtimeClassName"] == "gvisor"
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["securityContext"]["runAsUser"] == 10001, "the tool-sandbox image's user"
     container = pod["containers"][0]
     assert container["image"] == "sandbox:test"
     sc = container["securityContext"]
@@ -408,3 +409,15 @@ def test_pool_admits_the_operators_namespace_for_direct_scraping(make_job) -> No
     assert np["ingress"][1]["ports"] == [{"protocol": "TCP", "port": 8080}]
     assert Settings.from_env({"POD_NAMESPACE": "ops"}).operator_namespace == "ops"
     assert Settings.from_env({"TOOLRL_KUBERAY_NAMESPACE": "kr"}).kuberay_namespace == "kr"
+
+
+def test_crd_defaults_are_not_repeated_in_the_builders(make_job) -> None:
+    """The builders read what the CRD defaults; a job without them is refused, not guessed."""
+    job = make_job()
+    del job["spec"]["toolPool"]["replicas"]["min"]
+    with pytest.raises(Exception, match="min"):
+        desired_replicas(job)
+    job = make_job()
+    del job["spec"]["runPolicy"]["ttlSecondsAfterFinished"]
+    with pytest.raises(KeyError):
+        build_rayjob(job, SETTINGS)

@@ -216,3 +216,14 @@ def test_a_finished_job_keeps_its_outcome_when_its_rayjob_is_gone(make_job) -> N
     after = compute_status(make_job(status=done), None, deployment(0, 0), 3, LATER)
     assert (after["phase"], after["reason"]) == ("Succeeded", "JobSucceeded")
     assert after["completionTime"] == done["completionTime"]
+
+
+def test_one_clock_format_and_one_pool_stopped_rule(make_job) -> None:
+    import re
+
+    from toolrl_operator.status import now, pool_stopped
+
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", now())
+    assert pool_stopped(make_job(suspend=True))
+    assert pool_stopped(make_job(status={"phase": "Failed"}))
+    assert not pool_stopped(make_job(status={"phase": "Running"}))
