@@ -6,8 +6,10 @@ import base64
 import contextlib
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import requests
@@ -125,3 +127,31 @@ def test_concurrent_first_steps_of_one_trajectory_share_one_session(make_server:
     observations = [o for answer in answers for o in answer["observations"]]
     assert sorted(int(o) for o in observations) == list(range(1, 33)), observations
     assert all(all(answer["valids"]) for answer in answers)
+
+
+def test_http_tool_keeps_one_deadline_across_retries(make_server: object) -> None:
+    attempts: list[str] = []
+
+    class SlowBusy(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            attempts.append(self.path)
+            time.sleep(0.6)
+            self.send_response(503)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), SlowBusy)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{upstream.server_address[1]}/api"
+        tool = {"name": "api", "type": "http", "url": url, "timeoutSeconds": 1, "retryDelaySeconds": 0.5}
+        server = make_server(tools=[tool])
+        result = server.post("/v1/execute", {"tool": "api", "input": {"q": 1}}).json()
+    finally:
+        upstream.shutdown()
+    # 0.6 s answer + 0.5 s pause would pass the 1 s deadline: no retry (4 attempts before the fix)
+    assert result["status"] == "timeout", result
+    assert "no time left for a retry within 1.0s" in result["message"]
+    assert attempts == ["/api"]

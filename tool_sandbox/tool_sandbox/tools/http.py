@@ -1,5 +1,5 @@
 """The `http` tool: forwards a call's JSON input to an external API (for example a StableToolBench
-server), with a per-attempt timeout, retries with backoff on 5xx and connection errors, and a
+server), with one timeout across all attempts, retries with backoff on 5xx and connection errors, and a
 rate limit shared by every call to the tool."""
 
 from __future__ import annotations
@@ -67,14 +67,20 @@ class HttpTool(Tool):
                 outcome.REJECTED, "", started, f"rate limit of {self.config.rate_limit_per_second}/s"
             )
         await asyncio.sleep(wait)
-        last = ""
-        status = outcome.ERROR
+        deadline = started + seconds  # one deadline for all attempts and the pauses between them
+        last, status = "", outcome.ERROR
         for attempt in range(self.config.max_retries + 1):
             if attempt:
-                await asyncio.sleep(backoff(attempt, self.config.retry_delay_seconds))
+                pause = backoff(attempt, self.config.retry_delay_seconds)
+                if time.monotonic() + pause >= deadline:
+                    return self._result(
+                        outcome.TIMEOUT, "", started, f"{last}; no time left for a retry within {seconds}s"
+                    )
+                await asyncio.sleep(pause)
+            left = deadline - time.monotonic()
             try:
                 async with self.client.post(
-                    self.config.url, json=payload, timeout=aiohttp.ClientTimeout(total=seconds)
+                    self.config.url, json=payload, timeout=aiohttp.ClientTimeout(total=left)
                 ) as response:
                     body = await response.text(errors="replace")
                     if response.status < 500:
@@ -88,7 +94,12 @@ class HttpTool(Tool):
                         )
                     last, status = f"HTTP {response.status} after {attempt + 1} attempt(s)", outcome.ERROR
             except TimeoutError:
-                last, status = f"no answer within {seconds}s after {attempt + 1} attempt(s)", outcome.TIMEOUT
+                return self._result(
+                    outcome.TIMEOUT,
+                    "",
+                    started,
+                    f"no answer within {seconds}s after {attempt + 1} attempt(s)",
+                )
             except aiohttp.ClientError as exc:
                 last, status = f"{type(exc).__name__}: {exc} after {attempt + 1} attempt(s)", outcome.ERROR
         return self._result(status, "", started, last)
