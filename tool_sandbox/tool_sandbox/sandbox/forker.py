@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import array
 import contextlib
-import ctypes
 import dataclasses
 import json
 import os
@@ -26,9 +25,8 @@ import socket
 from typing import Any
 
 from tool_sandbox.sandbox import child, layers, memory
+from tool_sandbox.sandbox.libc import PR_SET_PDEATHSIG, libc
 
-_PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True)
 _FDS_SPACE = socket.CMSG_SPACE(4 * array.array("i").itemsize)
 
 
@@ -48,7 +46,7 @@ def start(prepared: layers.Layers) -> tuple[int, socket.socket, int]:
         try:
             ours.close()
             _park_server_pipes()
-            _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if os.getppid() == worker:
                 _Forker(theirs, dataclasses.replace(prepared, parent_pid=os.getpid())).run()
         finally:
@@ -115,7 +113,7 @@ class _Forker:
         # The C library's fork, not os.fork: this process is single-threaded by construction,
         # and skipping the interpreter's at-fork hooks saves each child ~200 page copies. The
         # child reseeds the random generators itself (child.reseed).
-        pid = _libc.fork()
+        pid = libc.fork()
         if pid == 0:
             try:
                 child.main(self.layers, message["workdir"], message["uid"], vm_bytes, tuple(fds))

@@ -9,6 +9,8 @@ import os
 import stat
 from collections.abc import Iterable
 
+from tool_sandbox.sandbox.libc import libc
+
 _SYS_CREATE_RULESET = 444
 _SYS_ADD_RULE = 445
 _SYS_RESTRICT_SELF = 446
@@ -67,12 +69,8 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-
-
 def _syscall(*args: object) -> int:
-    result = _libc.syscall(*args)
+    result = libc.syscall(*args)
     if result < 0:
         err = ctypes.get_errno()
         raise OSError(err, f"landlock syscall {args[0]}: {os.strerror(err)}")
@@ -81,7 +79,7 @@ def _syscall(*args: object) -> int:
 
 def abi_version() -> int:
     """The kernel's Landlock ABI version, 0 when Landlock is absent or disabled."""
-    result = _libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), _CREATE_RULESET_VERSION)
+    result = libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), _CREATE_RULESET_VERSION)
     return max(int(result), 0)
 
 

@@ -6,7 +6,6 @@ worker before fork: a forked child pays a page copy for every page it touches.""
 
 from __future__ import annotations
 
-import ctypes
 import io
 import math
 import os
@@ -17,11 +16,10 @@ import tempfile
 from dataclasses import dataclass
 
 from tool_sandbox.sandbox import landlock, seccomp
+from tool_sandbox.sandbox.libc import PR_SET_PDEATHSIG, libc
 
 REQUEST_FD = 3
 CONTROL_FD = 4
-_PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 @dataclass(frozen=True)
@@ -76,7 +74,7 @@ def enter(layers: Layers, workdir: str, uid: int | None, fds: tuple[int, int, in
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != layers.parent_pid:
         os._exit(1)  # the forker died while we were forking
     seccomp.no_new_privs()

@@ -15,11 +15,11 @@ import ctypes
 import errno
 from dataclasses import dataclass
 
+from tool_sandbox.sandbox.libc import libc
+
 _MADV_HUGEPAGE = 14
 _MADV_COLLAPSE = 25
 _HUGE = 2 << 20
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,8 @@ def collapse_heap() -> int:
     collapsed = 0
     for region in regions:
         size = region.end - region.start
-        _libc.madvise(region.start, size, _MADV_HUGEPAGE)  # also keeps khugepaged's future pages
-        if _libc.madvise(region.start, size, _MADV_COLLAPSE) == 0:
+        libc.madvise(region.start, size, _MADV_HUGEPAGE)  # also keeps khugepaged's future pages
+        if libc.madvise(region.start, size, _MADV_COLLAPSE) == 0:
             collapsed += size
         elif ctypes.get_errno() not in (errno.EINVAL, errno.EAGAIN, errno.ENOMEM):
             break

@@ -18,6 +18,8 @@ import struct
 
 import pyseccomp as sc
 
+from tool_sandbox.sandbox.libc import PR_SET_PDEATHSIG, libc
+
 # Syscalls a sandboxed program never needs: networking, debugging other processes, kernel
 # objects, mounts and namespaces, new programs and processes, clocks, modules.
 DENIED = (
@@ -94,7 +96,6 @@ DENIED = (
     "mknodat",
 )
 _CLONE_THREAD = 0x00010000
-_PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
@@ -104,9 +105,6 @@ _RET_EPERM = 0x00050000 | errno.EPERM
 
 class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def static_filter() -> bytes:
@@ -182,7 +180,7 @@ def self_only_template() -> bytes:
     prog += [
         (0x15, 0, 3, _nr("prctl")),
         (0x20, 0, 0, _arg(0)),
-        (0x15, 0, 1, _PR_SET_PDEATHSIG),
+        (0x15, 0, 1, PR_SET_PDEATHSIG),
         (0x06, 0, 0, _RET_EPERM),
         (0x06, 0, 0, _RET_ALLOW),
     ]
@@ -207,7 +205,7 @@ class Program:
 
     def install(self) -> None:
         """Load it as a seccomp filter on the calling thread (needs no_new_privs)."""
-        if _libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, self.ref, 0, 0) != 0:
+        if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, self.ref, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
 
     def install_for(self, pid: int) -> None:
@@ -221,5 +219,5 @@ class Program:
 
 def no_new_privs() -> None:
     """Forbid gaining privileges (setuid binaries, file capabilities) from now on."""
-    if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")

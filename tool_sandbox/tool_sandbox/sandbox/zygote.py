@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import ctypes
 import fcntl
 import gc
 import importlib
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tool_sandbox.sandbox import forker, landlock, layers, outcome, seccomp, wire
+from tool_sandbox.sandbox.libc import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, prctl
 
 PRELOAD = (
     "numpy",
@@ -103,9 +103,6 @@ DISK_CHECK_SECONDS = 0.1  # how often a running call's directory is measured
 FETCH_BUDGET_FACTOR = 64  # fetch_files returns at most maxOutputBytes * this in all
 UIDS_PER_LEASE = 1000  # slots of one worker: its children run as uid base + lease * 1000 + slot
 MAX_LEASES = 1000
-_PR_SET_PDEATHSIG = 1
-_PR_SET_DUMPABLE = 4
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 @dataclass
@@ -710,8 +707,8 @@ def _claim_fds() -> None:
 def main() -> None:
     _claim_fds()
     settings = json.loads(sys.argv[1])
-    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    prctl(PR_SET_DUMPABLE, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for name in settings.get("preload", PRELOAD):
         with contextlib.suppress(ImportError):
