@@ -23,6 +23,7 @@ CHILDREN = [
     ("service", f"{JOB}-tools", "tool-pool"),
     ("poddisruptionbudget", f"{JOB}-tools", "tool-pool"),
     ("networkpolicy", f"{JOB}-tools", "tool-pool"),
+    ("networkpolicy", f"{JOB}-ray", "trainer"),
     ("serviceaccount", f"{JOB}-trainer", "trainer"),
     ("role", f"{JOB}-trainer", "trainer"),
     ("rolebinding", f"{JOB}-trainer", "trainer"),
@@ -224,6 +225,24 @@ def test_kuberay_failure_and_success_reach_the_job(cluster, namespace, operator)
         assert "PhaseSucceeded" in event_reasons(cluster, namespace, "succeeds")
     finally:
         cluster.start_component("kuberay")
+
+    # Deleting a finished job's RayJob (its TTL does too) must not run the training again.
+    cluster.kubectl("delete", "rayjob", "succeeds", "-n", namespace, "--wait=true")
+    cluster.kubectl("delete", "configmap", "succeeds-config", "-n", namespace, "--wait=true")
+
+    def exists(kind: str, name: str) -> bool:
+        return cluster.kubectl("get", kind, name, "-n", namespace, check=False).returncode == 0
+
+    wait_until(
+        lambda: (
+            "ChildDeleted" in event_reasons(cluster, namespace, "succeeds")
+            and exists("configmap", "succeeds-config")
+        ),
+        60,
+        "the deleted children repaired",
+    )
+    assert not exists("rayjob", "succeeds"), "a finished job's RayJob was created again"
+    assert get_json(cluster, "toolrljob", "succeeds", "-n", namespace)["status"]["phase"] == "Succeeded"
 
 
 def test_suspend_and_resume(cluster, namespace, operator) -> None:
