@@ -6,7 +6,7 @@ Needs the local control plane (`make cluster-up`); starts the real operator (`py
 toolrl_operator`) against it.
 
 (1) serial: jobs created one after another; for each, the time from create to its first status
-    (written once all nine children are applied) and to `phase: Running` (KubeRay's cluster up
+    (written once all its children are applied) and to `phase: Running` (KubeRay's cluster up
     on the fake GPU nodes). p50/p95. Each job is deleted after it is measured.
 (2) burst: jobs created at once; the time until every job has all its children and a current
     status (Provisioning or Running: 32 fake GPUs cannot run them all), and the operator's peak
@@ -47,6 +47,8 @@ CHILD_KINDS = {  # kind -> (api group/version, plural)
     "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
     "RayJob": ("ray.io", "v1", "rayjobs"),
 }
+PER_JOB = {kind: 1 for kind in CHILD_KINDS} | {"NetworkPolicy": 2}  # the pool's and the Ray pods'
+
 
 
 def job(name: str) -> dict[str, Any]:
@@ -140,7 +142,7 @@ def serial(bench: Bench, count: int) -> dict[str, Any]:
             kinds = {
                 kind
                 for (job_name, kind), n in bench.children(namespace).items()
-                if job_name == name and n == 1
+                if job_name == name and n == PER_JOB[kind]
             }
             if kinds != set(CHILD_KINDS):
                 raise RuntimeError(f"{name}: children missing: {set(CHILD_KINDS) - kinds}")
@@ -184,7 +186,7 @@ def burst(bench: Bench, count: int, op: OperatorProcess) -> dict[str, Any]:
             time.sleep(0.25)
         converged = time.monotonic() - started
         counts = bench.children(namespace)
-        complete = sum(1 for n in names if all(counts[(n, kind)] == 1 for kind in CHILD_KINDS))
+        complete = sum(1 for n in names if all(counts[(n, kind)] == PER_JOB[kind] for kind in CHILD_KINDS))
         phases = Counter(j["status"]["phase"] for j in jobs)
         rss = op.peak_rss_bytes()
         print(
