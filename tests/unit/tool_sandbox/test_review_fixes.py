@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import subprocess
 import sys
 import threading
@@ -15,6 +16,9 @@ from pathlib import Path
 import requests
 from localcluster.cluster import free_port
 from sandbox_process import SandboxProcess
+from tool_sandbox.config import ServerSettings, ToolConfig
+from tool_sandbox.sandbox.pool import Pool
+from tool_sandbox.tools.python import PythonTool
 
 
 def _run_code(files: object, code: str = "print(open('a').read())") -> dict:
@@ -155,3 +159,23 @@ def test_http_tool_keeps_one_deadline_across_retries(make_server: object) -> Non
     assert result["status"] == "timeout", result
     assert "no time left for a retry within 1.0s" in result["message"]
     assert attempts == ["/api"]
+
+
+async def test_a_worker_survives_files_it_cannot_place(tmp_path: Path) -> None:
+    """Past the HTTP validation: the worker itself kills the child and answers, slot freed."""
+    settings = dataclasses.replace(
+        ServerSettings(), workers=1, capacity=2, max_sessions=1, workdir=str(tmp_path / "work")
+    )
+    pool = Pool(settings)
+    await pool.start()
+    try:
+        await pool.wait_ready(90)
+        tool = PythonTool(ToolConfig(name="python", type="python"), pool, settings)
+        bad = ({"a": "", "a/b": ""}, {"a": "%%"}, {"a": 5}, {"../x": ""})
+        for files in bad * 10:  # 40 calls, more than the worker's 15 slots
+            result = await tool.execute("print(1)", None, files=files)  # type: ignore[arg-type]
+            assert result.status == "error" and "could not place files" in result.message, result
+        good = await tool.execute("print(open('d/a').read())", None, files={"d/a": "aGk="})
+        assert (good.status, good.stdout) == ("ok", "hi\n")
+    finally:
+        await pool.close()

@@ -115,20 +115,20 @@ class Pool:
             worker.pending.pop(call_id, None)
 
     async def alive(self) -> list[str]:
-        """Ping every worker; a worker that does not answer is killed (and restarted by its
-        supervisor). Returns what is wrong, empty when all answered."""
-        problems = []
-        for worker in self.workers:
-            if not worker.ready.is_set():
-                continue  # starting or restarting: readiness reports it
-            try:
-                await self.call({"op": "ping"}, worker.index, worker.generation)
-            except WorkerLost as exc:
-                problems.append(f"worker {worker.index}: {exc}")
-                if worker.process is not None and worker.process.returncode is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        worker.process.kill()
-        return problems
+        """Ping every ready worker at once; one that does not answer is killed (and restarted by
+        its supervisor). Returns what is wrong, empty when all answered."""
+        answers = await asyncio.gather(*(self._ping(w) for w in self.workers if w.ready.is_set()))
+        return [problem for problem in answers if problem]
+
+    async def _ping(self, worker: _Worker) -> str:
+        try:
+            await self.call({"op": "ping"}, worker.index, worker.generation)
+        except WorkerLost as exc:
+            if worker.process is not None and worker.process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    worker.process.kill()
+            return f"worker {worker.index}: {exc}"
+        return ""
 
     # ---- supervision ---------------------------------------------------------------------
 

@@ -408,19 +408,23 @@ class Worker:
         op = msg.get("op")
         if op in ("run", "open"):
             float(msg["timeout"]), layers.Limits(**msg["limits"])  # reject before using a child
+            try:
+                files = _decode_files(msg.get("files") or {}) if op == "run" else {}
+            except (TypeError, ValueError) as exc:
+                self.reply_error(msg, outcome.ERROR, f"could not place files: {exc}; send valid files")
+                return
             kid = self.take_spare()
             if kid is None:
                 self.reply_error(msg, outcome.REJECTED, "no free sandbox slot in this worker")
                 return
             kid.cpu_seconds = float(msg["limits"]["timeout_seconds"])
             kid.disk_bytes = int(msg.get("diskBytes", 0))
-            if op == "run":
-                try:
-                    _place_files(kid.workdir, msg.get("files") or {}, self.uid_base, kid.slot)
-                except (OSError, TypeError, ValueError) as exc:
-                    self.kill(kid)  # never reuse a child whose directory is half written
-                    self.reply_error(msg, outcome.ERROR, f"could not place files: {exc}; send valid files")
-                    return
+            try:
+                _place_files(kid.workdir, files, self.uid_base, kid.slot)
+            except OSError as exc:
+                self.kill(kid)  # never reuse a child whose directory is half written
+                self.reply_error(msg, outcome.ERROR, f"could not place files: {exc.strerror}")
+                return
             self.start(msg, kid, "run" if op == "run" else "session")
         elif op == "exec":
             float(msg["timeout"])
@@ -583,15 +587,31 @@ def _read_only_paths() -> tuple[str, ...]:
     return tuple(dirs + files)
 
 
-def _place_files(workdir: str, files: dict[str, str], uid_base: int | None, slot: int) -> None:
-    """Write SandboxFusion-style `files` (path -> base64) into a child's working directory."""
+def _decode_files(files: dict[str, Any]) -> dict[str, bytes]:
+    """SandboxFusion-style `files` (relative path -> base64), checked before any child is used:
+    paths stay inside the directory and none is also another's directory."""
+    decoded: dict[str, bytes] = {}
     for name, content in files.items():
-        path = _inside(workdir, name)
-        if path is None:
+        relative = _inside("/w", name)
+        if relative is None:
             raise ValueError(f"file name {name!r} leaves the working directory")
+        decoded[relative[3:]] = base64.b64decode(content, validate=True)
+    for name in decoded:
+        parent = os.path.dirname(name)
+        while parent:
+            if parent in decoded:
+                raise ValueError(f"{parent!r} cannot be both a file and a directory")
+            parent = os.path.dirname(parent)
+    return decoded
+
+
+def _place_files(workdir: str, files: dict[str, bytes], uid_base: int | None, slot: int) -> None:
+    """Write checked files into a child's working directory."""
+    for name, content in files.items():
+        path = os.path.join(workdir, name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as handle:
-            handle.write(base64.b64decode(content, validate=True))
+            handle.write(content)
         if uid_base is not None:
             for target in (path, os.path.dirname(path)):
                 os.chown(target, uid_base + slot, uid_base + slot)
