@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import dataclasses
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -13,10 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pytest
 import requests
 from localcluster.cluster import free_port
 from sandbox_process import SandboxProcess
 from tool_sandbox.config import ServerSettings, ToolConfig
+from tool_sandbox.sandbox import wire
 from tool_sandbox.sandbox.pool import Pool
 from tool_sandbox.tools.python import PythonTool
 
@@ -179,3 +184,36 @@ async def test_a_worker_survives_files_it_cannot_place(tmp_path: Path) -> None:
         assert (good.status, good.stdout) == ("ok", "hi\n")
     finally:
         await pool.close()
+
+
+def _worker_pids(server_pid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            is_worker = b"tool_sandbox.sandbox.zygote" in (entry / "cmdline").read_bytes()
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if is_worker and parent == server_pid:
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_healthz_fails_for_a_silent_worker_and_restarts_it(make_server: object) -> None:
+    server = make_server("--workers", "1")
+    (worker,) = _worker_pids(server.process.pid)
+    os.kill(worker, signal.SIGSTOP)
+    health = requests.get(server.url + "/healthz", timeout=60)
+    assert health.status_code == 503, health.text
+    assert "did not answer within 5s" in health.json()["problems"][0]
+    for _ in range(600):  # the supervisor starts a new worker
+        if requests.get(server.url + "/healthz", timeout=60).status_code == 200 and server.ready():
+            break
+        time.sleep(0.2)
+    assert _worker_pids(server.process.pid) != [worker]
+    assert server.execute("print(1 + 1)")["stdout"] == "2\n"
+
+
+async def test_the_server_refuses_a_frame_over_max_frame() -> None:
+    stream = asyncio.StreamReader()
+    stream.feed_data((wire.MAX_FRAME + 1).to_bytes(4, "big") + b"{}")
+    with pytest.raises(ValueError, match="exceeds"):
+        await wire.read_stream_frame(stream)
