@@ -101,6 +101,7 @@ PRELOAD = (
 _CHUNK = 1 << 16
 DISK_CHECK_SECONDS = 0.1  # how often a running call's directory is measured
 FETCH_BUDGET_FACTOR = 64  # fetch_files returns at most maxOutputBytes * this in all
+UID_LEASES = "/run/toolrl-tool-sandbox/uid-leases"  # machine-wide: uid ranges are machine-wide
 UIDS_PER_LEASE = 1000  # slots of one worker: its children run as uid base + lease * 1000 + slot
 MAX_LEASES = 1000
 
@@ -674,7 +675,9 @@ class Lease:
 
     Several servers may share one `--workdir` and run as root on one machine; each worker holds
     an flock on `lease-N` for its lifetime, so no two live workers ever use the same directory or
-    uids, and a new worker cleans up only what a dead holder of the same lease left behind."""
+    uids, and a new worker cleans up only what a dead holder of the same lease left behind. Uid
+    ranges are machine-wide, so as root the lease files live in one machine-wide directory
+    (UID_LEASES) whatever the workdir: two servers with different workdirs never share uids."""
 
     number: int
     workdir: str
@@ -682,11 +685,14 @@ class Lease:
     fd: int
 
 
-def claim_lease(root: str, uid_base: int | None) -> Lease:
-    """Take the lowest free lease under `root` (held until this process exits)."""
+def claim_lease(root: str, uid_base: int | None, uid_leases: str | None = None) -> Lease:
+    """Take the lowest free lease (held until this process exits): under `root`, or, when the
+    lease also hands out uids, under the machine-wide `uid_leases` directory."""
     os.makedirs(root, 0o711, exist_ok=True)
+    locks = root if uid_base is None else (uid_leases or UID_LEASES)
+    os.makedirs(locks, 0o700, exist_ok=True)
     for number in range(MAX_LEASES):
-        fd = os.open(os.path.join(root, f"lease-{number}"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(os.path.join(locks, f"lease-{number}"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -694,7 +700,7 @@ def claim_lease(root: str, uid_base: int | None) -> Lease:
             continue
         uids = None if uid_base is None else uid_base + number * UIDS_PER_LEASE
         return Lease(number, os.path.join(root, str(number)), uids, fd)
-    raise RuntimeError(f"all {MAX_LEASES} worker leases under {root} are held; stop some servers")
+    raise RuntimeError(f"all {MAX_LEASES} worker leases under {locks} are held; stop some servers")
 
 
 def _sweep(lease: Lease, slots: int) -> None:
