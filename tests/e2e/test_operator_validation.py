@@ -93,7 +93,8 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     (
         "data-no-hostpath",
         {"data.volume": {"hostPath": {"path": "/var/lib"}}},
-        "hostPath volumes are not allowed (they expose the node's files to the job): use a persistentVolumeClaim",
+        "hostPath volumes are not allowed (they expose the node's files to the job): "
+        "use a persistentVolumeClaim",
     ),
     (
         "checkpoint-no-hostpath",
