@@ -61,6 +61,7 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("epochs-and-steps", {"algorithm.totalTrainingSteps": 10}, "set exactly one of spec.algorithm"),
     ("epochs-or-steps", {"algorithm.totalEpochs": DELETE}, "set exactly one of spec.algorithm"),
     ("group-needs-2-rollouts", {"algorithm.rolloutsPerPrompt": 1}, "rolloutsPerPrompt to 2 or more"),
+    ("mini-batch-divides", {"algorithm.ppoMiniBatchSize": 100}, "must divide spec.algorithm.trainBatchSize"),
     ("unique-tool-names", {"tools": [PYTHON, PYTHON]}, "tool names must be unique"),
     ("http-needs-url", {"tools": [PYTHON, {"name": "web", "type": "http"}]}, "a tool of type http needs url"),
     ("search-needs-corpus", {"tools": [PYTHON, {"name": "s", "type": "search"}]}, "needs corpus"),
