@@ -12,6 +12,7 @@ import pytest
 from localcluster import LocalCluster
 from localcluster.__main__ import DEFAULT_ROOT
 from localcluster.prometheus import Prometheus, scrape_config
+from operator_process import OperatorProcess, delete_jobs, install_crd
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -41,6 +42,17 @@ def namespace(cluster: LocalCluster) -> Iterator[str]:
     cluster.kubectl("create", "namespace", name)
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def operator(cluster: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+    """The real operator watching `namespace`; its jobs are deleted while it still runs."""
+    install_crd(cluster)
+    log = tmp_path / "operator.log"
+    with OperatorProcess(cluster.kubeconfig, namespaces=[namespace], log_path=log) as op:
+        yield op
+        delete_jobs(cluster, namespace)
+    print(op.log_tail(80))
 
 
 @pytest.fixture

@@ -21,10 +21,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
 from localcluster.cluster import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "toolrl.dev_toolrljobs.yaml"
+EXAMPLE = REPO / "examples" / "toolrljob.yaml"
 CRD_NAME = "toolrljobs.toolrl.dev"
 T = TypeVar("T")
 
@@ -44,6 +46,15 @@ def wait_until(probe: Callable[[], T], timeout: float, what: str, interval: floa
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last seen: {last!r}")
+
+
+def small_job(name: str) -> dict[str, Any]:
+    """The example job on one 1-GPU worker with a pool of 1..4, so several fit on the fake nodes."""
+    job = yaml.safe_load(EXAMPLE.read_text())
+    job["metadata"]["name"] = name
+    job["spec"]["cluster"]["workers"] = {"replicas": 1, "gpusPerWorker": 1}
+    job["spec"]["toolPool"]["replicas"] = {"min": 1, "max": 4}
+    return job
 
 
 def install_crd(cluster: Any, crd_file: Path = CRD_FILE) -> None:

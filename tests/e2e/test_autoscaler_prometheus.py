@@ -7,20 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 from localcluster.cluster import free_port
-from operator_process import OperatorProcess, get_json, install_crd, wait_until
+from operator_process import OperatorProcess, get_json, install_crd, small_job, wait_until
+from sandbox_process import SandboxProcess
 from toolrl_operator import signals
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolrljob.yaml"
@@ -36,60 +33,16 @@ CALL_SECONDS = 3
 @pytest.fixture
 def sandboxes(tmp_path: Path) -> Iterator[list[str]]:
     """Real tool_sandbox servers on free ports; yields their base URLs."""
-    config = tmp_path / "tools.yaml"
-    config.write_text(yaml.safe_dump({"tools": [{"name": "python", "type": "python", "timeoutSeconds": 30}]}))
-    procs, urls = [], []
-    for i in range(PODS):
-        port = free_port()
-        log = (tmp_path / f"sandbox-{i}.log").open("wb")
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tool_sandbox",
-                    "serve",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--config",
-                    str(config),
-                    "--workers",
-                    "1",
-                    "--capacity",
-                    "8",
-                    "--queue-size",
-                    "256",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        )
-        log.close()
-        urls.append(f"http://127.0.0.1:{port}")
+    tools = [{"name": "python", "type": "python", "timeoutSeconds": 30}]
+    flags = ("--workers", "1", "--capacity", "8", "--queue-size", "256")
+    servers: list[SandboxProcess] = []
     try:
-        for url in urls:
-            wait_until(lambda url=url: _ready(url), 60, f"tool_sandbox at {url} ready")
-        yield urls
+        for i in range(PODS):
+            servers.append(SandboxProcess.start(tmp_path / f"sandbox-{i}", *flags, tools=tools))
+        yield [server.url for server in servers]
     finally:
-        for proc in procs:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/readyz", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
+        for server in servers:
+            server.stop()
 
 
 class Burst(threading.Thread):
@@ -154,9 +107,7 @@ class Recorder:
 
 
 def job_manifest() -> dict[str, Any]:
-    job = yaml.safe_load(EXAMPLE.read_text())
-    job["metadata"]["name"] = JOB
-    job["spec"]["cluster"]["workers"] = {"replicas": 1, "gpusPerWorker": 1}
+    job = small_job(JOB)
     job["spec"]["toolPool"].update(
         replicas={"min": MIN, "max": MAX},
         targetConcurrencyPerReplica=TARGET,

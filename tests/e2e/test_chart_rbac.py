@@ -30,7 +30,7 @@ import yaml
 from aiohttp import web
 from localcluster.build import KUBERNETES
 from localcluster.cluster import free_port
-from operator_process import OperatorProcess, install_crd, wait_until
+from operator_process import OperatorProcess, install_crd, small_job, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "charts"))
@@ -168,14 +168,6 @@ def setup(cluster: Any, namespace: str, tmp_path: Path) -> Iterator[Setup]:
                         f"app.kubernetes.io/instance={release}", check=False)
 
 
-def _small_job(name: str) -> dict[str, Any]:
-    job = yaml.safe_load(EXAMPLE.read_text())
-    job["metadata"]["name"] = name
-    job["spec"]["cluster"]["workers"] = {"replicas": 1, "gpusPerWorker": 1}
-    job["spec"]["toolPool"]["replicas"] = {"min": 1, "max": 4}
-    return job
-
-
 def lifecycle(s: Setup, job_name: str) -> str | None:
     """One job's life under the operator with the proxy's credentials. None if every stage was
     reached with no RBAC refusal, else what went wrong first."""
@@ -208,7 +200,7 @@ def lifecycle(s: Setup, job_name: str) -> str | None:
 
     uids: list[str] = []
     stages: list[tuple[str, Any, Any]] = [  # (what, action, until)
-        ("status written", lambda: cluster.apply(_small_job(job_name), "-n", ns), current),
+        ("status written", lambda: cluster.apply(small_job(job_name), "-n", ns), current),
         ("children created", None, children),
         ("autoscaler read the pool and reported", None, autoscaler_reported),
         ("deleted tool pool re-created",

@@ -25,7 +25,7 @@ import yaml
 from localcluster.build import KUBERNETES
 from localcluster.cluster import free_port
 from localcluster.prometheus import Prometheus
-from operator_process import OperatorProcess, install_crd, wait_until
+from operator_process import OperatorProcess, install_crd, small_job, wait_until
 from trainer_entry.metrics import TrainerMetrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,14 +92,6 @@ def sandbox(tmp_path: Path) -> Iterator[str]:
         log.close()
 
 
-def _job(name: str) -> dict[str, Any]:
-    job = yaml.safe_load(EXAMPLE.read_text())
-    job["metadata"]["name"] = name
-    job["spec"]["cluster"]["workers"] = {"replicas": 1, "gpusPerWorker": 1}
-    job["spec"]["toolPool"]["replicas"] = {"min": 1, "max": 4}
-    return job
-
-
 @pytest.fixture
 def operator(cluster: Any, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
     """The operator reconciling job JOB in `namespace`, and a job in a second namespace whose
@@ -113,8 +105,8 @@ def operator(cluster: Any, namespace: str, tmp_path: Path) -> Iterator[OperatorP
                          log_path=tmp_path / "operator.log")
     try:
         with op:
-            cluster.apply(_job(JOB), "-n", namespace)
-            cluster.apply(_job("quota"), "-n", quota_ns)
+            cluster.apply(small_job(JOB), "-n", namespace)
+            cluster.apply(small_job("quota"), "-n", quota_ns)
             yield op
     finally:
         for ns in (namespace, quota_ns):

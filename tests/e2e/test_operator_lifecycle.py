@@ -6,13 +6,11 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
-from operator_process import OperatorProcess, delete_jobs, get_json, install_crd, wait_until
+from operator_process import get_json, small_job, wait_until
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolrljob.yaml"
 JOB = "gsm8k-python"
@@ -42,25 +40,6 @@ KINDS = ",".join(
         "pods",
     ]
 )
-
-
-@pytest.fixture
-def operator(cluster, namespace, tmp_path) -> Iterator[OperatorProcess]:
-    install_crd(cluster)
-    op = OperatorProcess(cluster.kubeconfig, namespaces=[namespace], log_path=tmp_path / "operator.log")
-    with op:
-        yield op
-        delete_jobs(cluster, namespace)
-    print(op.log_tail(80))
-
-
-def small_job(name: str) -> dict[str, Any]:
-    """The example on one 1-GPU worker with a 1-replica pool, so several fit on the fake nodes."""
-    job = yaml.safe_load(EXAMPLE.read_text())
-    job["metadata"]["name"] = name
-    job["spec"]["cluster"]["workers"] = {"replicas": 1, "gpusPerWorker": 1}
-    job["spec"]["toolPool"]["replicas"] = {"min": 1, "max": 4}
-    return job
 
 
 def apply(cluster, namespace: str, job: dict[str, Any]) -> None:

@@ -8,9 +8,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import yaml
 from kubernetes import client, config
-from operator_process import OperatorProcess, delete_jobs, get_json, install_crd, wait_until
+from operator_process import OperatorProcess, delete_jobs, get_json, install_crd, small_job, wait_until
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolrljob.yaml"
 JOBS = 20
@@ -28,9 +27,7 @@ CHILD_KINDS = [
 
 
 def job(name: str) -> dict:
-    doc = yaml.safe_load(EXAMPLE.read_text())
-    doc["metadata"]["name"] = name
-    doc["spec"]["cluster"]["workers"] = {"replicas": 1, "gpusPerWorker": 1}
+    doc = small_job(name)
     doc["spec"]["cluster"]["head"] = {"resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}}
     doc["spec"]["toolPool"]["replicas"] = {"min": 1, "max": 2}
     return doc
