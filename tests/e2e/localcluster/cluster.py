@@ -30,6 +30,8 @@ from .certs import write_pki
 GPU_NODES = 4
 GPUS_PER_NODE = 8
 CPU_NODES = 2
+POD_CIDR = "127.65.0.0/16"
+NODE_IP = "127.0.0.1"
 START_ORDER = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kuberay"]
 
 
@@ -333,10 +335,13 @@ class LocalCluster:
                     "--manage-all-nodes=false",
                     "--manage-nodes-with-annotation-selector",
                     "kwok.x-k8s.io/node=fake",
+                    # pod and node IPs on loopback: anything that dials a fake pod (the
+                    # autoscaler's scrape, the apiserver's service proxy for KubeRay) stays on
+                    # this machine and is refused, instead of leaving it for a private range
                     "--cidr",
-                    "10.0.0.0/24",
+                    POD_CIDR,
                     "--node-ip",
-                    "10.0.0.1",
+                    NODE_IP,
                     # renew node leases; without it the node controller marks the nodes NotReady
                     "--node-lease-duration-seconds",
                     "40",
