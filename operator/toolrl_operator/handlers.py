@@ -270,6 +270,12 @@ def _announce_status(job: dict[str, Any], old: dict[str, Any], new: dict[str, An
 # ---- children and job events ----------------------------------------------------------------
 
 
+def _live_job(jobs: kopf.Index, key: tuple[str, str]) -> Any:
+    """The child's job from the index, unless it is gone or being deleted (then nothing to do)."""
+    job = first(jobs.get(key))
+    return None if job is None or job["metadata"].get("deletionTimestamp") else job
+
+
 @kopf.on.event("ray.io", "v1", "rayjobs", labels=OWNED)
 def rayjob_event(
     type: str,
@@ -281,8 +287,8 @@ def rayjob_event(
     **_: Any,
 ) -> None:
     key = (namespace, labels[LABEL_JOB])
-    job = first(jobs.get(key))
-    if job is None or job["metadata"].get("deletionTimestamp"):
+    job = _live_job(jobs, key)
+    if job is None:
         return
     if type == "DELETED":
         _repair(key, None)
@@ -301,8 +307,8 @@ def deployment_event(
     **_: Any,
 ) -> None:
     key = (namespace, labels[LABEL_JOB])
-    job = first(jobs.get(key))
-    if job is None or job["metadata"].get("deletionTimestamp"):
+    job = _live_job(jobs, key)
+    if job is None:
         return
     if type == "DELETED":
         _repair(key, first(rayjobs.get(key)))

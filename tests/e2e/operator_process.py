@@ -27,6 +27,18 @@ from localcluster.cluster import free_port
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "toolrl.dev_toolrljobs.yaml"
 EXAMPLE = REPO / "examples" / "toolrljob.yaml"
+# what the operator creates for a job (kubectl resource names)
+CHILD_KINDS = [
+    "configmaps",
+    "rayjobs",
+    "deployments",
+    "services",
+    "pdb",
+    "networkpolicies",
+    "serviceaccounts",
+    "roles",
+    "rolebindings",
+]
 CRD_NAME = "toolrljobs.toolrl.dev"
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from operator_process import get_json, small_job, wait_until
+from operator_process import CHILD_KINDS, get_json, small_job, wait_until
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolrljob.yaml"
 JOB = "gsm8k-python"
@@ -26,20 +26,7 @@ CHILDREN = [
     ("role", f"{JOB}-trainer", "trainer"),
     ("rolebinding", f"{JOB}-trainer", "trainer"),
 ]
-KINDS = ",".join(
-    [
-        "configmaps",
-        "rayjobs",
-        "deployments",
-        "services",
-        "pdb",
-        "networkpolicies",
-        "serviceaccounts",
-        "roles",
-        "rolebindings",
-        "pods",
-    ]
-)
+KINDS = ",".join([*CHILD_KINDS, "pods"])
 
 
 def apply(cluster, namespace: str, job: dict[str, Any]) -> None:

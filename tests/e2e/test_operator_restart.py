@@ -6,24 +6,19 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from pathlib import Path
 
 from kubernetes import client, config
-from operator_process import OperatorProcess, delete_jobs, get_json, install_crd, small_job, wait_until
+from operator_process import (
+    CHILD_KINDS,
+    OperatorProcess,
+    delete_jobs,
+    get_json,
+    install_crd,
+    small_job,
+    wait_until,
+)
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolrljob.yaml"
 JOBS = 20
-CHILD_KINDS = [
-    "configmaps",
-    "rayjobs",
-    "deployments",
-    "services",
-    "pdb",
-    "networkpolicies",
-    "serviceaccounts",
-    "roles",
-    "rolebindings",
-]
 
 
 def job(name: str) -> dict:
