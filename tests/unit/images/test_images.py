@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -90,7 +91,7 @@ def _name(name: str) -> str:
 
 
 # Images whose whole dependency set installs on this machine (the trainer's is GPU-sized).
-ENTRYPOINT_IMAGES = ["operator"]
+ENTRYPOINT_IMAGES = ["operator", "tool-sandbox"]
 
 
 def _entrypoint(dockerfile: Path) -> list[str]:
@@ -100,8 +101,8 @@ def _entrypoint(dockerfile: Path) -> list[str]:
 
 
 def _local_distributions(dockerfile: Path) -> list[Path]:
-    """Repository directories the Dockerfile installs with `pip install --no-deps /src/<dir>`."""
-    found = re.findall(r"pip install [^\n]*--no-deps /src/([\w.-]+)", dockerfile.read_text())
+    """Repository directories the Dockerfile installs (or builds a wheel of) from /src/<dir>."""
+    found = re.findall(r"pip (?:install|wheel) [^\n]*--no-deps [^\n]*?/src/([\w.-]+)", dockerfile.read_text())
     return [REPO / m for m in found]
 
 
@@ -123,3 +124,18 @@ def test_entrypoint_starts_from_the_pinned_requirements(name: str, tmp_path: Pat
                              check=False, timeout=120)
     assert started.returncode == 0, started.stderr
     assert "usage:" in started.stdout
+
+
+def test_tool_sandbox_wheel_carries_its_c_extension(pip: Path, tmp_path: Path) -> None:
+    """As the image's build stage does: a wheel built from a clean copy of the source compiles the
+    forker's C extension (an editable install leaves a built copy in the tree; it is not copied)."""
+    source = tmp_path / "tool_sandbox"
+    shutil.copytree(REPO / "tool_sandbox", source, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    wheels = tmp_path / "wheels"
+    result = subprocess.run([str(pip), "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(source)],
+                            capture_output=True, text=True, check=False, timeout=900)
+    assert result.returncode == 0, f"pip wheel tool_sandbox failed:\n{result.stderr[-3000:]}"
+    (wheel,) = wheels.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    assert any(re.fullmatch(r"tool_sandbox/sandbox/_spawner\..*\.so", name) for name in names), names

@@ -69,6 +69,17 @@ def test_stdin_and_preloaded_libraries(server: SandboxProcess) -> None:
     assert result["status"] == "ok" and result["stdout"] == "46\n(x - 1)*(x + 1)\n"
 
 
+def test_every_call_draws_its_own_random_numbers(server: SandboxProcess) -> None:
+    """Children are forked from one warm worker: each must rekey `random` and numpy's global
+    stream, or every rollout would see the same "random" numbers."""
+    code = "import random\nfrom numpy import random as np_random\n" \
+        "print(random.getrandbits(64), np_random.randint(2**62), np_random.rand())"
+    draws = [server.execute(code)["stdout"] for _ in range(12)]
+    assert all(draw.count(" ") == 2 for draw in draws), draws
+    columns = list(zip(*(draw.split() for draw in draws), strict=True))
+    assert all(len(set(column)) == len(draws) for column in columns), draws
+
+
 def test_sessions_keep_state_until_closed(server: SandboxProcess) -> None:
     opened = server.post("/v1/sessions", {"tool": "python"})
     assert opened.status_code == 201

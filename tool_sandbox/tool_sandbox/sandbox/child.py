@@ -12,6 +12,7 @@ import contextlib
 import os
 import random
 import sys
+import tempfile
 import threading
 import traceback
 from typing import Any
@@ -19,22 +20,19 @@ from typing import Any
 from tool_sandbox.sandbox import layers, wire
 
 
-def main(
-    spec: layers.Layers, workdir: str, uid: int | None, vm_bytes: int, fds: tuple[int, int, int, int]
-) -> None:
-    """Entry point in the forked child; never returns."""
+def main(workdir: str, vm_bytes: int, setup_error: str | None) -> None:
+    """Entry point in the forked child, isolated by _spawner.c; never returns."""
     code = 70
-    try:
-        layers.enter(spec, workdir, uid, fds)
-    except BaseException as exc:  # report why the sandbox could not be set up
-        _report({"setupError": f"{type(exc).__name__}: {exc}"})
+    if setup_error is not None:
+        _report({"setupError": setup_error})
         os._exit(code)
     try:
+        os.environ["HOME"] = os.environ["TMPDIR"] = tempfile.tempdir = workdir
+        reseed()  # while waiting for code: off the call's path
         request = wire.read_frame(layers.REQUEST_FD)
         if request is None:
             os._exit(0)
         layers.apply_limits(layers.Limits(**request["limits"]), vm_bytes)
-        reseed()
         _set_stdin(request.get("stdin") or "")
         if request["mode"] == "session":
             code = _session(request["code"])
@@ -49,22 +47,22 @@ def main(
 
 
 def reseed() -> None:
-    """Give this child its own random streams (forked children would otherwise all replay the
-    worker's)."""
+    """Give this child its own `random` stream (forked children would otherwise all replay the
+    worker's; numpy's global stream is rekeyed in _spawner.c)."""
     random.seed()
-    numpy_random = sys.modules.get("numpy.random")
-    if numpy_random is not None:
-        numpy_random.seed()
 
 
 def run(code: str, namespace: dict[str, Any], notebook: bool) -> tuple[int, bool]:
     """Run `code` in `namespace`: (the exit code a Python process would have, sys.exit called)."""
     try:
-        tree = ast.parse(code, "<tool>", "exec")
         last = None
-        if notebook and tree.body and isinstance(tree.body[-1], ast.Expr):
-            last = ast.Expression(tree.body.pop().value)
-        exec(compile(tree, "<tool>", "exec"), namespace)
+        if notebook:  # the syntax tree only where the last expression is wanted
+            tree = ast.parse(code, "<tool>", "exec")
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = ast.Expression(tree.body.pop().value)
+            exec(compile(tree, "<tool>", "exec"), namespace)
+        else:
+            exec(compile(code, "<tool>", "exec"), namespace)
         if last is not None:
             value = eval(compile(last, "<tool>", "eval"), namespace)
             if value is not None:

@@ -12,10 +12,7 @@ from collections.abc import Iterable
 from tool_sandbox.sandbox.libc import libc
 
 _SYS_CREATE_RULESET = 444
-_SYS_ADD_RULE = 445
-_SYS_RESTRICT_SELF = 446
 _CREATE_RULESET_VERSION = 1
-_RULE_PATH_BENEATH = 1
 
 EXECUTE = 1 << 0
 WRITE_FILE = 1 << 1
@@ -69,14 +66,6 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-def _syscall(*args: object) -> int:
-    result = libc.syscall(*args)
-    if result < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"landlock syscall {args[0]}: {os.strerror(err)}")
-    return result
-
-
 def abi_version() -> int:
     """The kernel's Landlock ABI version, 0 when Landlock is absent or disabled."""
     result = libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), _CREATE_RULESET_VERSION)
@@ -95,39 +84,28 @@ def _handled_fs(abi: int) -> int:
 
 
 class Prepared:
-    """Read-only rules opened before fork: a child adds its own directory and enforces with a
-    handful of syscalls and no path lookups (a forked child pays for every page it touches)."""
+    """Read-only rules opened before fork, laid out as the kernel reads them: a child (in
+    _spawner.c) adds its own directory and enforces with a handful of syscalls and no path lookups.
+    TCP bind/connect and signals outside the domain are denied where the ABI has them."""
 
     def __init__(self, read_only: Iterable[str], abi: int) -> None:
         self.abi = abi
         handled = _handled_fs(abi)
-        self.attr = _RulesetAttr(
+        attr = _RulesetAttr(
             handled_access_fs=handled,
             handled_access_net=(NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0,
             scoped=(SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0,
         )
-        self.attr_size = ctypes.c_size_t(ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8))
-        self.rules: list[_PathBeneath] = []
+        size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8)
+        self.attr = bytes(attr)[:size]  # struct landlock_ruleset_attr as this ABI knows it
+        rules = []
         for path in read_only:
             rights = READ_ONLY | (WRITE_FILE if path == os.devnull else 0)
             rule = _open_rule(path, rights & handled)
             if rule is not None:
-                self.rules.append(rule)
-        self.own = _PathBeneath(allowed_access=READ_WRITE & handled, parent_fd=-1)
-        self.refs = [ctypes.byref(rule) for rule in [*self.rules, self.own]]
-
-    def enforce(self, own_dir_fd: int) -> None:
-        """Confine the caller to the read-only paths plus read-write `own_dir_fd` (needs
-        no_new_privs). TCP bind/connect and signals outside the domain are denied where the
-        ABI has them."""
-        self.own.parent_fd = own_dir_fd
-        fd = _syscall(_SYS_CREATE_RULESET, ctypes.byref(self.attr), self.attr_size, 0)
-        try:
-            for ref in self.refs:
-                _syscall(_SYS_ADD_RULE, fd, _RULE_PATH_BENEATH, ref, 0)
-            _syscall(_SYS_RESTRICT_SELF, fd, 0)
-        finally:
-            os.close(fd)
+                rules.append(bytes(rule))
+        self.rules = b"".join(rules)  # struct landlock_path_beneath_attr[]
+        self.own_rights = READ_WRITE & handled  # for the child's working directory
 
 
 def _open_rule(path: str, rights: int) -> _PathBeneath | None:

@@ -1,22 +1,20 @@
-"""The isolation layers a freshly forked child puts on itself before it reads any code.
+"""The isolation layers of a sandboxed child, prepared once per worker.
 
-Order matters: what needs privilege (changing uid) comes first; then no_new_privs, Landlock and
-seccomp, after which the child can only lose rights. Everything that can be is prepared by the
-worker before fork: a forked child pays a page copy for every page it touches."""
+A child isolates itself right after fork, in C (_spawner.c): its own session, descriptors and
+working directory; no core dumps; then what needs privilege (a per-slot uid, no supplementary
+groups) first, then no_new_privs, Landlock and the two seccomp filters, after which it can only
+lose rights; all other descriptors closed. Everything that can be is prepared here, before fork:
+a forked child pays a page copy for every page it touches. Per-call limits come with the code."""
 
 from __future__ import annotations
 
 import io
 import math
-import os
 import resource
-import signal
 import sys
-import tempfile
 from dataclasses import dataclass
 
 from tool_sandbox.sandbox import landlock, seccomp
-from tool_sandbox.sandbox.libc import PR_SET_PDEATHSIG, libc
 
 REQUEST_FD = 3
 CONTROL_FD = 4
@@ -24,12 +22,31 @@ CONTROL_FD = 4
 
 @dataclass(frozen=True)
 class Layers:
-    """What the worker prepared once for all its children."""
+    """What the worker prepared once for all its children, as the C side takes it."""
 
     landlock: landlock.Prepared | None  # None: Landlock unavailable or disabled
-    static_filter: seccomp.Program
-    self_only_filter: seccomp.Program
-    parent_pid: int  # the forker: a child whose parent is gone exits at once
+    static_filter: bytes  # BPF program
+    self_only_filter: bytes  # BPF program with seccomp.SELF / seccomp.GROUP placeholders
+
+    def spawner_args(self) -> tuple[bytes, bytes, int, int, bytes, bytes, int, int]:
+        """The arguments of _spawner.serve after the socket and the slot count."""
+        rules = self.landlock
+        return (
+            self.static_filter,
+            self.self_only_filter,
+            seccomp.SELF,
+            seccomp.GROUP,
+            rules.attr if rules else b"",
+            rules.rules if rules else b"",
+            rules.own_rights if rules else 0,
+            _numpy_random_state(),
+        )
+
+
+def _numpy_random_state() -> int:
+    """Address of numpy's global MT19937 state, which each child rekeys (0: numpy not loaded)."""
+    numpy_random = sys.modules.get("numpy.random")
+    return numpy_random.get_bit_generator().ctypes.state_address if numpy_random else 0
 
 
 @dataclass(frozen=True)
@@ -55,37 +72,6 @@ def prepare_stdio() -> None:
             line_buffering=True,
         )
         setattr(sys, name, stream)
-
-
-def enter(layers: Layers, workdir: str, uid: int | None, fds: tuple[int, int, int, int]) -> None:
-    """Isolate the calling (just forked) process.
-
-    `fds` are the request pipe (read), stdout, stderr and control pipe (write) ends, all above
-    fd 4; they become fds 3, 1, 2 and 4, and every other inherited descriptor is closed."""
-    os.setsid()
-    request, stdout, stderr, control = fds
-    os.dup2(stdout, 1)
-    os.dup2(stderr, 2)
-    os.dup2(request, REQUEST_FD)
-    os.dup2(control, CONTROL_FD)
-    os.chdir(workdir)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if uid is not None:
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != layers.parent_pid:
-        os._exit(1)  # the forker died while we were forking
-    seccomp.no_new_privs()
-    if layers.landlock is not None:
-        layers.landlock.enforce(os.open(".", os.O_PATH | os.O_CLOEXEC))
-    layers.static_filter.install()
-    layers.self_only_filter.install_for(os.getpid())
-    os.closerange(CONTROL_FD + 1, os.sysconf("SC_OPEN_MAX"))
-    os.environ["HOME"] = workdir
-    os.environ["TMPDIR"] = workdir
-    tempfile.tempdir = workdir
 
 
 def apply_limits(limits: Limits, vm_bytes: int) -> None:

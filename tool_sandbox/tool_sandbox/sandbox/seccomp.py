@@ -4,21 +4,21 @@ Two filters are stacked (the kernel applies the strictest answer):
 - the static deny list, compiled once per worker with libseccomp (pyseccomp) and exported as BPF,
   so installing it in each child is one prctl;
 - a per-process filter, a few BPF instructions assembled here because its constants are the
-  child's own pid (patched into a template): signals, rlimits and scheduling calls may target
-  only the caller itself.
+  child's own pid (the child patches it into the placeholders SELF and GROUP): signals, rlimits
+  and scheduling calls may target only the caller itself.
+Both are installed by the child itself, in _spawner.c.
 Denied calls fail with EPERM (code sees a PermissionError, the server sees a clean exit) rather
 than killing the process."""
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import struct
 
 import pyseccomp as sc
 
-from tool_sandbox.sandbox.libc import PR_SET_PDEATHSIG, libc
+from tool_sandbox.sandbox.libc import PR_SET_PDEATHSIG
 
 # Syscalls a sandboxed program never needs: networking, debugging other processes, kernel
 # objects, mounts and namespaces, new programs and processes, clocks, modules.
@@ -96,15 +96,8 @@ DENIED = (
     "mknodat",
 )
 _CLONE_THREAD = 0x00010000
-_PR_SET_NO_NEW_PRIVS = 38
-_PR_SET_SECCOMP = 22
-_SECCOMP_MODE_FILTER = 2
 _RET_ALLOW = 0x7FFF0000
 _RET_EPERM = 0x00050000 | errno.EPERM
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
 def static_filter() -> bytes:
@@ -137,24 +130,24 @@ def _arg(index: int) -> int:
     return 16 + 8 * index  # offset of the low 32 bits of args[index] in seccomp_data (LE)
 
 
-_SELF = 0x7FFFFFF0  # placeholders; no pid reaches them (pid_max <= 2**22)
-_GROUP = 0x7FFFFFF1
+SELF = 0x7FFFFFF0  # placeholders for the child's pid and -pid; no pid reaches them (pid_max <= 2**22)
+GROUP = 0x7FFFFFF1
 
 
 def self_only_template() -> bytes:
     """A BPF program that lets signal, rlimit and scheduling syscalls target only the caller;
-    the caller's pid is patched in by `Program.install_for`."""
+    the child patches its pid into SELF and -pid into GROUP."""
     rules: list[tuple[str, list[tuple[int, tuple[int, ...]]]]] = [
-        ("kill", [(0, (0, _SELF, _GROUP))]),
-        ("tgkill", [(0, (_SELF,))]),
-        ("rt_sigqueueinfo", [(0, (_SELF,))]),
-        ("rt_tgsigqueueinfo", [(0, (_SELF,))]),
-        ("prlimit64", [(0, (0, _SELF))]),
-        ("sched_setaffinity", [(0, (0, _SELF))]),
-        ("sched_setparam", [(0, (0, _SELF))]),
-        ("sched_setscheduler", [(0, (0, _SELF))]),
-        ("sched_setattr", [(0, (0, _SELF))]),
-        ("setpriority", [(0, (0,)), (1, (0, _SELF))]),
+        ("kill", [(0, (0, SELF, GROUP))]),
+        ("tgkill", [(0, (SELF,))]),
+        ("rt_sigqueueinfo", [(0, (SELF,))]),
+        ("rt_tgsigqueueinfo", [(0, (SELF,))]),
+        ("prlimit64", [(0, (0, SELF))]),
+        ("sched_setaffinity", [(0, (0, SELF))]),
+        ("sched_setparam", [(0, (0, SELF))]),
+        ("sched_setscheduler", [(0, (0, SELF))]),
+        ("sched_setattr", [(0, (0, SELF))]),
+        ("setpriority", [(0, (0,)), (1, (0, SELF))]),
     ]
     prog: list[tuple[int, int, int, int]] = [
         (0x20, 0, 0, 4),  # ld arch
@@ -185,39 +178,3 @@ def self_only_template() -> bytes:
         (0x06, 0, 0, _RET_ALLOW),
     ]
     return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
-
-
-class Program:
-    """A BPF program laid out in memory before fork, so a child installs it with one prctl
-    (a forked child pays for every page it touches; this keeps that to a minimum)."""
-
-    def __init__(self, code: bytes) -> None:
-        self.code = code
-        self.buffer = ctypes.create_string_buffer(code, len(code))
-        self.fprog = _SockFprog(len=len(code) // 8, filter=ctypes.addressof(self.buffer))
-        self.ref = ctypes.byref(self.fprog)
-        self.self_slots = [
-            i for i in range(0, len(code), 8) if code[i + 4 : i + 8] == struct.pack("=I", _SELF)
-        ]
-        self.group_slots = [
-            i for i in range(0, len(code), 8) if code[i + 4 : i + 8] == struct.pack("=I", _GROUP)
-        ]
-
-    def install(self) -> None:
-        """Load it as a seccomp filter on the calling thread (needs no_new_privs)."""
-        if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, self.ref, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
-
-    def install_for(self, pid: int) -> None:
-        """Patch `pid` into the placeholders, then install."""
-        for offset in self.self_slots:
-            struct.pack_into("=I", self.buffer, offset + 4, pid & 0xFFFFFFFF)
-        for offset in self.group_slots:
-            struct.pack_into("=I", self.buffer, offset + 4, (-pid) & 0xFFFFFFFF)
-        self.install()
-
-
-def no_new_privs() -> None:
-    """Forbid gaining privileges (setuid binaries, file capabilities) from now on."""
-    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tool_sandbox.sandbox import forker, landlock, layers, outcome, seccomp, wire
-from tool_sandbox.sandbox.libc import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, prctl
+from tool_sandbox.sandbox.libc import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, prctl, set_name
 
 PRELOAD = (
     "numpy",
@@ -153,7 +153,8 @@ class Worker:
         self.lease = lease
         self.root = lease.workdir
         self.spare_target = int(settings.get("spares", 2))
-        self.free_slots = list(range(int(settings.get("slots", 64))))
+        self.slots = int(settings.get("slots", 64))
+        self.free_slots = list(range(self.slots))
         self.uid_base = lease.uid_base
         self.children: dict[int, Child] = {}  # by slot
         self.by_fd: dict[int, tuple[Child, str]] = {}
@@ -167,9 +168,8 @@ class Worker:
         self.landlock_abi = landlock.abi_version() if settings.get("landlock", True) else 0
         self.layers = layers.Layers(
             landlock=landlock.Prepared(_read_only_paths(), self.landlock_abi) if self.landlock_abi else None,
-            static_filter=seccomp.Program(seccomp.static_filter()),
-            self_only_filter=seccomp.Program(seccomp.self_only_template()),
-            parent_pid=0,  # the forker's, filled in by it
+            static_filter=seccomp.static_filter(),
+            self_only_filter=seccomp.self_only_template(),
         )
         self.forker_pid = 0
         self.forker: socket.socket | None = None
@@ -192,7 +192,7 @@ class Worker:
         ctl_r, ctl_w = os.pipe()
         ends = (request_r, out_w, err_w, ctl_w)
         assert self.forker is not None
-        forker.send(self.forker, {"op": "spawn", "slot": slot, "workdir": workdir, "uid": uid}, ends)
+        forker.spawn(self.forker, slot, workdir, uid, ends)
         for fd in ends:
             os.close(fd)
         os.set_blocking(request_w, False)  # a stopped child must never block this worker
@@ -216,22 +216,22 @@ class Worker:
         """Kill a child's process group (the forker ignores it once the child is reaped)."""
         if not kid.reaped:
             assert self.forker is not None
-            forker.send(self.forker, {"op": "kill", "slot": kid.slot})
+            forker.kill(self.forker, kid.slot)
 
     def on_forker(self) -> None:
         """Children the forker has reaped."""
         assert self.forker is not None
         while True:
             try:
-                data = self.forker.recv(1 << 16, socket.MSG_DONTWAIT)
+                data = self.forker.recv(forker.EXITED.size, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 return
             if not data:
                 raise SystemExit("tool-sandbox worker: the forker exited")
-            message = json.loads(data)
-            kid = self.children.get(message["slot"])
+            gone = forker.exited(data)
+            kid = self.children.get(gone.slot)
             if kid is not None:
-                self.reap(kid, message["status"], float(message["cpu"]))
+                self.reap(kid, gone.status, gone.cpu_seconds)
 
     def reap(self, kid: Child, status: int | None, cpu_seconds: float) -> None:
         kid.reaped = True
@@ -492,7 +492,7 @@ class Worker:
         return nearest
 
     def run(self) -> None:
-        self.forker_pid, self.forker, self.huge_bytes = forker.start(self.layers)
+        self.forker_pid, self.forker, self.huge_bytes = forker.start(self.layers, self.slots)
         self.selector.register(self.forker, selectors.EVENT_READ)
         os.set_blocking(self.in_fd, False)
         self.selector.register(self.in_fd, selectors.EVENT_READ)
@@ -735,6 +735,7 @@ def main() -> None:
     settings = json.loads(sys.argv[1])
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     prctl(PR_SET_DUMPABLE, 0)
+    set_name(b"sandbox-worker")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for name in settings.get("preload", PRELOAD):
         with contextlib.suppress(ImportError):

@@ -1,0 +1,329 @@
+/* The forker's loop and a child's isolation, in C.
+ *
+ * Why C: every page of the warm interpreter that the forker writes after a fork is copied, and
+ * splits the huge pages its heap was collapsed into (memory.py); a Python loop touches hundreds of
+ * pages per call, and a child that isolates itself in Python touches hundreds more. Here the
+ * forker's steady state and a child's whole set-up run without touching a Python object: a child
+ * first runs Python when it is isolated and waiting for its code.
+ *
+ * serve() never returns in the forker except with None when the worker closes the socket; in each
+ * forked child it returns (workdir, vm_bytes, error) once isolated (error is None, or what
+ * failed, in which case the child must report it and exit).
+ *
+ * Messages on the SOCK_SEQPACKET socket (layouts defined in forker.py, native byte order):
+ *   worker -> forker  spawn: int32 op=1, int32 slot, int32 uid (-1: keep ours), workdir bytes,
+ *                     with 4 fds (request read end; stdout, stderr and control write ends);
+ *                     kill:  int32 op=2, int32 slot.
+ *   forker -> worker  int32 slot, int32 forked (0: fork failed), int32 wait status,
+ *                     float64 CPU seconds; once that slot's child has been reaped.
+ *
+ * Child set-up order: what needs privilege (uid) first, then no_new_privs, Landlock and seccomp,
+ * after which the child can only lose rights; descriptors other than 0-4 are closed last. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define OP_SPAWN 1
+#define OP_KILL 2
+#define NFDS 4
+#define REPLY_SIZE 20
+#define MT19937_WORDS 624 /* numpy's mt19937_state: uint32_t key[624]; int pos; */
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+#define SYS_LANDLOCK_CREATE_RULESET 444
+#define SYS_LANDLOCK_ADD_RULE 445
+#define SYS_LANDLOCK_RESTRICT_SELF 446
+#define LANDLOCK_RULE_PATH_BENEATH 1
+
+struct path_beneath {
+    uint64_t allowed_access;
+    int32_t parent_fd;
+} __attribute__((packed));
+
+/* What every child applies; copied out of Python objects once, before the first fork. */
+struct setup {
+    struct sock_fprog static_filter;
+    struct sock_fprog self_filter;
+    uint32_t self_placeholder, group_placeholder;
+    const void *landlock_attr; /* NULL: no Landlock */
+    size_t landlock_attr_size;
+    struct path_beneath *rules;
+    size_t n_rules;
+    uint64_t own_rights;
+    void *mt19937; /* numpy's global MT19937 state, NULL: numpy not loaded */
+    pid_t forker;
+    int statm;
+    long page_size;
+};
+
+struct child_state {
+    pid_t pid; /* 0: slot free */
+    int pidfd;
+};
+
+static void *copy_bytes(Py_buffer *view) {
+    void *copy = PyMem_RawMalloc(view->len ? (size_t)view->len : 1);
+    if (copy != NULL) memcpy(copy, view->buf, (size_t)view->len);
+    return copy;
+}
+
+/* The child's pid where the self-only filter holds a placeholder. */
+static void patch_self_filter(const struct setup *s, pid_t pid) {
+    for (unsigned short i = 0; i < s->self_filter.len; i++) {
+        struct sock_filter *ins = &s->self_filter.filter[i];
+        if (ins->k == s->self_placeholder) ins->k = (uint32_t)pid;
+        else if (ins->k == s->group_placeholder) ins->k = (uint32_t)-pid;
+    }
+}
+
+static const char *landlock(const struct setup *s) {
+    int ruleset = (int)syscall(SYS_LANDLOCK_CREATE_RULESET, s->landlock_attr, s->landlock_attr_size, 0);
+    if (ruleset < 0) return "landlock_create_ruleset";
+    for (size_t i = 0; i < s->n_rules; i++)
+        if (syscall(SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, &s->rules[i], 0) != 0)
+            return "landlock_add_rule (read-only path)";
+    struct path_beneath own = {.allowed_access = s->own_rights, .parent_fd = open(".", O_PATH | O_CLOEXEC)};
+    if (own.parent_fd < 0) return "open working directory";
+    if (syscall(SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, &own, 0) != 0)
+        return "landlock_add_rule (working directory)";
+    if (syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0) return "landlock_restrict_self";
+    close(own.parent_fd);
+    close(ruleset);
+    return NULL;
+}
+
+/* Give the child its own numpy global random stream: a random key, consumed from the start (as
+   after numpy's own seeding), one syscall instead of numpy.random.seed()'s ~600 us of page copies. */
+static int reseed_mt19937(void *state) {
+    if (state == NULL) return 0;
+    size_t want = MT19937_WORDS * sizeof(uint32_t), got = 0;
+    while (got < want) {
+        ssize_t n = getrandom((char *)state + got, want - got, 0);
+        if (n < 0 && errno != EINTR) return -1;
+        if (n > 0) got += (size_t)n;
+    }
+    *(int *)((uint32_t *)state + MT19937_WORDS) = MT19937_WORDS;
+    return 0;
+}
+
+/* Isolate the just-forked child; NULL on success, else the step that failed (errno set). */
+static const char *isolate(const struct setup *s, const char *workdir, int uid, const int fds[NFDS]) {
+    static const struct rlimit no_core = {0, 0};
+    prctl(PR_SET_NAME, (unsigned long)"sandbox-child", 0, 0, 0);
+    if (reseed_mt19937(s->mt19937) != 0) return "getrandom (numpy's random state)";
+    if (setsid() < 0) return "setsid";
+    /* fds arrive above 4 (the forker keeps 3 and 4 taken): request -> 3, stdout -> 1,
+       stderr -> 2, control -> 4 */
+    if (dup2(fds[1], 1) < 0 || dup2(fds[2], 2) < 0 || dup2(fds[0], 3) < 0 || dup2(fds[3], 4) < 0)
+        return "dup2";
+    if (chdir(workdir) != 0) return "chdir to the working directory";
+    if (setrlimit(RLIMIT_CORE, &no_core) != 0) return "setrlimit(RLIMIT_CORE)";
+    if (uid >= 0) {
+        if (setgroups(0, NULL) != 0) return "setgroups";
+        if (setresgid((gid_t)uid, (gid_t)uid, (gid_t)uid) != 0) return "setresgid";
+        if (setresuid((uid_t)uid, (uid_t)uid, (uid_t)uid) != 0) return "setresuid";
+    }
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) return "prctl(PR_SET_PDEATHSIG)";
+    if (getppid() != s->forker) _exit(1); /* the forker died while we were forking */
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return "prctl(PR_SET_NO_NEW_PRIVS)";
+    if (s->landlock_attr != NULL) {
+        const char *failed = landlock(s);
+        if (failed != NULL) return failed;
+    }
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &s->static_filter, 0, 0) != 0)
+        return "seccomp (static filter)";
+    patch_self_filter(s, getpid());
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &s->self_filter, 0, 0) != 0)
+        return "seccomp (self-only filter)";
+    if (syscall(SYS_close_range, 5U, ~0U, 0) != 0) {
+        long max = sysconf(_SC_OPEN_MAX);
+        for (int fd = 5; fd < max; fd++) close(fd);
+    }
+    return NULL;
+}
+
+static long vm_bytes(const struct setup *s) {
+    char text[64] = {0};
+    if (pread(s->statm, text, sizeof text - 1, 0) <= 0) return 0;
+    return strtol(text, NULL, 10) * s->page_size;
+}
+
+static void reply(int sock, int slot, int forked, int status, double cpu) {
+    char message[REPLY_SIZE];
+    int32_t head[3] = {slot, forked, status};
+    memcpy(message, head, sizeof head);
+    memcpy(message + sizeof head, &cpu, sizeof cpu);
+    while (send(sock, message, sizeof message, 0) < 0 && errno == EINTR) {
+    }
+}
+
+static void kill_child(const struct child_state *child) {
+    if (child->pid > 0) {
+        kill(-child->pid, SIGKILL);
+        kill(child->pid, SIGKILL);
+    }
+}
+
+static void reap(int sock, int epoll, struct child_state *child, int slot) {
+    int status = 0;
+    struct rusage usage;
+    pid_t done = wait4(child->pid, &status, WNOHANG, &usage);
+    if (done == 0) return;
+    epoll_ctl(epoll, EPOLL_CTL_DEL, child->pidfd, NULL);
+    close(child->pidfd);
+    child->pid = 0;
+    child->pidfd = -1;
+    double cpu = done < 0 ? 0.0
+                          : (double)usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6 +
+                                (double)usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6;
+    reply(sock, slot, 1, status, cpu);
+}
+
+static PyObject *spawned(const char *workdir, long vm, const char *failed) {
+    if (failed == NULL) return Py_BuildValue("(ylO)", workdir, vm, Py_None);
+    return Py_BuildValue("(yls)", workdir, vm, failed);
+}
+
+static PyObject *serve(PyObject *Py_UNUSED(module), PyObject *args) {
+    int sock, slots;
+    Py_buffer static_bpf, self_bpf, attr, rules;
+    unsigned int self_placeholder, group_placeholder;
+    unsigned long long own_rights, mt19937;
+    if (!PyArg_ParseTuple(args, "iiy*y*IIy*y*KK", &sock, &slots, &static_bpf, &self_bpf, &self_placeholder,
+                          &group_placeholder, &attr, &rules, &own_rights, &mt19937))
+        return NULL;
+    struct setup s = {
+        .static_filter = {.len = (unsigned short)(static_bpf.len / sizeof(struct sock_filter)),
+                          .filter = copy_bytes(&static_bpf)},
+        .self_filter = {.len = (unsigned short)(self_bpf.len / sizeof(struct sock_filter)),
+                        .filter = copy_bytes(&self_bpf)},
+        .self_placeholder = self_placeholder,
+        .group_placeholder = group_placeholder,
+        .landlock_attr = attr.len ? copy_bytes(&attr) : NULL,
+        .landlock_attr_size = (size_t)attr.len,
+        .rules = copy_bytes(&rules),
+        .n_rules = (size_t)rules.len / sizeof(struct path_beneath),
+        .own_rights = own_rights,
+        .mt19937 = (void *)(uintptr_t)mt19937,
+        .forker = getpid(),
+        .statm = open("/proc/self/statm", O_RDONLY | O_CLOEXEC),
+        .page_size = sysconf(_SC_PAGESIZE),
+    };
+    PyBuffer_Release(&static_bpf);
+    PyBuffer_Release(&self_bpf);
+    PyBuffer_Release(&attr);
+    PyBuffer_Release(&rules);
+    struct child_state *children = PyMem_RawCalloc((size_t)slots, sizeof *children);
+    int epoll = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event watch = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
+    if (children == NULL || epoll < 0 || s.statm < 0 || epoll_ctl(epoll, EPOLL_CTL_ADD, sock, &watch) != 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+
+    struct epoll_event events[64];
+    char message[4096 + 16];
+    char control[CMSG_SPACE(NFDS * sizeof(int))];
+    for (;;) {
+        int n = epoll_wait(epoll, events, 64, -1);
+        for (int e = 0; e < n; e++) {
+            if (events[e].data.u64 != UINT64_MAX) {
+                int slot = (int)events[e].data.u64;
+                reap(sock, epoll, &children[slot], slot);
+                continue;
+            }
+            for (;;) {
+                struct iovec iov = {.iov_base = message, .iov_len = sizeof message - 1};
+                struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control,
+                                     .msg_controllen = sizeof control};
+                ssize_t got = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+                if (got < 0 && errno == EINTR) continue;
+                if (got < 0) break; /* EAGAIN: drained */
+                if (got == 0) Py_RETURN_NONE; /* the worker is gone */
+                int fds[NFDS] = {-1, -1, -1, -1};
+                for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c))
+                    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+                        c->cmsg_len == CMSG_LEN(NFDS * sizeof(int)))
+                        memcpy(fds, CMSG_DATA(c), sizeof fds);
+                int32_t head[3] = {0, -1, -1};
+                memcpy(head, message, got < 12 ? (size_t)got : sizeof head);
+                int slot = head[1];
+                if (slot < 0 || slot >= slots) {
+                    for (int i = 0; i < NFDS; i++)
+                        if (fds[i] >= 0) close(fds[i]);
+                    continue; /* the worker never sends these */
+                }
+                if (head[0] == OP_KILL) {
+                    kill_child(&children[slot]);
+                    continue;
+                }
+                message[got] = '\0';
+                const char *workdir = message + sizeof head;
+                if (head[0] != OP_SPAWN || got <= (ssize_t)sizeof head || fds[NFDS - 1] < 0 ||
+                    children[slot].pid != 0) {
+                    for (int i = 0; i < NFDS; i++)
+                        if (fds[i] >= 0) close(fds[i]);
+                    reply(sock, slot, 0, 0, 0.0);
+                    continue;
+                }
+                long vm = vm_bytes(&s);
+                pid_t pid = fork();
+                if (pid == 0) {
+                    const char *failed = isolate(&s, workdir, head[2], fds);
+                    return spawned(workdir, vm, failed);
+                }
+                for (int i = 0; i < NFDS; i++) close(fds[i]);
+                int pidfd = pid < 0 ? -1 : (int)syscall(SYS_pidfd_open, pid, 0);
+                struct epoll_event exited = {.events = EPOLLIN, .data.u64 = (uint64_t)slot};
+                if (pid > 0 && pidfd >= 0 && epoll_ctl(epoll, EPOLL_CTL_ADD, pidfd, &exited) == 0) {
+                    children[slot].pid = pid;
+                    children[slot].pidfd = pidfd;
+                    continue;
+                }
+                if (pid > 0) { /* cannot watch it: kill it and report it as it ends */
+                    int status = 0;
+                    kill(pid, SIGKILL);
+                    waitpid(pid, &status, 0);
+                    if (pidfd >= 0) close(pidfd);
+                    reply(sock, slot, 1, status, 0.0);
+                } else {
+                    reply(sock, slot, 0, 0, 0.0);
+                }
+            }
+        }
+    }
+}
+
+static PyMethodDef methods[] = {
+    {"serve", serve, METH_VARARGS,
+     "serve(sock, slots, static_bpf, self_bpf, self_placeholder, group_placeholder, landlock_attr, "
+     "landlock_rules, own_rights, mt19937_state_address): the forker loop; returns None when the worker is gone, or in a "
+     "forked child (workdir, vm_bytes, error)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    .m_base = PyModuleDef_HEAD_INIT, .m_name = "_spawner", .m_size = -1, .m_methods = methods};
+
+PyMODINIT_FUNC PyInit__spawner(void) { return PyModule_Create(&module); }
