@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(prometheus libseccomp2)
+# gcc + libc6-dev: tool_sandbox's C extension (the forker) is compiled at install
+APT_PACKAGES=(prometheus libseccomp2 gcc libc6-dev)
 export UV_PYTHON_DOWNLOADS=never
 
 missing=()
@@ -24,6 +25,11 @@ fi
 
 command -v uv >/dev/null || python3 -m pip install --quiet uv
 [ -x .venv/bin/python ] || uv venv --quiet --python python3.11 .venv
+if ! .venv/bin/python -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+  echo "setup: this Python has no C headers (Python.h); tool_sandbox's C extension needs them." >&2
+  echo "       Install them (Debian: apt-get install python3.11-dev) and run 'make setup' again." >&2
+  exit 1
+fi
 uv pip install --quiet --python .venv \
   -e operator -e tool_sandbox -e trainer_entry -r requirements-dev.txt
 
