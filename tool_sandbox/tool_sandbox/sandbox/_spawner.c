@@ -17,6 +17,10 @@
  *   forker -> worker  int32 slot, int32 forked (0: fork failed), int32 wait status,
  *                     float64 CPU seconds; once that slot's child has been reaped.
  *
+ * receive() is a child's read of its next request on the request pipe (layout in layers.py): a
+ * header (mode, limits, sizes), stdin, code. For a new program it also sets the limits and stdin,
+ * so the only Python a one-shot child runs is the code itself.
+ *
  * Child set-up order: what needs privilege (uid) first, then no_new_privs, Landlock and seccomp,
  * after which the child can only lose rights; descriptors other than 0-4 are closed last. */
 
@@ -26,6 +30,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <sys/mman.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <signal.h>
@@ -45,6 +50,7 @@
 #define OP_KILL 2
 #define NFDS 4
 #define REPLY_SIZE 20
+#define MODE_EXEC 2 /* layers.EXEC */
 #define MT19937_WORDS 624 /* numpy's mt19937_state: uint32_t key[624]; int pos; */
 
 #ifndef SYS_pidfd_open
@@ -78,6 +84,14 @@ struct setup {
     int statm;
     long page_size;
 };
+
+/* A request to a child (layers.REQUEST, native byte order): then stdin_bytes, then code_bytes. */
+struct request {
+    uint32_t mode; /* layers.RUN, SESSION or EXEC (a session's next cell: no limits, no stdin) */
+    double timeout_seconds;
+    uint32_t memory_mib, file_size_mib, open_files, processes;
+    uint32_t stdin_bytes, code_bytes;
+} __attribute__((packed));
 
 struct child_state {
     pid_t pid; /* 0: slot free */
@@ -315,11 +329,87 @@ static PyObject *serve(PyObject *Py_UNUSED(module), PyObject *args) {
     }
 }
 
+/* Read exactly `size` bytes: 1 done, 0 end of file first, -1 error. */
+static int read_exact(int fd, char *buffer, size_t size) {
+    size_t got = 0;
+    while (got < size) {
+        ssize_t n = read(fd, buffer + got, size - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -1;
+        if (n == 0) return got == 0 ? 0 : -1;
+        got += (size_t)n;
+    }
+    return 1;
+}
+
+static int set_limit(int resource, rlim_t value) {
+    struct rlimit limit = {value, value};
+    return setrlimit(resource, &limit);
+}
+
+/* Per-call limits: memory on top of the inherited image, CPU seconds on top of what this
+   (pre-forked) process used before the call (soft limit: SIGXCPU, hard a second later). */
+static int apply_limits(const struct request *r, long long vm_bytes) {
+    struct rusage usage;
+    if (getrusage(RUSAGE_SELF, &usage) != 0) return -1;
+    double used = (double)usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6 + (double)usage.ru_stime.tv_sec +
+                  usage.ru_stime.tv_usec / 1e6;
+    double budget = used + r->timeout_seconds;
+    rlim_t cpu = (rlim_t)budget + ((double)(rlim_t)budget < budget) + 1; /* ceil + 1 */
+    struct rlimit cpu_limit = {cpu, cpu + 1};
+    if (setrlimit(RLIMIT_CPU, &cpu_limit) != 0) return -1;
+    if (set_limit(RLIMIT_AS, (rlim_t)vm_bytes + ((rlim_t)r->memory_mib << 20)) != 0) return -1;
+    if (set_limit(RLIMIT_FSIZE, (rlim_t)r->file_size_mib << 20) != 0) return -1;
+    if (set_limit(RLIMIT_NOFILE, r->open_files) != 0) return -1;
+    return set_limit(RLIMIT_NPROC, r->processes);
+}
+
+static int stdin_from(const char *text, size_t size) {
+    int fd = memfd_create("stdin", MFD_CLOEXEC);
+    if (fd < 0) return -1;
+    for (size_t done = 0; done < size;) {
+        ssize_t n = write(fd, text + done, size - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -1;
+        done += (size_t)n;
+    }
+    if (lseek(fd, 0, SEEK_SET) != 0 || dup2(fd, 0) < 0) return -1;
+    close(fd);
+    return 0;
+}
+
+static PyObject *receive(PyObject *Py_UNUSED(module), PyObject *args) {
+    int fd;
+    long long vm_bytes;
+    if (!PyArg_ParseTuple(args, "iL", &fd, &vm_bytes)) return NULL;
+    struct request r;
+    int got = read_exact(fd, (char *)&r, sizeof r);
+    if (got == 0) Py_RETURN_NONE;
+    size_t size = (size_t)r.stdin_bytes + r.code_bytes;
+    char *body = got < 0 ? NULL : PyMem_RawMalloc(size ? size : 1);
+    if (body == NULL || read_exact(fd, body, size) != 1) {
+        PyMem_RawFree(body);
+        return PyErr_Format(PyExc_OSError, "the request pipe ended inside a request");
+    }
+    const char *failed = NULL;
+    if (r.mode != MODE_EXEC && apply_limits(&r, vm_bytes) != 0) failed = "setrlimit";
+    else if (r.mode != MODE_EXEC && r.stdin_bytes && stdin_from(body, r.stdin_bytes) != 0) failed = "stdin";
+    PyObject *result = NULL;
+    if (failed != NULL) PyErr_SetFromErrnoWithFilename(PyExc_OSError, failed);
+    else result = Py_BuildValue("(IN)", r.mode, PyUnicode_DecodeUTF8(body + r.stdin_bytes, r.code_bytes,
+                                                                      "surrogatepass"));
+    PyMem_RawFree(body);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"serve", serve, METH_VARARGS,
      "serve(sock, slots, static_bpf, self_bpf, self_placeholder, group_placeholder, landlock_attr, "
      "landlock_rules, own_rights, mt19937_state_address): the forker loop; returns None when the worker is gone, or in a "
      "forked child (workdir, vm_bytes, error)."},
+    {"receive", receive, METH_VARARGS,
+     "receive(fd, vm_bytes): a child's next request as (mode, code), None at end of file; sets the "
+     "limits and stdin of a new program."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -17,7 +17,7 @@ import threading
 import traceback
 from typing import Any
 
-from tool_sandbox.sandbox import layers, wire
+from tool_sandbox.sandbox import _spawner, layers, wire
 
 
 def main(workdir: str, vm_bytes: int, setup_error: str | None) -> None:
@@ -29,17 +29,16 @@ def main(workdir: str, vm_bytes: int, setup_error: str | None) -> None:
     try:
         os.environ["HOME"] = os.environ["TMPDIR"] = tempfile.tempdir = workdir
         reseed()  # while waiting for code: off the call's path
-        request = wire.read_frame(layers.REQUEST_FD)
+        request = _spawner.receive(layers.REQUEST_FD, vm_bytes)  # also sets limits and stdin
         if request is None:
             os._exit(0)
-        layers.apply_limits(layers.Limits(**request["limits"]), vm_bytes)
-        _set_stdin(request.get("stdin") or "")
-        if request["mode"] == "session":
-            code = _session(request["code"])
+        mode, source = request
+        if mode == layers.SESSION:
+            code = _session(source, vm_bytes)
         else:
             os.close(layers.CONTROL_FD)
             os.close(layers.REQUEST_FD)
-            code, _ = run(request["code"], _fresh_namespace(), notebook=False)
+            code, _ = run(source, _fresh_namespace(), notebook=False)
             _join_threads()
     finally:
         _flush()
@@ -75,7 +74,7 @@ def run(code: str, namespace: dict[str, Any], notebook: bool) -> tuple[int, bool
         return 1, False
 
 
-def _session(first_code: str) -> int:
+def _session(first_code: str, vm_bytes: int) -> int:
     namespace = _fresh_namespace()
     code: str | None = first_code
     while code is not None:
@@ -84,8 +83,8 @@ def _session(first_code: str) -> int:
         if exited:
             return status  # sys.exit ends the session as it ends a kernel
         _report({"done": True, "exitCode": status})
-        message = wire.read_frame(layers.REQUEST_FD)
-        code = None if message is None else message["code"]
+        message = _spawner.receive(layers.REQUEST_FD, vm_bytes)
+        code = None if message is None else message[1]
     return 0
 
 
@@ -100,16 +99,6 @@ def _exit_code(exc: SystemExit) -> int:
         return exc.code & 0xFF
     print(exc.code, file=sys.stderr)
     return 1
-
-
-def _set_stdin(text: str) -> None:
-    if not text:
-        return
-    fd = os.memfd_create("stdin")
-    wire.write_all(fd, text.encode())
-    os.lseek(fd, 0, os.SEEK_SET)
-    os.dup2(fd, 0)
-    os.close(fd)
 
 
 def _join_threads() -> None:

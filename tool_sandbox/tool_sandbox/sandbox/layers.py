@@ -8,19 +8,22 @@ a forked child pays a page copy for every page it touches. Per-call limits come 
 
 from __future__ import annotations
 
+import dataclasses
 import io
-import math
-import resource
+import struct
 import sys
-from dataclasses import dataclass
 
 from tool_sandbox.sandbox import landlock, seccomp
 
 REQUEST_FD = 3
 CONTROL_FD = 4
+RUN, SESSION, EXEC = 0, 1, 2  # a one-shot program, a session's first cell, a session's next cell
+# A request to a child, read in C (_spawner.receive): mode, timeout seconds, memory MiB, file size
+# MiB, open files, processes, stdin bytes, code bytes; then stdin and code (UTF-8).
+REQUEST = struct.Struct("=IdIIIIII")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Layers:
     """What the worker prepared once for all its children, as the C side takes it."""
 
@@ -49,15 +52,33 @@ def _numpy_random_state() -> int:
     return numpy_random.get_bit_generator().ctypes.state_address if numpy_random else 0
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Limits:
-    """Per-call resource limits, applied after the code arrives."""
+    """Per-call resource limits, applied by the child once the code arrives."""
 
     timeout_seconds: float
     memory_mib: int
     file_size_mib: int
     open_files: int
     processes: int
+
+    def __post_init__(self) -> None:
+        if not 0 < self.timeout_seconds < 1e9:  # also rejects NaN
+            raise ValueError(f"timeout_seconds must be a positive number, not {self.timeout_seconds!r}")
+        for name in ("memory_mib", "file_size_mib", "open_files", "processes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not 0 < value < 1 << 32:
+                raise ValueError(f"{name} must be a positive integer below 2**32, not {value!r}")
+
+
+def request(mode: int, code: str, limits: Limits | None = None, stdin: str = "") -> bytes:
+    """The bytes of one request to a child (limits and stdin are ignored for EXEC)."""
+    if not isinstance(code, str) or not isinstance(stdin, str):
+        raise TypeError("code and stdin must be strings")
+    body = stdin.encode("utf-8", "surrogatepass") if mode != EXEC else b""
+    source = code.encode("utf-8", "surrogatepass")
+    numbers = dataclasses.astuple(limits) if limits else (0.0, 0, 0, 0, 0)
+    return REQUEST.pack(mode, *numbers, len(body), len(source)) + body + source
 
 
 def prepare_stdio() -> None:
@@ -72,17 +93,3 @@ def prepare_stdio() -> None:
             line_buffering=True,
         )
         setattr(sys, name, stream)
-
-
-def apply_limits(limits: Limits, vm_bytes: int) -> None:
-    """Set hard and soft rlimits for one call; memory counts on top of the inherited image and
-    CPU seconds on top of what this (pre-forked) process used before the call."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = math.ceil(usage.ru_utime + usage.ru_stime + limits.timeout_seconds) + 1
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    memory = vm_bytes + (limits.memory_mib << 20)
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    size = limits.file_size_mib << 20
-    resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
-    resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))

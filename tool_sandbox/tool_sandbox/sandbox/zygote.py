@@ -289,7 +289,7 @@ class Worker:
 
     # ---- calls --------------------------------------------------------------------------
 
-    def start(self, msg: dict[str, Any], kid: Child, mode: str) -> None:
+    def start(self, msg: dict[str, Any], kid: Child, mode: str, frame: bytes) -> None:
         now = time.monotonic()
         max_output = int(msg.get("maxOutputBytes", 4096))
         kid.call = Call(
@@ -302,10 +302,7 @@ class Worker:
             session_open=mode == "session" and kid.session is None,
             next_disk_check=now + DISK_CHECK_SECONDS,
         )
-        frame = {"code": msg.get("code", "")}
-        if mode != "exec":
-            frame.update(mode=mode, limits=msg["limits"], stdin=msg.get("stdin") or "")
-        kid.outbox += wire.encode(frame)
+        kid.outbox += frame
         kid.close_after_write = mode == "run"
         self.write_request(kid)
 
@@ -408,7 +405,10 @@ class Worker:
     def handle(self, msg: dict[str, Any]) -> None:
         op = msg.get("op")
         if op in ("run", "open"):
-            float(msg["timeout"]), layers.Limits(**msg["limits"])  # reject before using a child
+            float(msg["timeout"])  # the frame and the timeout are checked before a child is used
+            kind = layers.RUN if op == "run" else layers.SESSION
+            limits = layers.Limits(**msg["limits"])
+            frame = layers.request(kind, msg.get("code", ""), limits, msg.get("stdin") or "")
             try:
                 files = _decode_files(msg.get("files") or {}) if op == "run" else {}
             except (TypeError, ValueError) as exc:
@@ -426,15 +426,16 @@ class Worker:
                 self.kill(kid)  # never reuse a child whose directory is half written
                 self.reply_error(msg, outcome.ERROR, f"could not place files: {exc.strerror}")
                 return
-            self.start(msg, kid, "run" if op == "run" else "session")
+            self.start(msg, kid, "run" if op == "run" else "session", frame)
         elif op == "exec":
             float(msg["timeout"])
+            frame = layers.request(layers.EXEC, msg.get("code", ""))
             kid = self.sessions.get(int(msg.get("session", -1)))
             if kid is None or kid.call is not None:
                 why = "unknown or closed session" if kid is None else "session is busy with another call"
                 self.reply_error(msg, outcome.ERROR, why)
                 return
-            self.start(msg, kid, "exec")
+            self.start(msg, kid, "exec", frame)
         elif op == "close":
             kid = self.sessions.pop(int(msg.get("session", -1)), None)
             if kid is not None:
