@@ -42,6 +42,10 @@ def worker_environment() -> dict[str, str]:
     env.update(
         OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1"
     )
+    # Objects from the C library's heap rather than pymalloc's 1 MiB arenas: one contiguous
+    # region, so ~51 of the warm worker's ~58 MiB collapse into huge pages instead of ~41
+    # (memory.py) and each fork and exit handles ~2,000 fewer page-table entries (~8 % calls/s).
+    env["PYTHONMALLOC"] = "malloc"
     return env
 
 
