@@ -28,6 +28,29 @@ from .status import pool_stopped
 
 SANDBOX_UID = 10001  # the tool-sandbox image's user (images/tool-sandbox/Dockerfile)
 CHECKSUM_ANNOTATION = "toolrl.dev/tools-checksum"
+TMP_HEADROOM_MIB = 256  # /tmp beyond the calls' own budgets: workers' leases, search indexes, slack
+
+
+def tmp_size_mib(spec: dict[str, Any]) -> int:
+    """The pool's /tmp: every call and session may keep its python tool's diskLimitMiB (the
+    server kills it past that), so the volume holds them all and the kubelet never evicts the pod
+    for a tool call's files."""
+    pool = spec["toolPool"]  # CRD defaults applied, as everywhere in the builders
+    budget = max((t["diskLimitMiB"] for t in spec["tools"] if t["type"] == "python"), default=0)
+    return budget * (pool["capacityPerReplica"] + pool["maxSessionsPerReplica"]) + TMP_HEADROOM_MIB
+
+
+def server_args(spec: dict[str, Any]) -> list[str]:
+    """tool_sandbox's command line (after the image's entrypoint) for this job's pool."""
+    pool = spec["toolPool"]
+    args = [
+        "--config", f"{CONFIG_MOUNT}/{TOOLS_KEY}",
+        "--capacity", str(pool["capacityPerReplica"]),
+        "--max-sessions", str(pool["maxSessionsPerReplica"]),
+    ]  # fmt: skip
+    if not pool["requireLandlock"]:
+        args.append("--allow-no-landlock")
+    return args
 
 
 def desired_replicas(job: dict[str, Any]) -> int:
@@ -55,6 +78,7 @@ def build_deployment(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": "tool-sandbox",
         "image": pool.get("image") or settings.tool_sandbox_image,
+        "args": server_args(spec),
         "ports": [{"name": "http", "containerPort": TOOL_POOL_PORT}],
         "readinessProbe": probe,
         "livenessProbe": {**probe, "httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10},
@@ -76,7 +100,7 @@ def build_deployment(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
             "name": "tools-config",
             "configMap": {"name": config_name(name), "items": [{"key": TOOLS_KEY, "path": TOOLS_KEY}]},
         },
-        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": f"{tmp_size_mib(spec)}Mi"}},
     ]
     if _needs_data(spec):
         volumes.append({"name": "data", **copy.deepcopy(spec["data"]["volume"])})

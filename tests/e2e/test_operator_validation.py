@@ -77,6 +77,11 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("tool-name-identifier", {"tools": [{"name": "my-tool", "type": "python"}]}, "must be an identifier"),
     ("pool-min-le-max", {"toolPool.replicas": {"min": 5, "max": 4}}, "min must be less than or equal"),
+    (
+        "target-within-capacity",
+        {"toolPool.targetConcurrencyPerReplica": 40, "toolPool.capacityPerReplica": 32},
+        "targetConcurrencyPerReplica must not exceed spec.toolPool.capacityPerReplica",
+    ),
     ("custom-needs-configmap", {"reward.preset": "custom"}, "preset custom needs reward.custom"),
     ("save-freq-nonzero", {"checkpoint": {"saveFreq": 0}}, "saveFreq must be a positive step"),
     ("resume-value", {"checkpoint": {"resume": "sometimes"}}, "checkpoint.resume must be auto, disable"),

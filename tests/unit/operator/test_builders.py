@@ -205,6 +205,34 @@ def test_tool_pool_pod_is_restricted_and_probed(make_job) -> None:
     assert "runtimeClassName" not in build_deployment(make_job(), SETTINGS)["spec"]["template"]["spec"]
 
 
+def test_tool_pool_server_flags_follow_the_spec(make_job) -> None:
+    def args(**pool: object) -> list[str]:
+        pod = build_deployment(make_job(toolPool=pool), SETTINGS)["spec"]["template"]["spec"]
+        return pod["containers"][0]["args"]
+
+    assert args() == ["--config", "/etc/toolrl/tools.yaml", "--capacity", "32", "--max-sessions", "64"]
+    assert args(capacityPerReplica=8, maxSessionsPerReplica=4, requireLandlock=False) == [
+        "--config", "/etc/toolrl/tools.yaml", "--capacity", "8", "--max-sessions", "4", "--allow-no-landlock",
+    ]  # fmt: skip
+
+
+def test_tool_pool_tmp_holds_every_call_and_sessions_disk_budget(make_job) -> None:
+    """The sandbox kills a call past its diskLimitMiB; /tmp must hold all of them at once, or the
+    kubelet evicts the pod (and every call in flight) before the sandbox's own limit bites."""
+
+    def tmp(job: dict) -> str:
+        volumes = build_deployment(job, SETTINGS)["spec"]["template"]["spec"]["volumes"]
+        return next(v["emptyDir"]["sizeLimit"] for v in volumes if v["name"] == "tmp")
+
+    assert tmp(make_job()) == f"{32 * (32 + 64) + 256}Mi"
+    tools = [
+        {"name": "python", "type": "python", "diskLimitMiB": 8},
+        {"name": "scratch", "type": "python", "diskLimitMiB": 100},
+    ]
+    job = make_job(tools=tools, toolPool={"capacityPerReplica": 4, "maxSessionsPerReplica": 2})
+    assert tmp(job) == f"{100 * (4 + 2) + 256}Mi"
+
+
 def test_tool_pool_rolls_when_the_tools_change(make_job) -> None:
     before = build_deployment(make_job(), SETTINGS)["spec"]["template"]["metadata"]["annotations"]
     tools = [
