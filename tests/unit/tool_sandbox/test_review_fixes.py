@@ -77,6 +77,29 @@ def test_a_stopped_session_child_cannot_freeze_its_worker(make_server: object) -
     assert health.status_code == 200 and health.json() == {"status": "ok"}
 
 
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        "b'\\xff\\xff\\xff\\xff'",  # a frame header announcing 4 GiB
+        "b'\\x00\\x00\\x00\\x03abc'",  # not JSON
+        "b'\\x00\\x00\\x00\\x02[]'",  # JSON, not an object
+        "b'\\x00\\x00\\x00\\x19{\"done\":1,\"exitCode\":\"x\"}'",  # a forged end with a bad exit code
+    ],
+)
+def test_code_writing_on_the_control_pipe_ends_only_its_session(make_server: object, garbage: str) -> None:
+    """A session's child keeps its control pipe (fd 4) open; what the code writes there must end
+    that session, never the worker with every call and session it holds."""
+    server = make_server("--workers", "1")
+    bystander = server.post("/v1/sessions", {"tool": "python"}).json()["session"]
+    assert server.execute("kept = 41", session=bystander)["status"] == "ok"
+    session = server.post("/v1/sessions", {"tool": "python"}).json()["session"]
+    answer = server.execute(f"import os, time\nos.write(4, {garbage})\ntime.sleep(5)", session=session)
+    assert answer["status"] == "killed", answer
+    assert "control pipe" in answer["message"], answer
+    assert server.execute("print(kept + 1)", session=bystander)["stdout"] == "42\n"
+    assert server.execute("print(1 + 1)")["stdout"] == "2\n"
+
+
 def test_readiness_fails_without_landlock_unless_allowed(make_server: object, tmp_path: Path) -> None:
     allowed = make_server("--no-landlock", "--allow-no-landlock")
     body = requests.get(allowed.url + "/readyz", timeout=10).json()

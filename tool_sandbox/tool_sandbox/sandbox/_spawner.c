@@ -147,12 +147,16 @@ static int reseed_mt19937(void *state) {
 static const char *isolate(const struct setup *s, const char *workdir, int uid, const int fds[NFDS]) {
     static const struct rlimit no_core = {0, 0};
     prctl(PR_SET_NAME, (unsigned long)"sandbox-child", 0, 0, 0);
-    if (reseed_mt19937(s->mt19937) != 0) return "getrandom (numpy's random state)";
-    if (setsid() < 0) return "setsid";
-    /* fds arrive above 4 (the forker keeps 3 and 4 taken): request -> 3, stdout -> 1,
-       stderr -> 2, control -> 4 */
+    /* First, so that a failure below reaches the worker on the control pipe. The fds arrive above
+       4 (the forker keeps 0-4 taken): request -> 3, stdout -> 1, stderr -> 2, control -> 4. */
     if (dup2(fds[1], 1) < 0 || dup2(fds[2], 2) < 0 || dup2(fds[0], 3) < 0 || dup2(fds[3], 4) < 0)
         return "dup2";
+    if (uid == 0 || (uid < 0 && geteuid() == 0)) {
+        errno = EPERM;
+        return "refusing to run sandboxed code as root (the server gives each child a uid when root)";
+    }
+    if (reseed_mt19937(s->mt19937) != 0) return "getrandom (numpy's random state)";
+    if (setsid() < 0) return "setsid";
     if (chdir(workdir) != 0) return "chdir to the working directory";
     if (setrlimit(RLIMIT_CORE, &no_core) != 0) return "setrlimit(RLIMIT_CORE)";
     if (uid >= 0) {
@@ -190,7 +194,7 @@ static void reply(int sock, int slot, int forked, int status, double cpu) {
     int32_t head[3] = {slot, forked, status};
     memcpy(message, head, sizeof head);
     memcpy(message + sizeof head, &cpu, sizeof cpu);
-    while (send(sock, message, sizeof message, 0) < 0 && errno == EINTR) {
+    while (send(sock, message, sizeof message, MSG_NOSIGNAL) < 0 && errno == EINTR) {
     }
 }
 
@@ -204,8 +208,10 @@ static void kill_child(const struct child_state *child) {
 static void reap(int sock, int epoll, struct child_state *child, int slot) {
     int status = 0;
     struct rusage usage;
+    if (child->pid <= 0) return;
     pid_t done = wait4(child->pid, &status, WNOHANG, &usage);
-    if (done == 0) return;
+    if (done == 0 || (done < 0 && errno != ECHILD)) return; /* not yet; or try again on the next wake */
+    if (done < 0) status = SIGKILL; /* gone without a status: report it as killed, never as ok */
     epoll_ctl(epoll, EPOLL_CTL_DEL, child->pidfd, NULL);
     close(child->pidfd);
     child->pid = 0;
@@ -229,6 +235,7 @@ static PyObject *serve(PyObject *Py_UNUSED(module), PyObject *args) {
     if (!PyArg_ParseTuple(args, "iiy*y*IIy*y*KK", &sock, &slots, &static_bpf, &self_bpf, &self_placeholder,
                           &group_placeholder, &attr, &rules, &own_rights, &mt19937))
         return NULL;
+    int attr_given = attr.len > 0;
     struct setup s = {
         .static_filter = {.len = (unsigned short)(static_bpf.len / sizeof(struct sock_filter)),
                           .filter = copy_bytes(&static_bpf)},
@@ -236,7 +243,7 @@ static PyObject *serve(PyObject *Py_UNUSED(module), PyObject *args) {
                         .filter = copy_bytes(&self_bpf)},
         .self_placeholder = self_placeholder,
         .group_placeholder = group_placeholder,
-        .landlock_attr = attr.len ? copy_bytes(&attr) : NULL,
+        .landlock_attr = attr_given ? copy_bytes(&attr) : NULL,
         .landlock_attr_size = (size_t)attr.len,
         .rules = copy_bytes(&rules),
         .n_rules = (size_t)rules.len / sizeof(struct path_beneath),
@@ -246,10 +253,19 @@ static PyObject *serve(PyObject *Py_UNUSED(module), PyObject *args) {
         .statm = open("/proc/self/statm", O_RDONLY | O_CLOEXEC),
         .page_size = sysconf(_SC_PAGESIZE),
     };
+    int bad_filter = static_bpf.len % sizeof(struct sock_filter) || self_bpf.len % sizeof(struct sock_filter) ||
+                     static_bpf.len / sizeof(struct sock_filter) > BPF_MAXINSNS ||
+                     self_bpf.len / sizeof(struct sock_filter) > BPF_MAXINSNS;
     PyBuffer_Release(&static_bpf);
     PyBuffer_Release(&self_bpf);
     PyBuffer_Release(&attr);
     PyBuffer_Release(&rules);
+    if (bad_filter) return PyErr_Format(PyExc_ValueError, "a seccomp filter is not a whole BPF program");
+    if (s.static_filter.filter == NULL || s.self_filter.filter == NULL || s.rules == NULL ||
+        (attr_given && s.landlock_attr == NULL))
+        return PyErr_NoMemory();
+    /* an inherited SIG_IGN would reap children behind our back (and lose their status) */
+    signal(SIGCHLD, SIG_DFL);
     struct child_state *children = PyMem_RawCalloc((size_t)slots, sizeof *children);
     int epoll = epoll_create1(EPOLL_CLOEXEC);
     struct epoll_event watch = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
@@ -258,9 +274,13 @@ static PyObject *serve(PyObject *Py_UNUSED(module), PyObject *args) {
 
     struct epoll_event events[64];
     char message[4096 + 16];
-    char control[CMSG_SPACE(NFDS * sizeof(int))];
+    union { /* aligned for cmsghdr; room for more fds than expected, so extras are seen and closed */
+        char bytes[CMSG_SPACE(2 * NFDS * sizeof(int))];
+        struct cmsghdr align;
+    } control;
     for (;;) {
         int n = epoll_wait(epoll, events, 64, -1);
+        if (n < 0 && errno != EINTR) return PyErr_SetFromErrno(PyExc_OSError);
         for (int e = 0; e < n; e++) {
             if (events[e].data.u64 != UINT64_MAX) {
                 int slot = (int)events[e].data.u64;
@@ -269,37 +289,33 @@ static PyObject *serve(PyObject *Py_UNUSED(module), PyObject *args) {
             }
             for (;;) {
                 struct iovec iov = {.iov_base = message, .iov_len = sizeof message - 1};
-                struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control,
-                                     .msg_controllen = sizeof control};
+                struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes,
+                                     .msg_controllen = sizeof control.bytes};
                 ssize_t got = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
                 if (got < 0 && errno == EINTR) continue;
                 if (got < 0) break; /* EAGAIN: drained */
                 if (got == 0) Py_RETURN_NONE; /* the worker is gone */
-                int fds[NFDS] = {-1, -1, -1, -1};
-                for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c))
-                    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-                        c->cmsg_len == CMSG_LEN(NFDS * sizeof(int)))
-                        memcpy(fds, CMSG_DATA(c), sizeof fds);
+                int fds[2 * NFDS], nfds = 0;
+                for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+                    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+                    int count = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+                    for (int i = 0; i < count && nfds < 2 * NFDS; i++)
+                        memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+                }
                 int32_t head[3] = {0, -1, -1};
                 memcpy(head, message, got < 12 ? (size_t)got : sizeof head);
                 int slot = head[1];
-                if (slot < 0 || slot >= slots) {
-                    for (int i = 0; i < NFDS; i++)
-                        if (fds[i] >= 0) close(fds[i]);
-                    continue; /* the worker never sends these */
-                }
-                if (head[0] == OP_KILL) {
-                    kill_child(&children[slot]);
-                    continue;
-                }
                 message[got] = '\0';
                 const char *workdir = message + sizeof head;
-                if (head[0] != OP_SPAWN || got <= (ssize_t)sizeof head || fds[NFDS - 1] < 0 ||
-                    children[slot].pid != 0) {
-                    for (int i = 0; i < NFDS; i++)
-                        if (fds[i] >= 0) close(fds[i]);
-                    reply(sock, slot, 0, 0, 0.0);
-                    continue;
+                int well_formed = !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) && slot >= 0 && slot < slots;
+                int spawnable = well_formed && head[0] == OP_SPAWN && got > (ssize_t)sizeof head &&
+                                nfds == NFDS && children[slot].pid == 0;
+                if (!spawnable) {
+                    for (int i = 0; i < nfds; i++) close(fds[i]);
+                    if (well_formed && head[0] == OP_KILL) kill_child(&children[slot]);
+                    else if (well_formed && head[0] == OP_SPAWN && children[slot].pid == 0)
+                        reply(sock, slot, 0, 0, 0.0); /* answered as "could not be forked" */
+                    continue; /* the rest the worker never sends: nothing to answer for */
                 }
                 long vm = vm_bytes(&s);
                 pid_t pid = fork();
@@ -391,9 +407,9 @@ static PyObject *receive(PyObject *Py_UNUSED(module), PyObject *args) {
         PyMem_RawFree(body);
         return PyErr_Format(PyExc_OSError, "the request pipe ended inside a request");
     }
-    const char *failed = NULL;
-    if (r.mode != MODE_EXEC && apply_limits(&r, vm_bytes) != 0) failed = "setrlimit";
-    else if (r.mode != MODE_EXEC && r.stdin_bytes && stdin_from(body, r.stdin_bytes) != 0) failed = "stdin";
+    const char *failed = NULL; /* stdin first: the program's own limits must not fail the set-up */
+    if (r.mode != MODE_EXEC && r.stdin_bytes && stdin_from(body, r.stdin_bytes) != 0) failed = "stdin";
+    else if (r.mode != MODE_EXEC && apply_limits(&r, vm_bytes) != 0) failed = "setrlimit";
     PyObject *result = NULL;
     if (failed != NULL) PyErr_SetFromErrnoWithFilename(PyExc_OSError, failed);
     else result = Py_BuildValue("(IN)", r.mode, PyUnicode_DecodeUTF8(body + r.stdin_bytes, r.code_bytes,

@@ -99,6 +99,7 @@ PRELOAD = (
     "codecs",
 )
 _CHUNK = 1 << 16
+MAX_CONTROL_BYTES = 1 << 16  # a child's control frames are tiny; more pending is a violation
 DISK_CHECK_SECONDS = 0.1  # how often a running call's directory is measured
 FETCH_BUDGET_FACTOR = 64  # fetch_files returns at most maxOutputBytes * this in all
 UID_LEASES = "/run/toolrl-tool-sandbox/uid-leases"  # machine-wide: uid ranges are machine-wide
@@ -123,6 +124,7 @@ class Call:
     err_total: int = 0
     timed_out: bool = False
     exceeded: bool = False
+    violation: str = ""  # why the child was killed for breaking the worker protocol
     next_disk_check: float = 0.0
     disk_exceeded: bool = False
 
@@ -322,6 +324,9 @@ class Worker:
                 f"wrote more than {kid.disk_bytes} bytes to its directory (the call's disk budget);"
                 " write less or delete files as you go"
             )
+        if call.violation:
+            result = outcome.Outcome(outcome.KILLED, result.exit_code, "")
+            message = call.violation
         if kid.setup_error:
             result = outcome.Outcome(outcome.ERROR, None, "")
             message = f"sandbox setup failed: {kid.setup_error}"
@@ -372,8 +377,14 @@ class Worker:
                 return
             if role == "ctl":
                 kid.ctl_buf += data
-                for frame in wire.split(kid.ctl_buf):
-                    self.on_control(kid, frame)
+                try:
+                    if len(kid.ctl_buf) > MAX_CONTROL_BYTES:
+                        raise ValueError(f"more than {MAX_CONTROL_BYTES} bytes pending")
+                    for frame in wire.split(kid.ctl_buf):
+                        self.on_control(kid, frame)
+                except (TypeError, ValueError) as exc:  # the code wrote on the session's control pipe
+                    self.violated(kid, f"the code wrote on the sandbox's control pipe ({exc}); it is closed")
+                    return
             elif kid.call is not None:
                 self.collect(kid, kid.call, role, data)
 
@@ -389,14 +400,26 @@ class Worker:
             call.exceeded = True
             self.kill(kid)
 
-    def on_control(self, kid: Child, frame: dict[str, Any]) -> None:
+    def violated(self, kid: Child, why: str) -> None:
+        """Stop listening to a child that broke the protocol and kill it; its call ends as killed."""
+        if kid.call is not None:
+            kid.call.violation = why
+        if kid.ctl_r in kid.open_fds:
+            self.close_fd(kid, kid.ctl_r)
+        self.kill(kid)
+
+    def on_control(self, kid: Child, frame: Any) -> None:
+        if not isinstance(frame, dict):
+            raise TypeError(f"a control frame is a JSON object, not {type(frame).__name__}")
         if "setupError" in frame:
             kid.setup_error = str(frame["setupError"])
         elif frame.get("done") and kid.call is not None:
             for fd, role in ((kid.out_r, "out"), (kid.err_r, "err")):
                 if fd in kid.open_fds:
                     self.on_readable(kid, role, drain=True)
-            code = int(frame.get("exitCode", 0))
+            code = frame.get("exitCode", 0)
+            if not isinstance(code, int):
+                raise TypeError(f"exitCode {code!r} is not an integer")
             result = outcome.Outcome(outcome.OK if code == 0 else outcome.ERROR, code, "")
             self.finish(kid, result, session_alive=True)
 
