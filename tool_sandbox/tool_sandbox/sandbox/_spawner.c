@@ -93,6 +93,12 @@ struct request {
     uint32_t stdin_bytes, code_bytes;
 } __attribute__((packed));
 
+/* In a child: whether it runs under a uid of its own (the server is root) or shares the server's.
+   RLIMIT_NPROC counts every task of the real uid, so under a shared uid it would charge each call
+   with the whole server's processes and threads and refuse its threads at random; there forks are
+   refused by seccomp anyway, and threads are bounded by RLIMIT_AS and the pod's pids limit. */
+static int own_uid;
+
 struct child_state {
     pid_t pid; /* 0: slot free */
     int pidfd;
@@ -159,6 +165,7 @@ static const char *isolate(const struct setup *s, const char *workdir, int uid, 
     if (setsid() < 0) return "setsid";
     if (chdir(workdir) != 0) return "chdir to the working directory";
     if (setrlimit(RLIMIT_CORE, &no_core) != 0) return "setrlimit(RLIMIT_CORE)";
+    own_uid = uid >= 0;
     if (uid >= 0) {
         if (setgroups(0, NULL) != 0) return "setgroups";
         if (setresgid((gid_t)uid, (gid_t)uid, (gid_t)uid) != 0) return "setresgid";
@@ -377,7 +384,7 @@ static int apply_limits(const struct request *r, long long vm_bytes) {
     if (set_limit(RLIMIT_AS, (rlim_t)vm_bytes + ((rlim_t)r->memory_mib << 20)) != 0) return -1;
     if (set_limit(RLIMIT_FSIZE, (rlim_t)r->file_size_mib << 20) != 0) return -1;
     if (set_limit(RLIMIT_NOFILE, r->open_files) != 0) return -1;
-    return set_limit(RLIMIT_NPROC, r->processes);
+    return own_uid ? set_limit(RLIMIT_NPROC, r->processes) : 0;
 }
 
 static int stdin_from(const char *text, size_t size) {
