@@ -21,8 +21,9 @@
  * header (mode, limits, sizes), stdin, code. For a new program it also sets the limits and stdin,
  * so the only Python a one-shot child runs is the code itself.
  *
- * Child set-up order: what needs privilege (uid) first, then no_new_privs, Landlock and seccomp,
- * after which the child can only lose rights; descriptors other than 0-4 are closed last. */
+ * Child set-up order: its pipes first (so any failure is reported), then what needs privilege
+ * (uid), then no_new_privs, Landlock and seccomp, after which the child can only lose rights;
+ * descriptors other than 0-4 are closed last. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -30,13 +31,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
-#include <sys/mman.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
