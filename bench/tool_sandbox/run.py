@@ -4,7 +4,7 @@ in the same run on the same machine:
   - `fresh python`: a new `python -c` process per call (no server);
   - `subprocess server`: a SandboxFusion-`isolation: none`-style server (temp file, `python file.py`).
 
-Usage: python bench/tool_sandbox/run.py [--seconds 5] [--out bench/results/tool_sandbox.json]
+Usage: python bench/tool_sandbox/run.py [--seconds 8] [--out bench/results/tool_sandbox.json]
 Prints a markdown table; writes the figures as JSON."""
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ def table(rows: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per cell")
+    parser.add_argument("--seconds", type=float, default=8.0, help="measured seconds per cell")
     parser.add_argument("--out", default=str(HERE.parent / "results" / "tool_sandbox.json"))
     args = parser.parse_args()
     info = machine()
