@@ -123,7 +123,16 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 @kopf.index(GROUP, VERSION, PLURAL)
 def jobs(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
-    return {(namespace, name): plain(body)}
+    return {(namespace, name): job_view(body)}
+
+
+def job_view(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A job as the index keeps it: without managedFields and annotations (kopf's copy of the
+    last handled spec among them), which nothing read from the index needs and which were most
+    of the operator's memory in a burst of jobs."""
+    job = plain(body)
+    job["metadata"] = {k: v for k, v in job["metadata"].items() if k not in ("managedFields", "annotations")}
+    return job
 
 
 @kopf.index("ray.io", "v1", "rayjobs", labels=OWNED)

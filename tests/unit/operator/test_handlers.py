@@ -104,3 +104,13 @@ def test_a_refused_scaled_object_is_reported_with_the_keda_setup(make_job, fake,
         apply_job(make_job(toolPool={"autoscaler": "keda"}), None)
     assert warnings and warnings[-1][0] == "ReconcileError"
     assert advice in warnings[-1][1]
+
+
+def test_the_jobs_index_keeps_no_managed_fields_or_annotations(make_job) -> None:
+    job = make_job()
+    job["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    job["metadata"]["annotations"] = {"toolrl.dev/last-handled-configuration": "{...the whole spec...}"}
+    kept = handlers.job_view(job)
+    assert "managedFields" not in kept["metadata"] and "annotations" not in kept["metadata"]
+    assert kept["metadata"]["name"] == job["metadata"]["name"] and kept["spec"] == job["spec"]
+    assert "managedFields" in job["metadata"], "the body itself is left alone"
