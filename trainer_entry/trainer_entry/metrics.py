@@ -11,6 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
 
 PHASES = ("generating", "scoring", "training")
 TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -67,7 +68,8 @@ class TrainerMetrics:
             ["tool", "reason"],
             registry=r,
         )
-        self.phase = Gauge("toolrl_trainer_rollout_phase", "1 for the current phase", ["phase"], registry=r)
+        self.current_phase = PHASES[0]
+        r.register(_PhaseCollector(self))
         self.expected_tool_calls = Gauge(
             "toolrl_trainer_expected_tool_calls",
             "Tool calls the coming generation phase is expected to make",
@@ -93,8 +95,7 @@ class TrainerMetrics:
     def set_phase(self, phase: str) -> None:
         if phase not in PHASES:
             raise ValueError(f"unknown rollout phase {phase!r}; use one of {PHASES}")
-        for p in PHASES:
-            self.phase.labels(phase=p).set(1 if p == phase else 0)
+        self.current_phase = phase  # one assignment: a scrape sees the old phase or the new, never both
         if phase == "generating":
             self.expected_tool_calls.set(self.expected_calls())
 
@@ -158,3 +159,20 @@ class TrainerMetrics:
             self._last_calls_per_trajectory = per_trajectory
         for name, total in sums.items():
             self.reward_component.labels(component=name).set(total / counts[name])
+
+
+class _PhaseCollector:
+    """`toolrl_trainer_rollout_phase{phase}`: 1 for the current phase, 0 for the others, built from
+    one read of the phase at scrape time (labelled gauges set one by one could be scraped between
+    two sets, showing two phases or none to the autoscaler)."""
+
+    def __init__(self, metrics: TrainerMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> list[GaugeMetricFamily]:
+        current = self.metrics.current_phase
+        name, help_text = "toolrl_trainer_rollout_phase", "1 for the current phase"
+        family = GaugeMetricFamily(name, help_text, labels=["phase"])
+        for phase in PHASES:
+            family.add_metric([phase], 1.0 if phase == current else 0.0)
+        return [family]

@@ -1,9 +1,12 @@
 """Training metrics: verl's step metrics, tool calls and phases in Prometheus form."""
 
+import sys
+import threading
 import urllib.request
 
 import pytest
 from localcluster import free_port
+from prometheus_client import generate_latest
 from trainer_entry.hub import Sink, TrackingBackend, use_sink
 from trainer_entry.metrics import TrainerMetrics
 
@@ -79,3 +82,32 @@ def test_served_on_http():
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     assert "toolrl_trainer_total_steps 100.0" in body
     assert 'toolrl_trainer_rollout_phase{phase="generating"} 1.0' in body
+
+
+PHASE = "toolrl_trainer_rollout_phase"
+
+
+def test_a_scrape_never_sees_two_phases_or_none() -> None:
+    """The autoscaler takes the phase at 1; a scrape between two label updates used to show two
+    (or none). Scrape while the phase flips, with thread switches as frequent as they go."""
+    metrics = TrainerMetrics(trajectories_per_step=4)
+    stop = threading.Event()
+
+    def flip() -> None:
+        while not stop.is_set():
+            for phase in ("generating", "scoring", "training"):
+                metrics.set_phase(phase)
+
+    flipper = threading.Thread(target=flip, daemon=True)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    flipper.start()
+    try:
+        for _ in range(3000):
+            scrape = generate_latest(metrics.registry).decode()
+            values = [line.rsplit(" ", 1)[1] for line in scrape.splitlines() if line.startswith(PHASE + "{")]
+            assert sorted(values) == ["0.0", "0.0", "1.0"], values
+    finally:
+        stop.set()
+        flipper.join()
+        sys.setswitchinterval(interval)
