@@ -4,8 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# gcc + libc6-dev: tool_sandbox's C extension (the forker) is compiled at install
-APT_PACKAGES=(prometheus libseccomp2 gcc libc6-dev)
+# gcc + libc6-dev: tool_sandbox's C extension (the forker) is compiled at install;
+# python3.11 + -dev: an interpreter another uid can run, for the tests of the pool's non-root mode
+APT_PACKAGES=(prometheus libseccomp2 gcc libc6-dev python3.11 python3.11-dev)
 export UV_PYTHON_DOWNLOADS=never
 
 missing=()

@@ -36,8 +36,11 @@ class SandboxProcess:
         config: Path | None = None,
         env: dict[str, str] | None = None,
         ready_seconds: float = 90,
+        python: str = sys.executable,
+        prefix: tuple[str, ...] = (),
     ) -> SandboxProcess:
-        """Serve `tools` (or the tools.yaml at `config`) with its work directory under `root`."""
+        """Serve `tools` (or the tools.yaml at `config`) with its work directory under `root`;
+        `prefix` runs it through another command (e.g. setpriv to run as another uid)."""
         root.mkdir(parents=True, exist_ok=True)
         if config is None:
             config = root / "tools.yaml"
@@ -45,7 +48,8 @@ class SandboxProcess:
         port = free_port()
         log = root / f"sandbox-{port}.log"
         argv = [
-            sys.executable,
+            *prefix,
+            python,
             "-m",
             "tool_sandbox",
             "serve",
