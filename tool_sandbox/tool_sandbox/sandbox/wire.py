@@ -1,4 +1,5 @@
-"""Framing between server, worker and child: a 4-byte big-endian length, then JSON."""
+"""Framing between server and worker, and of a child's reports to its worker: a 4-byte big-endian
+length, then JSON (requests to a child are binary: layers.REQUEST)."""
 
 from __future__ import annotations
 
@@ -49,24 +50,3 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def read_frame(fd: int) -> dict[str, Any] | None:
-    """Blocking read of one frame; None at end of file."""
-    header = _read_exact(fd, _HEADER.size)
-    if header is None:
-        return None
-    body = _read_exact(fd, frame_size(header))
-    if body is None:
-        return None
-    return json.loads(body)
-
-
-def _read_exact(fd: int, size: int) -> bytes | None:
-    chunks = bytearray()
-    while len(chunks) < size:
-        chunk = os.read(fd, size - len(chunks))
-        if not chunk:
-            return None
-        chunks += chunk
-    return bytes(chunks)
