@@ -14,12 +14,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import yaml
 from localcluster.cluster import free_port
@@ -48,6 +49,14 @@ def get_json(cluster: Any, *args: str) -> Any:
     return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
 
 
+def job_events(cluster: Any, namespace: str, job: str, reason: str | None = None) -> list[dict[str, Any]]:
+    """The Events about one ToolRLJob (of one reason, if given)."""
+    selector = f"involvedObject.kind=ToolRLJob,involvedObject.name={job}"
+    if reason:
+        selector += f",reason={reason}"
+    return get_json(cluster, "events", "-n", namespace, "--field-selector", selector)["items"]
+
+
 def wait_until(probe: Callable[[], T], timeout: float, what: str, interval: float = 0.5) -> T:
     """Poll `probe` until it returns something truthy (returned); fail naming `what` otherwise."""
     deadline = time.monotonic() + timeout
@@ -58,6 +67,32 @@ def wait_until(probe: Callable[[], T], timeout: float, what: str, interval: floa
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last seen: {last!r}")
+
+
+class Sampler(Generic[T]):
+    """Calls `probe` every `interval` seconds in the background while in its `with` block;
+    `samples` holds (monotonic time, value)."""
+
+    def __init__(self, probe: Callable[[], T], interval: float = 0.5) -> None:
+        self.probe, self.interval = probe, interval
+        self.samples: list[tuple[float, T]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Sampler[T]:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.samples.append((time.monotonic(), self.probe()))
+
+    def between(self, start: float, end: float) -> list[T]:
+        return [value for at, value in self.samples if start <= at <= end]
 
 
 def small_job(name: str) -> dict[str, Any]:

@@ -16,7 +16,15 @@ from typing import Any
 import aiohttp
 import pytest
 from localcluster.cluster import free_port
-from operator_process import OperatorProcess, get_json, install_crd, small_job, wait_until
+from operator_process import (
+    OperatorProcess,
+    Sampler,
+    get_json,
+    install_crd,
+    job_events,
+    small_job,
+    wait_until,
+)
 from sandbox_process import SandboxProcess
 from toolrl_operator import signals
 
@@ -81,29 +89,12 @@ class Burst(threading.Thread):
         )
 
 
-class Recorder:
-    """Samples the job's desired size and the Deployment's replicas every half second."""
-
-    def __init__(self, cluster: Any, namespace: str) -> None:
-        self.cluster, self.namespace = cluster, namespace
-        self.samples: list[tuple[float, int | None, int | None]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Recorder:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            job = get_json(self.cluster, "trj", JOB, "-n", self.namespace)
-            dep = get_json(self.cluster, "deployment", f"{JOB}-tools", "-n", self.namespace)
-            desired = ((job.get("status") or {}).get("toolPool") or {}).get("desiredReplicas")
-            self.samples.append((time.monotonic(), desired, dep["spec"].get("replicas")))
+def pool_size(cluster: Any, namespace: str) -> tuple[int | None, int | None]:
+    """The job's desired pool size and the Deployment's replicas."""
+    job = get_json(cluster, "trj", JOB, "-n", namespace)
+    dep = get_json(cluster, "deployment", f"{JOB}-tools", "-n", namespace)
+    desired = ((job.get("status") or {}).get("toolPool") or {}).get("desiredReplicas")
+    return desired, dep["spec"].get("replicas")
 
 
 def job_manifest() -> dict[str, Any]:
@@ -129,8 +120,7 @@ def autoscaler_condition(cluster: Any, namespace: str) -> dict[str, Any] | None:
 
 
 def scale_events(cluster: Any, namespace: str) -> list[str]:
-    events = get_json(cluster, "events", "-n", namespace, "--field-selector", "reason=ToolPoolScaled")
-    return [e["message"] for e in events["items"]]
+    return [e["message"] for e in job_events(cluster, namespace, JOB, "ToolPoolScaled")]
 
 
 def test_bursts_scale_up_in_panic_down_after_the_delay_and_hold_without_prometheus(
@@ -154,7 +144,7 @@ def test_bursts_scale_up_in_panic_down_after_the_delay_and_hold_without_promethe
         assert healthy["reason"] == "MetricsAvailable"
         wait_until(lambda: desired(cluster, namespace) == MIN, 60, "the pool at min while idle")
 
-        with Recorder(cluster, namespace) as rec:
+        with Sampler(lambda: pool_size(cluster, namespace)) as rec:
             # A burst: the panic window scales the pool up to max (never beyond).
             load = Burst(sandboxes)
             load.start()
@@ -196,7 +186,7 @@ def test_bursts_scale_up_in_panic_down_after_the_delay_and_hold_without_promethe
     )
     assert f'toolrl_autoscaler_max_replicas{{namespace="{namespace}",toolrl_job="{JOB}"}} {MAX}.0' in metrics
 
-    sizes = [(t, d, r) for t, d, r in rec.samples if d is not None]
+    sizes = [(t, d, r) for t, (d, r) in rec.samples if d is not None]
     assert all(d <= MAX and (r or 0) <= MAX for _, d, r in sizes), "never beyond max"
     first_drop = next(t for t, d, _ in sizes if t > quiet_since and d < MAX)
     assert first_drop - quiet_since >= DELAY, "no scale-down before scaleDownDelaySeconds"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,15 @@ from typing import Any
 import aiohttp
 import requests
 from localcluster.cluster import free_port
-from operator_process import OperatorProcess, get_json, install_crd, small_job, wait_until
+from operator_process import (
+    OperatorProcess,
+    Sampler,
+    get_json,
+    install_crd,
+    job_events,
+    small_job,
+    wait_until,
+)
 from prometheus_client import start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 from sandbox_process import SandboxProcess
@@ -120,31 +127,6 @@ def sizes(cluster: Any, namespace: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-class Recorder:
-    """Samples both jobs' sizes and conditions every half second."""
-
-    def __init__(self, cluster: Any, namespace: str) -> None:
-        self.cluster, self.namespace = cluster, namespace
-        self.samples: list[tuple[float, dict[str, dict[str, Any]]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Recorder:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            self.samples.append((time.monotonic(), sizes(self.cluster, self.namespace)))
-
-    def between(self, start: float, end: float) -> list[dict[str, dict[str, Any]]]:
-        return [s for t, s in self.samples if start <= t <= end]
-
-
 def read_prometheus(url: str, namespace: str, job: str) -> signals.Reading:
     async def run() -> signals.Reading:
         async with aiohttp.ClientSession() as session:
@@ -172,15 +154,7 @@ def tool_calls(url: str) -> float:
 
 
 def scale_events(cluster: Any, namespace: str, job: str) -> list[str]:
-    events = get_json(
-        cluster,
-        "events",
-        "-n",
-        namespace,
-        "--field-selector",
-        f"reason=ToolPoolScaled,involvedObject.name={job},involvedObject.kind=ToolRLJob",
-    )
-    return [e["message"] for e in events["items"]]
+    return [e["message"] for e in job_events(cluster, namespace, job, "ToolPoolScaled")]
 
 
 def test_rollout_aware_pool_prescales_for_generation_and_idles_in_training(
@@ -232,20 +206,20 @@ def test_rollout_aware_pool_prescales_for_generation_and_idles_in_training(
             transition = before[AWARE]["healthy"]["lastTransitionTime"]
             assert read_prometheus(prom.url, namespace, AWARE).phase is None
 
-            with Recorder(cluster, namespace) as rec:
+            def reaches(size: int, seconds: float, why: str, deployment_seconds: float = 60) -> None:
+                """The rollout-aware job's desiredReplicas, then its Deployment, reach `size`."""
+                for field, deadline in (("desired", seconds), ("replicas", deployment_seconds)):
+                    wait_until(
+                        lambda f=field: sizes(cluster, namespace)[AWARE].get(f) == size,
+                        deadline,
+                        f"{field} {size}: {why}",
+                    )
+
+            with Sampler(lambda: sizes(cluster, namespace)) as rec:
                 # The trainer starts its first generation: the rollout-aware pool is pre-scaled for
                 # the expected calls while the pool is still idle.
                 trainer.start()
-                wait_until(
-                    lambda: sizes(cluster, namespace)[AWARE].get("desired") == FIRST_BURST,
-                    60,
-                    f"desiredReplicas {FIRST_BURST} for {FIRST_EXPECTED} expected calls",
-                )
-                wait_until(
-                    lambda: sizes(cluster, namespace)[AWARE].get("replicas") == FIRST_BURST,
-                    60,
-                    "the Deployment following the pre-scale",
-                )
+                reaches(FIRST_BURST, 60, f"the pre-scale for {FIRST_EXPECTED} expected calls")
                 # The other job reads the very same signals from Prometheus (and an idle pool).
                 for job in (AWARE, PLAIN):
                     sees(prom.url, namespace, job, "generating", FIRST_EXPECTED)
@@ -261,16 +235,7 @@ def test_rollout_aware_pool_prescales_for_generation_and_idles_in_training(
                 trainer.step(1)
                 trainer.phase("generating")
                 generating_2 = time.monotonic()
-                wait_until(
-                    lambda: sizes(cluster, namespace)[AWARE].get("desired") == SECOND_BURST,
-                    60,
-                    f"desiredReplicas {SECOND_BURST} for {SECOND_EXPECTED:g} expected calls",
-                )
-                wait_until(
-                    lambda: sizes(cluster, namespace)[AWARE].get("replicas") == SECOND_BURST,
-                    60,
-                    "the Deployment following the second pre-scale",
-                )
+                reaches(SECOND_BURST, 60, f"the second pre-scale for {SECOND_EXPECTED:g} expected calls")
                 sees(prom.url, namespace, PLAIN, "generating", SECOND_EXPECTED)
 
                 # The second training phase: back to min at once (no scale-down delay) ...
@@ -278,27 +243,9 @@ def test_rollout_aware_pool_prescales_for_generation_and_idles_in_training(
                 time.sleep(2)
                 trainer.phase("training")
                 training_2 = time.monotonic()
-                wait_until(
-                    lambda: sizes(cluster, namespace)[AWARE].get("desired") == MIN,
-                    TRAINING,
-                    "the pool back to min while the trainer trains",
-                )
-                wait_until(
-                    lambda: sizes(cluster, namespace)[AWARE].get("replicas") == MIN,
-                    TRAINING,
-                    "the Deployment back to min while the trainer trains",
-                )
+                reaches(MIN, TRAINING, "back to min while the trainer trains", TRAINING)
                 # ... and pre-warmed for the next generation while the trainer still reports training.
-                wait_until(
-                    lambda: sizes(cluster, namespace)[AWARE].get("desired") == SECOND_BURST,
-                    2 * TRAINING,
-                    "the pool pre-warmed before the next generation",
-                )
-                wait_until(
-                    lambda: sizes(cluster, namespace)[AWARE].get("replicas") == SECOND_BURST,
-                    60,
-                    "the Deployment following the pre-warm",
-                )
+                reaches(SECOND_BURST, 2 * TRAINING, "pre-warmed before the next generation")
                 prewarmed = time.monotonic()
                 assert trainer.phases[-1][1] == "training"
                 assert read_prometheus(prom.url, namespace, AWARE).phase == "training"

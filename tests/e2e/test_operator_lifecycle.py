@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from operator_process import CHILD_KINDS, get_json, small_job, wait_until
+from operator_process import CHILD_KINDS, get_json, job_events, small_job, wait_until
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolrljob.yaml"
 JOB = "gsm8k-python"
@@ -56,15 +56,7 @@ def conditions(job: dict[str, Any]) -> dict[str, str]:
 
 
 def event_reasons(cluster, namespace: str, name: str = JOB) -> set[str]:
-    events = get_json(
-        cluster,
-        "events",
-        "-n",
-        namespace,
-        "--field-selector",
-        f"involvedObject.kind=ToolRLJob,involvedObject.name={name}",
-    )
-    return {e["reason"] for e in events["items"]}
+    return {e["reason"] for e in job_events(cluster, namespace, name)}
 
 
 def test_apply_creates_every_child_and_reaches_running(cluster, namespace, operator) -> None:

@@ -52,15 +52,7 @@ def mount_service_account(cluster, namespace: str, directory: Path) -> tuple[str
 
 def patch_code(target: ApiTarget, path: str, body: dict[str, Any]) -> int:
     """The HTTP status of a merge patch sent as the trainer."""
-    request = urllib.request.Request(
-        target.base_url + path,
-        data=json.dumps(body).encode(),
-        method="PATCH",
-        headers={
-            "Content-Type": "application/merge-patch+json",
-            "Authorization": f"Bearer {target.token}",
-        },
-    )
+    request = target.merge_patch(path, body)
     try:
         with urllib.request.urlopen(request, timeout=10, context=target.ssl_context) as resp:
             return resp.status

@@ -67,6 +67,18 @@ class ApiTarget:
         context = ssl.create_default_context(cafile=f"{sa_dir}/ca.crt")
         return cls(base_url=f"https://{host}:{port}", token=token, ssl_context=context)
 
+    def merge_patch(self, path: str, body: dict[str, Any]) -> urllib.request.Request:
+        """A JSON merge patch of `path` (an API path) as this identity; open it with `ssl_context`."""
+        return urllib.request.Request(
+            self.base_url.rstrip("/") + path,
+            data=json.dumps(body).encode(),
+            method="PATCH",
+            headers={
+                "Content-Type": "application/merge-patch+json",
+                "Authorization": f"Bearer {self.token}",
+            },
+        )
+
 
 class ProgressReporter:
     """Sends progress when the step moved and the last patch is old enough (or when forced)."""
@@ -80,7 +92,7 @@ class ProgressReporter:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.target = target
-        self.url = target.base_url.rstrip("/") + status_path(namespace, name)
+        self.path = status_path(namespace, name)
         self.min_interval = min_interval
         self.clock = clock
         self._last_sent: float | None = None
@@ -103,15 +115,7 @@ class ProgressReporter:
         pending = self._pending
         body = progress_patch(*pending, now=datetime.now(UTC))
         self._last_sent = self.clock()
-        request = urllib.request.Request(
-            self.url,
-            data=json.dumps(body).encode(),
-            method="PATCH",
-            headers={
-                "Content-Type": "application/merge-patch+json",
-                "Authorization": f"Bearer {self.target.token}",
-            },
-        )
+        request = self.target.merge_patch(self.path, body)
         try:
             with urllib.request.urlopen(request, timeout=10, context=self.target.ssl_context) as resp:
                 resp.read()
