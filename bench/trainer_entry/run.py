@@ -26,9 +26,9 @@ from pathlib import Path
 
 import aiohttp
 from trainer_entry.hub import Sink, use_sink
-from trainer_entry.local import build_tiny_model
 from trainer_entry.metrics import TrainerMetrics
 from trainer_entry.pool_client import PoolClient
+from trainer_entry.tiny_model import build_tiny_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "e2e"))
 from localcluster import free_port

@@ -13,9 +13,9 @@ python -m trainer_entry.data gsm8k "$here/gsm8k-sample.jsonl" --output-dir data
 printf 'tools:\n  - {name: python, type: python, timeoutSeconds: 5, memoryLimitMiB: 1024}\n' > tools.yaml
 python -m tool_sandbox serve --host 127.0.0.1 --port "$port" --config tools.yaml > tool_sandbox.log 2>&1 &
 pool=$!
-ray start --head --num-gpus=1 --disable-usage-stats > ray.log 2>&1
-trap 'kill $pool; ray stop --force > /dev/null' EXIT
+trap 'kill $pool' EXIT
 
+# Without RAY_ADDRESS the trainer starts a local Ray for the run (with the machine's GPU).
 # Ray actors run in their own working_dir: give them the data by absolute path.
 sed "s#\"data/train.parquet\"#\"$work/data/train.parquet\"#" "$here/job.json" > job.json
 python -m trainer_entry run --spec job.json --dry-run > dry-run.txt

@@ -32,6 +32,11 @@ from .settings import Settings
 
 GPU_RESOURCE = "nvidia.com/gpu"
 WORKER_GROUP = "gpu-workers"
+# A CPU-only job (gpusPerWorker 0, rollout.engine hf) runs verl's cpu platform: each worker advertises
+# one *logical* Ray GPU, since verl's resource pools always ask Ray for "GPU" bundles. trainer_entry
+# sets trainer.n_gpus_per_node to the same number (translate.LOGICAL_GPUS_PER_CPU_WORKER; a test
+# checks they agree).
+LOGICAL_GPUS_PER_CPU_WORKER = 1
 ENTRYPOINT = f"python -m trainer_entry run --spec {CONFIG_MOUNT}/{JOB_KEY}"
 RAY_UID = 1000  # the trainer image's user (images/trainer/Dockerfile)
 CONTAINER_SECURITY: dict[str, Any] = {
@@ -123,10 +128,18 @@ def _pod_template(
 
 
 def _worker_resources(workers: dict[str, Any]) -> dict[str, Any]:
+    """The user's resources plus the GPUs; a CPU worker (0 GPUs) asks for no `nvidia.com/gpu`."""
     resources = copy.deepcopy(workers.get("resources") or {})
-    for kind in ("requests", "limits"):
-        resources.setdefault(kind, {})[GPU_RESOURCE] = workers["gpusPerWorker"]
+    if workers["gpusPerWorker"]:
+        for kind in ("requests", "limits"):
+            resources.setdefault(kind, {})[GPU_RESOURCE] = workers["gpusPerWorker"]
     return resources
+
+
+def _worker_start_params(workers: dict[str, Any]) -> dict[str, str]:
+    if workers["gpusPerWorker"]:
+        return {}
+    return {"num-gpus": str(LOGICAL_GPUS_PER_CPU_WORKER)}
 
 
 def build_rayjob(
@@ -197,7 +210,7 @@ def build_rayjob(
                     "replicas": replicas,
                     "minReplicas": replicas,
                     "maxReplicas": replicas,
-                    "rayStartParams": {},
+                    "rayStartParams": _worker_start_params(workers),
                     "template": _pod_template(job, worker_container, workers, None),
                 }
             ],

@@ -37,10 +37,10 @@ def reconciled(cluster, namespace: str, phase: str | None = None) -> dict[str, A
     return job if phase is None or status.get("phase") == phase else None
 
 
-def mount_service_account(cluster, namespace: str, directory: Path) -> tuple[str, str]:
-    """Write what a pod of `J-trainer` gets mounted (`token`, `ca.crt`) into `directory`;
+def mount_service_account(cluster, namespace: str, directory: Path, job: str = JOB) -> tuple[str, str]:
+    """Write what a pod of `<job>-trainer` gets mounted (`token`, `ca.crt`) into `directory`;
     return the apiserver's (host, port), what the pod sees as KUBERNETES_SERVICE_HOST/PORT."""
-    token = cluster.kubectl("create", "token", f"{JOB}-trainer", "-n", namespace).stdout.strip()
+    token = cluster.kubectl("create", "token", f"{job}-trainer", "-n", namespace).stdout.strip()
     kubeconfig = yaml.safe_load(Path(cluster.kubeconfig).read_text())
     server = kubeconfig["clusters"][0]["cluster"]
     directory.mkdir()

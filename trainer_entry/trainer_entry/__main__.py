@@ -8,8 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from trainer_entry.run import Environment, describe, run
-from trainer_entry.spec import SpecError, load_job
+from trainer_entry.run import Environment, TrainingError, describe, run, use_cpu_platform
+from trainer_entry.spec import SpecError, cpu_only, load_job
 from trainer_entry.translate import translate
 
 DRY_RUN_POOL_URL = "http://<tool-pool>:8080"
@@ -24,20 +24,64 @@ def main(argv: list[str] | None = None) -> int:
         "--dry-run", action="store_true", help="print the verl call and generated files, then exit"
     )
     run_cmd.add_argument("--workdir", type=Path, default=None, help="where to write the generated files")
+    tiny = sub.add_parser("tiny-model", help="write a tiny local Qwen2 model for CPU runs (no hub)")
+    tiny.add_argument("dir", type=Path, help="the model directory to write (use it as spec.model.path)")
+    tiny.add_argument("--protocol", default="python-tags", help="tool-call protocol of the warm-up")
+    tiny.add_argument("--warm-up-seconds", type=float, default=120.0, help="upper bound of the warm-up")
+    tiny.add_argument("--no-warm-up", action="store_true", help="leave the weights random")
+    tiny.add_argument(
+        "--toy-data", type=Path, default=None, help="also write the toy task's train.parquet here"
+    )
     args = parser.parse_args(argv)
+    if args.command == "tiny-model":
+        return tiny_model(args)
     try:
         job = load_job(args.spec)
+        if cpu_only(job.spec):
+            use_cpu_platform()
         if args.dry_run:
-            from trainer_entry import verl_config
-
-            pool_url = os.environ.get("TOOLRL_TOOL_POOL_URL", DRY_RUN_POOL_URL)
-            translation = translate(job, pool_url)
-            verl_config.check(verl_config.compose(translation.overrides))
-            print(describe(job, translation, args.spec))
-            return 0
+            return dry_run(job, args.spec)
         workdir = args.workdir or Path(tempfile.mkdtemp(prefix=f"toolrl-{job.name}-"))
         run(job, Environment.from_env(job), workdir)
     except (SpecError, TimeoutError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except TrainingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def dry_run(job, spec_path: str) -> int:
+    from trainer_entry import verl_config
+
+    pool_url = os.environ.get("TOOLRL_TOOL_POOL_URL", DRY_RUN_POOL_URL)
+    translation = translate(job, pool_url)
+    notes = verl_config.check(verl_config.compose(translation.overrides))
+    print(describe(job, translation, spec_path))
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    return 0
+
+
+def tiny_model(args: argparse.Namespace) -> int:
+    from trainer_entry import tiny_model as tm
+
+    try:
+        if args.toy_data is not None:
+            tm.write_toy_data(args.toy_data)
+            print(f"toy task data: {args.toy_data / 'train.parquet'}")
+        path = tm.build_tiny_model(args.dir.parent, args.dir.name, hidden=64, layers=2)
+        print(f"tiny model: {path}")
+        if not args.no_warm_up:
+            result = tm.warm_up(path, args.protocol, seconds=args.warm_up_seconds)
+            print(
+                f"warm-up: {result.steps} supervised steps in {result.seconds:.0f}s "
+                f"(loss {result.loss:.3f}); "
+                f"sampled answers call the tool {result.call_rate:.0%} of the time, "
+                f"answer right {result.correct_rate:.0%}"
+            )
+    except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer_entry.metrics import TrainerMetrics
-from trainer_entry.progress import ApiTarget, ProgressReporter
+from trainer_entry.progress import SA_DIR, ApiTarget, ProgressReporter
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,8 @@ class HubSettings:
     job_name: str
     namespace: str
     report_progress: bool
+    service_account_dir: str = SA_DIR
+    """Where the pod's ServiceAccount token and CA are mounted (TOOLRL_SERVICE_ACCOUNT_DIR)."""
 
 
 class MetricsHub:
@@ -46,10 +48,10 @@ class MetricsHub:
         if settings.report_progress:
             try:
                 self.progress = ProgressReporter(
-                    ApiTarget.in_cluster(), settings.namespace, settings.job_name
+                    ApiTarget.in_cluster(settings.service_account_dir), settings.namespace, settings.job_name
                 )
             except (RuntimeError, OSError) as exc:
-                log.warning("progress reporting disabled: %s", exc)
+                log.warning("progress reporting is off, the run goes on: %s", exc)
 
     def set_total_steps(self, total: int) -> None:
         self.total_steps = total

@@ -11,6 +11,7 @@ import asyncio
 import os
 import shlex
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,13 +19,16 @@ from typing import Any
 
 import yaml
 
+from trainer_entry import cpu_platform
 from trainer_entry.pool_client import PoolClient
-from trainer_entry.spec import Job, SpecError
+from trainer_entry.progress import SA_DIR
+from trainer_entry.spec import Job, SpecError, cpu_only
 from trainer_entry.translate import (
     AGENT_LOOPS_FILE,
     CUSTOM_REWARD_FILE,
     TOOL_CONFIG_FILE,
     Translation,
+    gpus_per_node,
     translate,
 )
 
@@ -42,6 +46,7 @@ class Environment:
     namespace: str
     metrics_port: int
     pool_wait_seconds: float
+    service_account_dir: str
 
     @classmethod
     def from_env(cls, job: Job) -> Environment:
@@ -54,6 +59,7 @@ class Environment:
             namespace=os.environ.get("TOOLRL_JOB_NAMESPACE", job.namespace),
             metrics_port=_env_number("TOOLRL_METRICS_PORT", DEFAULT_METRICS_PORT, int, 1, 65535),
             pool_wait_seconds=_env_number("TOOLRL_POOL_WAIT_SECONDS", DEFAULT_POOL_WAIT_SECONDS, float, 0),
+            service_account_dir=os.environ.get("TOOLRL_SERVICE_ACCOUNT_DIR", SA_DIR),
         )
 
 
@@ -133,8 +139,48 @@ async def wait_for_pool(url: str, timeout: float, interval: float = 2.0) -> None
         await client.close()
 
 
+def check_model(path: str) -> None:
+    """Fail early, with the cause, when the model's config cannot be loaded from `path`."""
+    from transformers import AutoConfig
+
+    local = path.startswith(("/", "./", "../")) or Path(path).exists()
+    if local and not Path(path).exists():
+        raise SpecError(f"spec.model.path: {path} does not exist; mount the volume that holds the model")
+    try:
+        AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        where = "the directory holds no loadable model" if local else "a hub id needs access to the hub"
+        raise SpecError(f"spec.model.path: cannot load {path!r} ({where}): {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def start_ray(job: Job, runtime_env: dict[str, Any]) -> None:
+    """Join the Ray cluster named by RAY_ADDRESS (a RayJob's driver has it; `auto` joins one started
+    with `ray start` on this machine); without it, start a local one for this run. On CPUs each
+    worker process gets one logical GPU, which is what verl's resource pools ask Ray for."""
+    import ray
+
+    address = os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, runtime_env=runtime_env)
+        return
+    kwargs: dict[str, Any] = {"runtime_env": runtime_env, "include_dashboard": False}
+    if cpu_only(job.spec):
+        workers = job.spec["cluster"]["workers"]["replicas"]
+        # verl schedules its actors by logical CPUs; the processes themselves share the machine
+        kwargs.update(num_cpus=max(16, os.cpu_count() or 1), num_gpus=workers * gpus_per_node(job))
+    print("trainer_entry: RAY_ADDRESS is unset: starting a local Ray for this run", flush=True)
+    ray.init(**kwargs)
+
+
 def run(job: Job, env: Environment, workdir: Path) -> None:
-    """Train: everything from here on runs on the Ray cluster (RAY_ADDRESS)."""
+    """Train: everything from here on runs on the Ray cluster (RAY_ADDRESS, or a local one)."""
+    if cpu_only(job.spec):
+        use_cpu_platform()
     import ray
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
     from verl.trainer.main_ppo import run_ppo
@@ -146,12 +192,15 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     translation = translate(job, env.pool_url)
     write_workdir(job, translation, workdir)
     config = verl_config.compose(translation.overrides)
+    check_model(job.spec["model"]["path"])
     verl_config.check(config)
     asyncio.run(wait_for_pool(env.pool_url, env.pool_wait_seconds))
 
     runtime_env = dict(get_ppo_ray_runtime_env(config))
     runtime_env["working_dir"] = str(workdir)
-    ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), runtime_env=runtime_env)
+    if cpu_only(job.spec):
+        runtime_env.setdefault("env_vars", {})[cpu_platform.PLATFORM_ENV] = cpu_platform.PLATFORM
+    start_ray(job, runtime_env)
     algo = job.spec["algorithm"]
     hub = start_hub(
         HubSettings(
@@ -161,9 +210,50 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
             job_name=env.job_name,
             namespace=env.namespace,
             report_progress=True,
+            service_account_dir=env.service_account_dir,
         )
     )
     try:
         run_ppo(config, task_runner_class=ToolRLTaskRunner)
+    except ray.exceptions.RayError as exc:
+        raise TrainingError(explain_ray_failure(exc)) from exc
     finally:
         ray.get(hub.finish.remote())
+        ray.shutdown()
+
+
+class TrainingError(RuntimeError):
+    """The run started but could not go on; the message names the cause."""
+
+
+def explain_ray_failure(exc: BaseException) -> str:
+    """One message for a Ray failure: out of memory, a lost worker, or an error raised inside one."""
+    import ray
+
+    text = str(exc)
+    if isinstance(exc, ray.exceptions.OutOfMemoryError) or "OutOfMemoryError" in text:
+        return (
+            "out of memory: Ray killed a worker to protect the node; give the Ray pods more memory "
+            "(cluster.head/workers.resources) or shrink the batch, the sequence lengths or the model. "
+            + _first_line(exc)
+        )
+    if isinstance(exc, ray.exceptions.ActorDiedError | ray.exceptions.WorkerCrashedError):
+        return "a Ray worker died (its log above says why; out of memory is the usual cause): " + _first_line(
+            exc
+        )
+    if isinstance(exc, ray.exceptions.RayTaskError):
+        cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+        return f"training failed in a Ray worker: {type(cause).__name__}: {_last_line(cause)}"
+    return f"{type(exc).__name__}: {_first_line(exc)}"
+
+
+def _last_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+def use_cpu_platform() -> None:
+    """Select verl's cpu platform in this process (and its children) before verl picks one."""
+    os.environ[cpu_platform.PLATFORM_ENV] = cpu_platform.PLATFORM
+    if "verl" in sys.modules:  # imported before the choice: let the plugin adapt it now
+        cpu_platform.install()

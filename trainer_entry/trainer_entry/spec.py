@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 PROTOCOLS = ("hermes", "tool-tags", "python-tags", "react")
-ENGINES = ("vllm", "sglang")
+ENGINES = ("vllm", "sglang", "hf")
+CPU_ENGINES = ("hf",)  # engines that run without GPUs (cluster.workers.gpusPerWorker 0)
 # The estimators of verl's AdvantageEstimator that need no extra config (tested against verl's enum).
 ESTIMATORS = ("grpo", "gae", "rloo", "reinforce_plus_plus", "remax", "grpo_passk", "gpg", "opo")
 GROUP_ESTIMATORS = ("grpo", "rloo", "grpo_passk", "opo")
@@ -59,6 +60,11 @@ TOOL_DEFAULTS: dict[str, Any] = {"timeoutSeconds": 10}
 """CRD defaults of each `spec.tools[]` entry."""
 CUSTOM_REWARD_DEFAULTS: dict[str, Any] = {"key": "reward.py", "function": "compute_score"}
 """CRD defaults of `spec.reward.custom` (when it is given)."""
+
+
+def cpu_only(spec: dict[str, Any]) -> bool:
+    """Whether the job trains on CPUs (verl's `cpu` platform): workers without GPUs."""
+    return spec["cluster"]["workers"]["gpusPerWorker"] == 0
 
 
 class SpecError(ValueError):
@@ -188,7 +194,6 @@ def check_spec(spec: dict[str, Any]) -> None:
         "rollout.maxToolResponseLength",
         "rollout.toolCall.maxConcurrency",
         "cluster.workers.replicas",
-        "cluster.workers.gpusPerWorker",
     ):
         _positive_int(spec, field)
     _one_of(spec, "algorithm.advantageEstimator", ESTIMATORS)
@@ -228,10 +233,27 @@ def check_spec(spec: dict[str, Any]) -> None:
     )
     gpus = _get(spec, "cluster.workers.gpusPerWorker")
     _need(
-        gpus % _get(spec, "rollout.tensorParallelSize") == 0,
-        "rollout.tensorParallelSize",
-        f"must divide cluster.workers.gpusPerWorker ({gpus})",
+        isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 0,
+        "cluster.workers.gpusPerWorker",
+        f"must be an integer >= 0, got {gpus!r}",
     )
+    if gpus == 0:
+        _need(
+            _get(spec, "rollout.engine") in CPU_ENGINES,
+            "cluster.workers.gpusPerWorker",
+            "0 (CPU only) needs rollout.engine hf: vllm and sglang need GPUs",
+        )
+        _need(
+            _get(spec, "rollout.tensorParallelSize") == 1,
+            "rollout.tensorParallelSize",
+            "must be 1 when cluster.workers.gpusPerWorker is 0 (CPU)",
+        )
+    else:
+        _need(
+            gpus % _get(spec, "rollout.tensorParallelSize") == 0,
+            "rollout.tensorParallelSize",
+            f"must divide cluster.workers.gpusPerWorker ({gpus})",
+        )
     _check_tools(spec)
     _check_reward(spec)
     _check_checkpoint(spec)

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from trainer_entry.spec import Job
+from trainer_entry.spec import Job, cpu_only
 
 TOOL_CLASS = "trainer_entry.tools.PoolTool"
 AGENT_LOOP_CLASS = "trainer_entry.agent_loop.TagAgentLoop"
@@ -22,6 +22,24 @@ TOOL_CONFIG_FILE = "toolrl_tools.yaml"
 AGENT_LOOPS_FILE = "toolrl_agent_loops.yaml"
 CUSTOM_REWARD_FILE = "toolrl_custom_reward.py"
 HERMES_LOOP = "tool_agent"
+# verl's cpu platform (trainer_entry.cpu_platform) for jobs whose workers have no GPUs: gloo, plain
+# torch attention, FSDP2 (FSDP1 refuses CPU parameters), and one logical Ray GPU per worker, since
+# verl's resource pools always ask Ray for "GPU" bundles. Sized for 2 cores and a tiny model: one
+# agent-loop and one reward worker, one transfer-queue storage unit (each holds ~0.5 GiB).
+CPU_OVERRIDES = (
+    "trainer.device=cpu",
+    "actor_rollout_ref.actor.strategy=fsdp2",
+    "actor_rollout_ref.ref.strategy=fsdp2",
+    "critic.strategy=fsdp2",
+    "actor_rollout_ref.model.use_remove_padding=false",
+    "critic.model.use_remove_padding=false",
+    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+    "+critic.model.override_config.attn_implementation=sdpa",
+    "actor_rollout_ref.rollout.agent.num_workers=1",
+    "reward.num_workers=1",
+    "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+)
+LOGICAL_GPUS_PER_CPU_WORKER = 1
 # Strings Hydra reads back unchanged without quotes (must not start with a digit: 1e-6 is a float).
 PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_\-./]*")
 
@@ -156,6 +174,13 @@ def _checkpoint(job: Job) -> list[str]:
     return out
 
 
+def gpus_per_node(job: Job) -> int:
+    """verl's `trainer.n_gpus_per_node`: the workers' GPUs, or on CPUs the logical Ray GPUs a
+    worker advertises (one training process each)."""
+    gpus = job.spec["cluster"]["workers"]["gpusPerWorker"]
+    return gpus if gpus else LOGICAL_GPUS_PER_CPU_WORKER
+
+
 def _overrides(job: Job, pool_url: str) -> list[str]:
     s = job.spec
     data, algo, rollout = s["data"], s["algorithm"], s["rollout"]
@@ -197,7 +222,7 @@ def _overrides(job: Job, pool_url: str) -> list[str]:
         "actor_rollout_ref.rollout.agent.default_agent_loop="
         + (HERMES_LOOP if rollout["protocol"] == "hermes" else agent_loop_name(rollout["protocol"])),
         f"trainer.nnodes={workers['replicas']}",
-        f"trainer.n_gpus_per_node={workers['gpusPerWorker']}",
+        f"trainer.n_gpus_per_node={gpus_per_node(job)}",
         f"trainer.project_name={v(job.namespace)}",
         f"trainer.experiment_name={v(job.name)}",
         "trainer.logger=['console']",
@@ -209,6 +234,8 @@ def _overrides(job: Job, pool_url: str) -> list[str]:
         out.append(f"trainer.total_epochs={algo['totalEpochs']}")
     if not data.get("valFiles"):
         out += ["trainer.val_before_train=false", "trainer.test_freq=-1"]
+    if cpu_only(s):
+        out += list(CPU_OVERRIDES)
     out += _reward(job, pool_url) + _checkpoint(job)
     return out + list(s["trainer"].get("extraArgs") or [])
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 from sandbox_process import SandboxProcess
-from trainer_entry.local import build_tiny_model
+from trainer_entry.tiny_model import build_tiny_model
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 import yaml
 from trainer_entry.rewards.toolbench import DEFAULT_WEIGHTS
-from trainer_entry.spec import CUSTOM_REWARD_DEFAULTS, DEFAULTS, TOOL_DEFAULTS, SpecError, load_job, parse_job
+from trainer_entry.spec import (
+    CUSTOM_REWARD_DEFAULTS,
+    DEFAULTS,
+    TOOL_DEFAULTS,
+    SpecError,
+    cpu_only,
+    load_job,
+    parse_job,
+)
 
 CRD = Path(__file__).resolve().parents[3] / "crds" / "toolrl.dev_toolrljobs.yaml"
 
@@ -68,6 +76,18 @@ def test_given_values_win_over_defaults_deeply():
             "spec.rollout.tensorParallelSize",
         ),
         ({"checkpoint": {"resume": "latest"}}, "spec.checkpoint.resume"),
+        ({"cluster": {"workers": {"gpusPerWorker": 0}}}, "spec.cluster.workers.gpusPerWorker"),
+        (
+            {"cluster": {"workers": {"gpusPerWorker": -1}}, "rollout": {"engine": "hf"}},
+            "spec.cluster.workers.gpusPerWorker",
+        ),
+        (
+            {
+                "cluster": {"workers": {"gpusPerWorker": 0}},
+                "rollout": {"engine": "hf", "tensorParallelSize": 2},
+            },
+            "spec.rollout.tensorParallelSize",
+        ),
         ({"trainer": {"extraArgs": ["--verbose"]}}, "spec.trainer.extraArgs"),
     ],
 )
@@ -182,3 +202,11 @@ def test_missing_tools_names_the_field():
     del d["spec"]["tools"]
     with pytest.raises(SpecError, match=r"spec\.tools: is required"):
         parse_job(d)
+
+
+def test_cpu_jobs_need_the_hf_engine_and_say_why():
+    with pytest.raises(SpecError, match=r"needs rollout\.engine hf: vllm and sglang need GPUs"):
+        parse_job(doc(cluster={"workers": {"gpusPerWorker": 0}}, rollout={"engine": "vllm"}))
+    cpu = parse_job(doc(cluster={"workers": {"gpusPerWorker": 0}}, rollout={"engine": "hf"}))
+    assert cpu_only(cpu.spec)
+    assert not cpu_only(parse_job(doc(rollout={"engine": "hf"})).spec), "hf on GPUs is not a CPU job"

@@ -3,7 +3,13 @@
 import pytest
 from hydra.errors import ConfigCompositionException, InstantiationException
 from trainer_entry.spec import ESTIMATORS, parse_job
-from trainer_entry.translate import TOOL_CONFIG_FILE, hydra_value, translate
+from trainer_entry.translate import (
+    CPU_OVERRIDES,
+    LOGICAL_GPUS_PER_CPU_WORKER,
+    TOOL_CONFIG_FILE,
+    hydra_value,
+    translate,
+)
 from verl.trainer.ppo.core_algos import AdvantageEstimator
 from verl.utils.config import omega_conf_to_dataclass
 
@@ -206,3 +212,61 @@ def test_tool_config_carries_the_call_policy():
 def test_strings_survive_hydra(text):
     cfg = verl_config.compose([f"trainer.experiment_name={hydra_value(text)}"])
     assert cfg.trainer.experiment_name == text
+
+
+def test_cpu_job_runs_verls_cpu_platform_with_logical_gpus(tiny_model):
+    cpu = job(
+        model={"path": str(tiny_model)},
+        rollout={"engine": "hf", "protocol": "python-tags"},
+        cluster={"workers": {"replicas": 1, "gpusPerWorker": 0}},
+        algorithm={
+            "advantageEstimator": "gae",
+            "rolloutsPerPrompt": 2,
+            "trainBatchSize": 4,
+            "totalTrainingSteps": 2,
+        },
+    )
+    overrides = translate(cpu, POOL).overrides
+    for expected in CPU_OVERRIDES:
+        assert expected in overrides
+    cfg = composed(cpu)  # verl composes and validates it, critic included
+    assert cfg.trainer.device == "cpu"
+    assert cfg.trainer.n_gpus_per_node == LOGICAL_GPUS_PER_CPU_WORKER
+    assert cfg.actor_rollout_ref.rollout.name == "hf"
+    assert cfg.actor_rollout_ref.actor.strategy == "fsdp2"
+    assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
+    gpu = translate(job(rollout={"engine": "hf"}), POOL).overrides
+    assert not set(CPU_OVERRIDES) & set(gpu), "hf on GPUs keeps verl's GPU settings"
+
+
+def test_operator_and_trainer_agree_on_logical_gpus_of_a_cpu_worker():
+    from toolrl_operator import rayjob
+
+    assert rayjob.LOGICAL_GPUS_PER_CPU_WORKER == LOGICAL_GPUS_PER_CPU_WORKER
+
+
+def test_dry_run_without_the_model_still_checks_the_rest(capsys):
+    ppo = job(
+        model={"path": "no-such-org/no-such-model"},
+        algorithm={
+            "advantageEstimator": "gae",
+            "rolloutsPerPrompt": 2,
+            "trainBatchSize": 4,
+            "totalTrainingSteps": 2,
+        },
+    )
+    notes = verl_config.check(verl_config.compose(translate(ppo, POOL).overrides))
+    assert len(notes) == 1 and "no-such-org/no-such-model" in notes[0] and "critic checks" in notes[0]
+    broken = job(
+        model={"path": "no-such-org/no-such-model"},
+        algorithm={
+            "advantageEstimator": "gae",
+            "rolloutsPerPrompt": 2,
+            "trainBatchSize": 4,
+            "totalTrainingSteps": 2,
+            "ppoMiniBatchSize": 4,
+        },
+        trainer={"extraArgs": ["actor_rollout_ref.actor.ppo_mini_batch_size=3"]},
+    )
+    with pytest.raises(Exception, match="mini"):
+        verl_config.check(verl_config.compose(translate(broken, POOL).overrides))

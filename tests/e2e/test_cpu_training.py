@@ -1,0 +1,225 @@
+"""verl's real GRPO/PPO loop on the CPU, through the RayJob's own entry point.
+
+`python -m trainer_entry run --spec job.json` with `rollout.engine: hf` and `gpusPerWorker: 0`, the
+tiny model warmed up to call tools, a real tool_sandbox process as the pool, and the job's
+`J-trainer` ServiceAccount on the real local apiserver for `status.progress`: rollouts call the pool,
+the reward varies within groups, the actor's gradients are non-zero, the rollout engine receives the
+updated weights, and the trainer's metrics (:9400) expose tool latency and reward while it runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from localcluster.cluster import free_port
+from operator_process import get_json, wait_until
+from sandbox_process import SandboxProcess
+from test_trainer_progress import mount_service_account
+from trainer_entry.tiny_model import build_tiny_model, warm_up, write_toy_data
+
+STEPS = 3
+GRAD_NORM = re.compile(r"actor/grad_norm:(-?[\d.eE+-]+)")
+WEIGHTS = re.compile(r"L2 distance from the initial weights ([\d.eE+-]+)")
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The tiny model, warmed up to write python-tags calls, and the toy task's data."""
+    root = tmp_path_factory.mktemp("toy")
+    model = build_tiny_model(root, "tiny-qwen2", hidden=64, layers=2)
+    result = warm_up(model, "python-tags", seconds=600, min_call_rate=0.75)
+    assert result.call_rate >= 0.5, f"the warm-up did not teach the tool-call format: {result}"
+    return {"model": model, "data": write_toy_data(root / "data")}
+
+
+def cpu_job(name: str, toy: dict[str, Path], **algorithm: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "toolrl.dev/v1alpha1",
+        "kind": "ToolRLJob",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"path": str(toy["model"])},
+            "data": {"trainFiles": [str(toy["data"])], "maxPromptLength": 160, "maxResponseLength": 48},
+            "algorithm": {
+                "advantageEstimator": "grpo",
+                "rolloutsPerPrompt": 4,
+                "trainBatchSize": 2,
+                "learningRate": 1.0e-3,
+                "totalTrainingSteps": STEPS,
+                "klLoss": {"enabled": False, "coef": 0.001},
+                **algorithm,
+            },
+            "rollout": {
+                "engine": "hf",
+                "protocol": "python-tags",
+                "maxToolTurns": 1,
+                "toolCall": {"timeoutSeconds": 20, "maxRetries": 2, "retryDelaySeconds": 0.5},
+            },
+            "tools": [{"name": "python", "type": "python", "timeoutSeconds": 5}],
+            "toolPool": {"replicas": {"min": 1, "max": 2}},
+            "reward": {"preset": "exact-match"},
+            "cluster": {"workers": {"replicas": 1, "gpusPerWorker": 0}},
+            "checkpoint": {"saveFreq": -1, "resume": "disable"},
+        },
+    }
+
+
+class MetricsWatch:
+    """Scrapes the trainer's /metrics every second while it runs; keeps every answer."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.samples: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(requests.RequestException):
+                self.samples.append(requests.get(self.url, timeout=2).text)
+            self._stop.wait(1.0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def max_value(self, series: str) -> float | None:
+        """The largest value any scrape showed for a series (name with labels, as exposed)."""
+        values = [
+            float(line.rsplit(" ", 1)[1])
+            for text in self.samples
+            for line in text.splitlines()
+            if line.startswith(series)
+        ]
+        return max(values) if values else None
+
+
+def pool_calls(pool: SandboxProcess) -> float:
+    text = requests.get(pool.url + "/metrics", timeout=5).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("toolrl_tool_calls_total{")
+    )
+
+
+def train(
+    cluster, namespace: str, operator, tmp_path: Path, toy: dict[str, Path], name: str, **algorithm: Any
+) -> None:
+    job = cpu_job(name, toy, **algorithm)
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(job))
+    wait_until(
+        lambda: get_json(cluster, "trj", name, "-n", namespace).get("status", {}).get("phase"),
+        120,
+        f"the operator reconciled {name} (its trainer ServiceAccount and Role exist)",
+        interval=0.5,
+    )
+    host, port = mount_service_account(cluster, namespace, tmp_path / "sa", job=name)
+    spec_file = tmp_path / "job.json"
+    spec_file.write_text(json.dumps({**job, "metadata": {"name": name, "namespace": namespace}}))
+    metrics_port = free_port()
+    with SandboxProcess.start(tmp_path / "pool", tools=[{"name": "python", "type": "python"}]) as pool:
+        calls_before = pool_calls(pool)
+        env = {
+            **os.environ,
+            "TOOLRL_TOOL_POOL_URL": pool.url,
+            "TOOLRL_JOB_NAME": name,
+            "TOOLRL_JOB_NAMESPACE": namespace,
+            "TOOLRL_METRICS_PORT": str(metrics_port),
+            "TOOLRL_SERVICE_ACCOUNT_DIR": str(tmp_path / "sa"),
+            "KUBERNETES_SERVICE_HOST": host,
+            "KUBERNETES_SERVICE_PORT": port,
+        }
+        env.pop("RAY_ADDRESS", None)
+        watch = MetricsWatch(f"http://127.0.0.1:{metrics_port}/metrics")
+        log = tmp_path / "trainer.log"
+        with log.open("wb") as out:
+            rc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "trainer_entry",
+                    "run",
+                    "--spec",
+                    str(spec_file),
+                    "--workdir",
+                    str(tmp_path / "workdir"),
+                ],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=1800,
+                check=False,
+            ).returncode
+        watch.stop()
+        output = log.read_text(errors="replace")
+        assert rc == 0, f"trainer exited {rc}:\n{output[-6000:]}"
+        served = pool_calls(pool) - calls_before
+
+    grad_norms = [float(v) for v in GRAD_NORM.findall(output)]
+    assert len(grad_norms) >= STEPS, f"verl logged {len(grad_norms)} actor updates:\n{output[-3000:]}"
+    assert max(grad_norms) > 0, f"no step moved the actor: grad_norm {grad_norms}"
+    distances = [float(v) for v in WEIGHTS.findall(output)]
+    assert distances and distances[-1] > 0, f"the rollout engine never got changed weights: {distances}"
+    assert served >= STEPS, f"the pool served {served} calls for {STEPS} steps of tool-using rollouts"
+
+    status = get_json(cluster, "trj", name, "-n", namespace)["status"]
+    assert status["progress"]["step"] == STEPS and status["progress"]["totalSteps"] == STEPS, status
+    assert "rewardMean" in status["progress"]
+    assert (watch.max_value("toolrl_trainer_tool_call_duration_seconds_count") or 0) > 0, "no tool latency"
+    assert watch.max_value("toolrl_trainer_reward_mean") is not None, "no reward exposed"
+    assert (watch.max_value("toolrl_trainer_step") or 0) >= 1
+
+
+def test_grpo_trains_on_cpu_with_the_tool_pool(cluster, namespace, operator, tmp_path, toy) -> None:
+    train(cluster, namespace, operator, tmp_path, toy, "cpu-grpo")
+
+
+def test_ppo_with_critic_and_kl_loss_trains_on_cpu(cluster, namespace, operator, tmp_path, toy) -> None:
+    train(
+        cluster,
+        namespace,
+        operator,
+        tmp_path,
+        toy,
+        "cpu-ppo",
+        advantageEstimator="gae",
+        rolloutsPerPrompt=2,
+        klLoss={"enabled": True, "coef": 0.01},
+    )
+
+
+def test_a_run_that_cannot_start_names_the_cause(tmp_path, toy) -> None:
+    """No Ray, no training: the checks before the run say what is wrong, without a traceback."""
+    spec = cpu_job("broken", toy)
+    spec["metadata"]["namespace"] = "default"
+    spec["spec"]["model"]["path"] = str(tmp_path / "no-model")
+    (tmp_path / "job.json").write_text(json.dumps(spec))
+    env = {
+        **os.environ,
+        "TOOLRL_TOOL_POOL_URL": f"http://127.0.0.1:{free_port()}",
+        "TOOLRL_POOL_WAIT_SECONDS": "3",
+    }
+    argv = [sys.executable, "-m", "trainer_entry", "run", "--spec", str(tmp_path / "job.json")]
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 2
+    assert (
+        "spec.model.path" in res.stderr and "does not exist" in res.stderr and "Traceback" not in res.stderr
+    )
+
+    spec["spec"]["model"]["path"] = str(toy["model"])
+    (tmp_path / "job.json").write_text(json.dumps(spec))
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "tool pool at http://127.0.0.1:" in res.stderr and "not ready after 3s" in res.stderr

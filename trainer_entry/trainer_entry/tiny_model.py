@@ -1,0 +1,266 @@
+"""`python -m trainer_entry tiny-model DIR`: a tiny Qwen2 model and tokenizer made locally (no hub).
+
+For CPU runs (`rollout.engine: hf`, `gpusPerWorker: 0`), tests and the demo. A random model never
+calls a tool, so `warm_up` gives it a few seconds of supervised steps on protocol-formatted examples
+of the toy task (`toy_problem`: one-digit sums, solved by running code in the tool pool) until most
+of its sampled answers contain a tool call in the job's protocol. Its rollouts then really use the
+pool, and its rewards vary within a group, so GRPO has something to learn from.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\n"
+    "{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n"
+    "{% endif %}# Tools\n\n<tools>\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}</tools>\n\n"
+    "For each function call, return a json object within <tool_call></tool_call> tags.<|im_end|>\n"
+    "{% elif messages[0].role == 'system' %}"
+    "<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n{% endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'system' %}"
+    "{%- elif message.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ message.content }}\n"
+    "</tool_response><|im_end|>\n"
+    "{%- elif message.role == 'assistant' %}<|im_start|>assistant\n{{ message.content or '' }}"
+    "{%- for tc in message.tool_calls or [] %}\n<tool_call>\n"
+    '{"name": "{{ tc.function.name }}", "arguments": {{ tc.function.arguments | tojson }}}\n</tool_call>'
+    "{%- endfor %}<|im_end|>\n"
+    "{%- else %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+CORPUS = [
+    'Thought: I should run code. Action: python Action Input: {"code": "print(1 + 1)"} Observation: 2',
+    "<PYTHON>print(6 * 7)</PYTHON> <PYTHON-OUTPUT>42</PYTHON-OUTPUT> <tool>x = 3</tool> <tool_output>",
+    '<tool_call> {"name": "python", "arguments": {"code": "print(2)"}} </tool_call> <tool_response>',
+    "The answer is 42. #### 42 Error: the tool call timed out after 1.0s. Finish give_answer final_answer",
+    "import time; time.sleep(10) while True: pass raise ValueError('boom') Traceback (most recent call last)",
+    "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ 0123456789 {}[]()<>:;,.'\"!?/\\|-_=+*&^%$#@~`",
+]
+
+
+TOY_SYSTEM = (
+    "Solve the problem. You may run Python by writing code between <PYTHON> and </PYTHON>; its output is "
+    "returned between <PYTHON-OUTPUT> and </PYTHON-OUTPUT>. End with the final answer as '#### <number>'."
+)
+WARM_UP_PROTOCOLS = ("python-tags", "tool-tags")
+
+
+@dataclass(frozen=True)
+class ToyProblem:
+    """One-digit addition: the question, the code that solves it, its output and the answer."""
+
+    a: int
+    b: int
+
+    @property
+    def question(self) -> str:
+        return f"What is {self.a} + {self.b}?"
+
+    @property
+    def code(self) -> str:
+        return f"print({self.a} + {self.b})"
+
+    @property
+    def answer(self) -> str:
+        return str(self.a + self.b)
+
+
+def toy_problems(count: int, seed: int = 0) -> list[ToyProblem]:
+    rng = random.Random(seed)
+    return [ToyProblem(rng.randrange(10), rng.randrange(10)) for _ in range(count)]
+
+
+def toy_records(count: int, seed: int = 0) -> list[dict[str, str]]:
+    """GSM8K-style records (`question`, `answer` ending in '#### n') for `trainer_entry.data gsm8k`."""
+    return [{"question": p.question, "answer": f"#### {p.answer}"} for p in toy_problems(count, seed)]
+
+
+def solution_text(problem: ToyProblem, protocol: str) -> tuple[str, str, str]:
+    """(call, observation, answer) of the assistant turn that solves `problem` in `protocol`."""
+    from trainer_entry.protocols import get_protocol
+
+    if protocol not in WARM_UP_PROTOCOLS:
+        raise ValueError(
+            f"the tiny model's warm-up speaks {', '.join(WARM_UP_PROTOCOLS)}, not {protocol!r}; "
+            "use one of those for CPU runs of the tiny model, or --no-warm-up for a random model"
+        )
+    proto = get_protocol(protocol)
+    call = f"{proto.open_tag}{problem.code}{proto.close_tag}"
+    return call, proto.observation(problem.answer), f"#### {problem.answer}"
+
+
+def build_tokenizer() -> Any:
+    """A byte-level BPE trained on the corpus above and the toy task, with a Qwen-style template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE(unk_token=None))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=600, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    toy = [f"{p.question} {p.code} #### {p.answer}" for p in toy_problems(100)]
+    bpe.train_from_iterator([*CORPUS, TOY_SYSTEM] * 20 + toy, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        additional_special_tokens=["<|im_start|>"],
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_model(root: Path, name: str = "tiny-qwen2", hidden: int = 32, layers: int = 1) -> Path:
+    """Tokenizer + random Qwen2, saved like a hub checkpoint under `root/name`."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = build_tokenizer()
+    path = root / name
+    tokenizer.save_pretrained(path)
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2 if hidden <= 32 else 4,
+        num_key_value_heads=1 if hidden <= 32 else 2,
+        max_position_embeddings=4096,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    return path
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    steps: int
+    seconds: float
+    loss: float
+    call_rate: float
+    """Share of sampled answers (temperature 1) to held-out toy prompts that contain a tool call."""
+    correct_rate: float
+    """Share of those answers whose final '#### n' is right (given the tool's true output)."""
+
+
+def _example(tokenizer: Any, problem: ToyProblem, protocol: str) -> tuple[list[int], list[int]]:
+    """Token ids of prompt + assistant turn, and labels (-100 on the prompt and the observation)."""
+    call, observation, answer = solution_text(problem, protocol)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "system", "content": TOY_SYSTEM}, {"role": "user", "content": problem.question}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    ids, labels = [], []
+    for text, learn in ((prompt, False), (call, True), (observation, False), (answer + "<|im_end|>", True)):
+        part = tokenizer.encode(text, add_special_tokens=False)
+        ids += part
+        labels += part if learn else [-100] * len(part)
+    return ids, labels
+
+
+def _sampled_behaviour(
+    model: Any, tokenizer: Any, protocol: str, problems: list[ToyProblem]
+) -> tuple[float, float]:
+    """(call rate, correct rate) of sampled completions, with the true tool output spliced in."""
+    import torch
+
+    from trainer_entry.protocols import get_protocol
+
+    proto = get_protocol(protocol)
+    calls = correct = 0
+    for problem in problems:
+        prompt = tokenizer.apply_chat_template(
+            [{"role": "system", "content": TOY_SYSTEM}, {"role": "user", "content": problem.question}],
+            add_generation_prompt=True,
+            tokenize=False,
+        )
+        ids = torch.tensor([tokenizer.encode(prompt, add_special_tokens=False)])
+        out = model.generate(
+            ids,
+            max_new_tokens=24,
+            do_sample=True,
+            temperature=1.0,
+            pad_token_id=tokenizer.pad_token_id,
+            stop_strings=list(proto.stop),
+            tokenizer=tokenizer,
+        )
+        text = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+        if proto.parse(text, "python") is None:
+            continue
+        calls += 1
+        follow = prompt + text + proto.observation(problem.answer)
+        ids = torch.tensor([tokenizer.encode(follow, add_special_tokens=False)])
+        out = model.generate(
+            ids, max_new_tokens=8, do_sample=True, temperature=1.0, pad_token_id=tokenizer.pad_token_id
+        )
+        tail = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+        correct += tail.strip().startswith(f"#### {problem.answer}")
+    return calls / len(problems), correct / len(problems)
+
+
+def warm_up(
+    path: Path, protocol: str, seconds: float = 20.0, min_call_rate: float = 0.75, seed: int = 0
+) -> WarmUp:
+    """Supervised steps on toy solutions in `protocol` until sampled answers call the tool at least
+    `min_call_rate` of the time (checked every 50 steps) or `seconds` pass; saves the model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    train = toy_problems(512, seed + 1)
+    held_out = toy_problems(16, seed + 2)
+    examples = [_example(tokenizer, p, protocol) for p in train]
+    start, step, loss = time.monotonic(), 0, float("nan")
+    call_rate = correct_rate = 0.0
+    rng = random.Random(seed)
+    while True:
+        model.train()
+        batch = rng.sample(examples, 16)
+        width = max(len(ids) for ids, _ in batch)
+        input_ids = torch.full((len(batch), width), tokenizer.pad_token_id)
+        labels = torch.full((len(batch), width), -100)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, (ids, lab) in enumerate(batch):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            labels[row, : len(lab)] = torch.tensor(lab)
+            mask[row, : len(ids)] = 1
+        out = model(input_ids=input_ids, attention_mask=mask, labels=labels)
+        optimizer.zero_grad()
+        out.loss.backward()
+        optimizer.step()
+        step, loss = step + 1, out.loss.item()
+        if step % 50 == 0:
+            model.eval()
+            with torch.no_grad():
+                call_rate, correct_rate = _sampled_behaviour(model, tokenizer, protocol, held_out)
+            if call_rate >= min_call_rate or time.monotonic() - start >= seconds:
+                break
+    model.save_pretrained(path)
+    return WarmUp(step, time.monotonic() - start, loss, call_rate, correct_rate)
+
+
+def write_toy_data(directory: Path, count: int = 256, seed: int = 0, tool: str = "python") -> Path:
+    """The toy task as verl parquet (`train.parquet`), in the python-tags format of the data prep."""
+    from trainer_entry.data import gsm8k_row, write_parquet
+
+    rows = [gsm8k_row(r, i, "train", tool) for i, r in enumerate(toy_records(count, seed))]
+    out = directory / "train.parquet"
+    write_parquet(rows, out)
+    return out
