@@ -44,6 +44,16 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("name-dns1035", {"metadata.name": "9lives"}, "must start with a lowercase letter"),
     ("tp-divides-gpus", {"rollout.tensorParallelSize": 3}, "must divide cluster.workers.gpusPerWorker"),
     (
+        "cpu-needs-hf",
+        {"cluster.workers": {"replicas": 1, "gpusPerWorker": 0}},
+        "gpusPerWorker 0 (CPU only) needs rollout.engine hf",
+    ),
+    (
+        "cpu-tp-is-1",
+        {"cluster.workers": {"gpusPerWorker": 0}, "rollout.engine": "hf", "rollout.tensorParallelSize": 2},
+        "rollout.tensorParallelSize must be 1 when cluster.workers.gpusPerWorker is 0",
+    ),
+    (
         "protocol-needs-python",
         {
             "rollout.protocol": "python-tags",
@@ -123,6 +133,12 @@ def dry_run(cluster, namespace: str, job: dict[str, Any]):
 
 def test_the_example_is_accepted(cluster, crd, namespace) -> None:
     res = dry_run(cluster, namespace, example())
+    assert res.returncode == 0, res.stderr
+
+
+def test_the_cpu_example_is_accepted(cluster, crd, namespace) -> None:
+    cpu = yaml.safe_load((EXAMPLE.parent / "toolrljob-cpu.yaml").read_text())
+    res = dry_run(cluster, namespace, cpu)
     assert res.returncode == 0, res.stderr
 
 

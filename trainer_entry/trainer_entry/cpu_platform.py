@@ -97,8 +97,10 @@ def _platform_class() -> type:
             # Never auto-detected: a GPU machine must not fall back to it silently.
             return selected()
 
-        def current_device(self) -> int:
-            return 0
+        def current_device(self) -> str:
+            # verl moves tensors with `.to(get_device_id())`; torch reads an int as a CUDA ordinal
+            # ("Found no NVIDIA driver"), so the CPU's id is the device string, as torch.cpu says.
+            return torch.cpu.current_device()
 
         def device_count(self) -> int:
             return 1

@@ -216,6 +216,7 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     try:
         run_ppo(config, task_runner_class=ToolRLTaskRunner)
     except ray.exceptions.RayError as exc:
+        print(f"trainer_entry: the run failed; Ray's report:\n{exc}", file=sys.stderr, flush=True)
         raise TrainingError(explain_ray_failure(exc)) from exc
     finally:
         ray.get(hub.finish.remote())

@@ -9,7 +9,13 @@ import pytest
 import yaml
 from toolrl_operator.children import build_children
 from toolrl_operator.configmap import build_configmap
-from toolrl_operator.rayjob import ENTRYPOINT, GPU_RESOURCE, build_ray_network_policy, build_rayjob
+from toolrl_operator.rayjob import (
+    ENTRYPOINT,
+    GPU_RESOURCE,
+    LOGICAL_GPUS_PER_CPU_WORKER,
+    build_ray_network_policy,
+    build_rayjob,
+)
 from toolrl_operator.rbac import build_role, build_role_binding, build_service_account
 from toolrl_operator.settings import Settings
 from toolrl_operator.toolpool import (
@@ -449,3 +455,18 @@ def test_crd_defaults_are_not_repeated_in_the_builders(make_job) -> None:
     del job["spec"]["runPolicy"]["ttlSecondsAfterFinished"]
     with pytest.raises(KeyError):
         build_rayjob(job, SETTINGS)
+
+
+def test_cpu_workers_ask_for_no_gpu_and_advertise_one_logical_ray_gpu(make_job) -> None:
+    job = make_job(
+        rollout={"engine": "hf"},
+        cluster={
+            "workers": {"replicas": 1, "gpusPerWorker": 0, "resources": {"requests": {"memory": "6Gi"}}}
+        },
+    )
+    group = build_rayjob(job, SETTINGS)["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    worker = group["template"]["spec"]["containers"][0]
+    assert worker["resources"] == {"requests": {"memory": "6Gi"}}
+    assert group["rayStartParams"] == {"num-gpus": str(LOGICAL_GPUS_PER_CPU_WORKER)}
+    gpu_group = build_rayjob(make_job(), SETTINGS)["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    assert gpu_group["rayStartParams"] == {}, "GPU workers advertise their real GPUs"

@@ -6,7 +6,14 @@ import pytest
 import yaml
 from localcluster import free_port
 from trainer_entry.__main__ import main
-from trainer_entry.run import Environment, describe, wait_for_pool, write_workdir
+from trainer_entry.run import (
+    Environment,
+    check_model,
+    describe,
+    explain_ray_failure,
+    wait_for_pool,
+    write_workdir,
+)
 from trainer_entry.spec import SpecError, parse_job
 from trainer_entry.translate import translate
 
@@ -158,3 +165,30 @@ def test_environment_numbers_are_read(monkeypatch):
     monkeypatch.delenv("TOOLRL_POOL_WAIT_SECONDS")
     env = Environment.from_env(job())
     assert (env.metrics_port, env.pool_wait_seconds) == (9400, 600.0)
+
+
+def test_a_model_path_that_does_not_exist_is_named(tmp_path):
+    with pytest.raises(SpecError, match=r"spec\.model\.path: .*no-model does not exist"):
+        check_model(str(tmp_path / "no-model"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(
+        SpecError, match=r"spec\.model\.path: cannot load .*the directory holds no loadable model"
+    ):
+        check_model(str(tmp_path / "empty"))
+
+
+def test_the_tiny_model_loads(tiny_model):
+    check_model(str(tiny_model))
+
+
+def test_ray_failures_name_their_cause():
+    import ray.exceptions
+
+    oom = ray.exceptions.OutOfMemoryError("Task was killed due to the node running low on memory.")
+    assert explain_ray_failure(oom).startswith("out of memory: Ray killed a worker")
+    inner = ValueError("reward function raised: boom")
+    failed = ray.exceptions.RayTaskError("update_actor", "Traceback ...\nValueError: boom", inner)
+    assert (
+        explain_ray_failure(failed)
+        == "training failed in a Ray worker: ValueError: reward function raised: boom"
+    )
