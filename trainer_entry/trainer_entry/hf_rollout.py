@@ -27,9 +27,11 @@ from verl.workers.config import HFModelConfig, RolloutConfig
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
+from trainer_entry.verl_plugin import ENGINE_NAME
+
 log = logging.getLogger(__name__)
 
-ENGINE = "hf"
+ENGINE = ENGINE_NAME
 SERVER_PREFIX = "toolrl_hf_server_"
 
 
@@ -62,8 +64,10 @@ class HFRolloutServer:
 
     def __init__(self, config: RolloutConfig, model_config: HFModelConfig, replica_rank: int) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from verl.utils.config import omega_conf_to_dataclass
 
         torch.set_grad_enabled(False)
+        model_config = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
         self.config = config
         self.replica_rank = replica_rank
         path = model_config.local_path or model_config.path

@@ -7,21 +7,29 @@ verl logs a plugin that fails to load only at debug level, so failures are logge
 
 from __future__ import annotations
 
+import importlib
 import logging
 
 log = logging.getLogger(__name__)
+
+ENGINE_NAME = "hf"
+# By name: this module runs inside `import verl`, and the engine's module imports verl itself.
+HF_ROLLOUT_MODULE = "trainer_entry.hf_rollout"
+
+
+def _load_replica() -> type:
+    return importlib.import_module(HF_ROLLOUT_MODULE).HFReplica
 
 
 def register() -> None:
     """Register with verl's registries (idempotent)."""
     from verl.workers.rollout import base, replica
 
-    from trainer_entry import cpu_platform, hf_rollout
+    from trainer_entry import cpu_platform
 
     cpu_platform.install()
-    replica.RolloutReplicaRegistry.register(hf_rollout.ENGINE, lambda: hf_rollout.HFReplica)
-    adapter = hf_rollout.HFServerAdapter
-    base._ROLLOUT_REGISTRY[(hf_rollout.ENGINE, "async")] = f"{adapter.__module__}.{adapter.__qualname__}"
+    replica.RolloutReplicaRegistry.register(ENGINE_NAME, _load_replica)
+    base._ROLLOUT_REGISTRY[(ENGINE_NAME, "async")] = f"{HF_ROLLOUT_MODULE}.HFServerAdapter"
 
 
 try:
