@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     tiny = sub.add_parser("tiny-model", help="write a tiny local Qwen2 model for CPU runs (no hub)")
     tiny.add_argument("dir", type=Path, help="the model directory to write (use it as spec.model.path)")
     tiny.add_argument("--protocol", default="python-tags", help="tool-call protocol of the warm-up")
-    tiny.add_argument("--warm-up-seconds", type=float, default=120.0, help="upper bound of the warm-up")
+    tiny.add_argument("--warm-up-seconds", type=float, default=300.0, help="upper bound of the warm-up")
     tiny.add_argument("--no-warm-up", action="store_true", help="leave the weights random")
     tiny.add_argument(
         "--toy-data", type=Path, default=None, help="also write the toy task's train.parquet here"
@@ -78,8 +78,8 @@ def tiny_model(args: argparse.Namespace) -> int:
             print(
                 f"warm-up: {result.steps} supervised steps in {result.seconds:.0f}s "
                 f"(loss {result.loss:.3f}); "
-                f"sampled answers call the tool {result.call_rate:.0%} of the time, "
-                f"answer right {result.correct_rate:.0%}"
+                f"sampled answers call the tool {result.call_rate:.0%} of the time and answer with "
+                f"its output after {result.copy_rate:.0%} of the calls"
             )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -35,6 +35,9 @@ from trainer_entry.translate import (
 CUSTOM_REWARD_DIR = Path("/etc/toolrl/reward")
 DEFAULT_METRICS_PORT = 9400
 DEFAULT_POOL_WAIT_SECONDS = 600.0
+# Ray gives a starting node a fixed 30 s to register; on an overloaded machine that fails (seen
+# at load 15 on 2 cores), and a second start usually succeeds.
+LOCAL_RAY_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,20 @@ def start_ray(job: Job, runtime_env: dict[str, Any]) -> None:
         # verl schedules its actors by logical CPUs; the processes themselves share the machine
         kwargs.update(num_cpus=max(16, os.cpu_count() or 1), num_gpus=workers * gpus_per_node(job))
     print("trainer_entry: RAY_ADDRESS is unset: starting a local Ray for this run", flush=True)
-    ray.init(**kwargs)
+    for attempt in range(1, LOCAL_RAY_ATTEMPTS + 1):
+        try:
+            ray.init(**kwargs)
+            return
+        except Exception as exc:  # Ray raises a bare Exception for this
+            if "timed out during startup" not in str(exc):
+                raise
+            ray.shutdown()
+            if attempt == LOCAL_RAY_ATTEMPTS:
+                raise TrainingError(
+                    f"a local Ray did not start in {LOCAL_RAY_ATTEMPTS} attempts (Ray waits 30 s for its "
+                    "node to register; the machine is too loaded): retry when it is quieter"
+                ) from exc
+            print(f"trainer_entry: local Ray start {attempt} timed out; retrying", flush=True)
 
 
 def run(job: Job, env: Environment, workdir: Path) -> None:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer_entry.data import PYTHON_SYSTEM, gsm8k_row, write_parquet
+
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{%- if tools %}<|im_start|>system\n"
@@ -45,10 +47,6 @@ CORPUS = [
 ]
 
 
-TOY_SYSTEM = (
-    "Solve the problem. You may run Python by writing code between <PYTHON> and </PYTHON>; its output is "
-    "returned between <PYTHON-OUTPUT> and </PYTHON-OUTPUT>. End with the final answer as '#### <number>'."
-)
 WARM_UP_PROTOCOLS = ("python-tags", "tool-tags")
 
 
@@ -108,7 +106,7 @@ def build_tokenizer() -> Any:
         vocab_size=600, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     toy = [f"{p.question} {p.code} #### {p.answer}" for p in toy_problems(100)]
-    bpe.train_from_iterator([*CORPUS, TOY_SYSTEM] * 20 + toy, trainer=trainer)
+    bpe.train_from_iterator([*CORPUS, PYTHON_SYSTEM] * 20 + toy, trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         eos_token="<|im_end|>",
@@ -151,21 +149,31 @@ class WarmUp:
     seconds: float
     loss: float
     call_rate: float
-    """Share of sampled answers (temperature 1) to held-out toy prompts that contain a tool call."""
-    correct_rate: float
-    """Share of those answers whose final '#### n' is right (given the tool's true output)."""
+    """Share of answers sampled (temperature 1) for held-out questions that call the tool."""
+    copy_rate: float
+    """Share of those calls after which the model answers with the tool's output."""
 
 
-def _example(tokenizer: Any, problem: ToyProblem, protocol: str) -> tuple[list[int], list[int]]:
-    """Token ids of prompt + assistant turn, and labels (-100 on the prompt and the observation)."""
-    call, observation, answer = solution_text(problem, protocol)
-    prompt = tokenizer.apply_chat_template(
-        [{"role": "system", "content": TOY_SYSTEM}, {"role": "user", "content": problem.question}],
+def _prompt(tokenizer: Any, problem: ToyProblem) -> str:
+    return tokenizer.apply_chat_template(
+        [{"role": "system", "content": PYTHON_SYSTEM}, {"role": "user", "content": problem.question}],
         add_generation_prompt=True,
         tokenize=False,
     )
+
+
+def _example(
+    tokenizer: Any, problem: ToyProblem, protocol: str, guess: int | None = None
+) -> tuple[list[int], list[int]]:
+    """Token ids of prompt + assistant turn, and labels (-100 on the prompt and the observation).
+    With `guess`, the turn answers at once with that number, without calling the tool."""
+    if guess is None:
+        call, observation, answer = solution_text(problem, protocol)
+        parts = ((call, True), (observation, False), (answer, True))
+    else:
+        parts = ((f"#### {guess}", True),)
     ids, labels = [], []
-    for text, learn in ((prompt, False), (call, True), (observation, False), (answer + "<|im_end|>", True)):
+    for text, learn in ((_prompt(tokenizer, problem), False), *parts, ("<|im_end|>", True)):
         part = tokenizer.encode(text, add_special_tokens=False)
         ids += part
         labels += part if learn else [-100] * len(part)
@@ -175,19 +183,15 @@ def _example(tokenizer: Any, problem: ToyProblem, protocol: str) -> tuple[list[i
 def _sampled_behaviour(
     model: Any, tokenizer: Any, protocol: str, problems: list[ToyProblem]
 ) -> tuple[float, float]:
-    """(call rate, correct rate) of sampled completions, with the true tool output spliced in."""
+    """(call rate, copy rate) of sampled answers; after a call the true tool output is spliced in."""
     import torch
 
     from trainer_entry.protocols import get_protocol
 
     proto = get_protocol(protocol)
-    calls = correct = 0
+    calls = copies = 0
     for problem in problems:
-        prompt = tokenizer.apply_chat_template(
-            [{"role": "system", "content": TOY_SYSTEM}, {"role": "user", "content": problem.question}],
-            add_generation_prompt=True,
-            tokenize=False,
-        )
+        prompt = _prompt(tokenizer, problem)
         ids = torch.tensor([tokenizer.encode(prompt, add_special_tokens=False)])
         out = model.generate(
             ids,
@@ -208,28 +212,42 @@ def _sampled_behaviour(
             ids, max_new_tokens=8, do_sample=True, temperature=1.0, pad_token_id=tokenizer.pad_token_id
         )
         tail = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
-        correct += tail.strip().startswith(f"#### {problem.answer}")
-    return calls / len(problems), correct / len(problems)
+        copies += tail.strip().split("<")[0].strip() == f"#### {problem.answer}"
+    return calls / len(problems), copies / max(calls, 1)
 
 
 def warm_up(
-    path: Path, protocol: str, seconds: float = 20.0, min_call_rate: float = 0.75, seed: int = 0
+    path: Path,
+    protocol: str,
+    seconds: float = 300.0,
+    guess_share: float = 0.5,
+    min_call_rate: float = 0.3,
+    min_copy_rate: float = 0.6,
+    seed: int = 0,
 ) -> WarmUp:
-    """Supervised steps on toy solutions in `protocol` until sampled answers call the tool at least
-    `min_call_rate` of the time (checked every 50 steps) or `seconds` pass; saves the model."""
+    """Supervised steps on toy answers until the model both calls the tool and copies its output.
+
+    A share `guess_share` of the examples answer at once with a random number instead of calling
+    the tool (usually wrong), the rest call it in `protocol` and answer with its output. The warmed
+    model does both, so its rewards vary within a group and RL has something to learn: that calling
+    the tool pays. Stops when sampled answers call the tool at least `min_call_rate` of the time and
+    copy its output after `min_copy_rate` of the calls (checked every 50 steps), or after `seconds`;
+    saves the model."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(seed)
+    rng = random.Random(seed)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    train = toy_problems(512, seed + 1)
+    examples = [
+        _example(tokenizer, p, protocol, rng.randrange(19) if rng.random() < guess_share else None)
+        for p in toy_problems(512, seed + 1)
+    ]
     held_out = toy_problems(16, seed + 2)
-    examples = [_example(tokenizer, p, protocol) for p in train]
     start, step, loss = time.monotonic(), 0, float("nan")
-    call_rate = correct_rate = 0.0
-    rng = random.Random(seed)
+    call_rate = copy_rate = 0.0
     while True:
         model.train()
         batch = rng.sample(examples, 16)
@@ -249,17 +267,16 @@ def warm_up(
         if step % 50 == 0:
             model.eval()
             with torch.no_grad():
-                call_rate, correct_rate = _sampled_behaviour(model, tokenizer, protocol, held_out)
-            if call_rate >= min_call_rate or time.monotonic() - start >= seconds:
+                call_rate, copy_rate = _sampled_behaviour(model, tokenizer, protocol, held_out)
+            done = call_rate >= min_call_rate and copy_rate >= min_copy_rate
+            if done or time.monotonic() - start >= seconds:
                 break
     model.save_pretrained(path)
-    return WarmUp(step, time.monotonic() - start, loss, call_rate, correct_rate)
+    return WarmUp(step, time.monotonic() - start, loss, call_rate, copy_rate)
 
 
 def write_toy_data(directory: Path, count: int = 256, seed: int = 0, tool: str = "python") -> Path:
     """The toy task as verl parquet (`train.parquet`), in the python-tags format of the data prep."""
-    from trainer_entry.data import gsm8k_row, write_parquet
-
     rows = [gsm8k_row(r, i, "train", tool) for i, r in enumerate(toy_records(count, seed))]
     out = directory / "train.parquet"
     write_parquet(rows, out)
