@@ -58,11 +58,15 @@ class TagAgentLoop(AgentLoopBase):
         logprobs: list[float] = []
         generations = tool_turns = 0
         outcomes: list[str] = []
+        # the policy versions the trajectory was sampled from, which verl's trainer reports (staleness)
+        versions: dict[str, Any] = {}
         while True:
             with simple_timer("generate_sequences", metrics):
                 out = await self.server_manager.generate(
                     request_id=request_id, prompt_ids=prompt_ids + response_ids, sampling_params=params
                 )
+            versions.setdefault("min_global_steps", out.extra_fields.get("min_global_steps"))
+            versions["max_global_steps"] = out.extra_fields.get("max_global_steps")
             generations += 1
             response_ids += out.token_ids
             mask += [1] * len(out.token_ids)
@@ -94,7 +98,7 @@ class TagAgentLoop(AgentLoopBase):
             response_logprobs=logprobs[:n] if sampling_params.get("logprobs") else None,
             num_turns=generations + tool_turns + 1,
             metrics=metrics,
-            extra_fields={"tool_call_counts": tool_turns, "tool_outcomes": outcomes},
+            extra_fields={"tool_call_counts": tool_turns, "tool_outcomes": outcomes, **versions},
         )
 
     async def _run_call(self, call: Call, tools_kwargs: dict[str, Any]) -> tuple[str, str]:

@@ -1,0 +1,196 @@
+"""CPU training benchmark: verl's GRPO loop through `python -m trainer_entry run`, on the toy task.
+
+The tiny model (`trainer_entry tiny-model`, warmed up to either call the python tool or guess) trains
+with GRPO against a real tool_sandbox process on loopback. Measured: start-up to the first step,
+seconds per steady step, the peak memory of the whole process tree (PSS, so shared pages count once),
+and learning — the mean reward and tool calls per trajectory of the first and the last steps. Bounded:
+`--steps` steps, one warm-up of at most `--warm-up-seconds`.
+
+    .venv/bin/python bench/cpu_training/run.py [--steps 40] [--out result.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+from trainer_entry.tiny_model import build_tiny_model, warm_up, write_toy_data
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "e2e"))
+from localcluster import free_port
+from sandbox_process import SandboxProcess
+
+STEP_LINE = re.compile(r"step:(\d+) - (.*)")
+WINDOW = 5  # steps averaged at the start and at the end
+
+
+def job(model: Path, data: Path, steps: int) -> dict:
+    return {
+        "apiVersion": "toolrl.dev/v1alpha1",
+        "kind": "ToolRLJob",
+        "metadata": {"name": "bench-cpu", "namespace": "default"},
+        "spec": {
+            "model": {"path": str(model)},
+            "data": {"trainFiles": [str(data)], "maxPromptLength": 160, "maxResponseLength": 48},
+            "algorithm": {
+                "advantageEstimator": "grpo",
+                "rolloutsPerPrompt": 4,
+                "trainBatchSize": 4,
+                "learningRate": 2.0e-3,
+                "totalTrainingSteps": steps,
+                "klLoss": {"enabled": False, "coef": 0.001},
+            },
+            "rollout": {"engine": "hf", "protocol": "python-tags", "maxToolTurns": 1},
+            "tools": [{"name": "python", "type": "python", "timeoutSeconds": 5}],
+            "reward": {"preset": "exact-match"},
+            "cluster": {"workers": {"replicas": 1, "gpusPerWorker": 0}},
+            "checkpoint": {"saveFreq": -1, "resume": "disable"},
+        },
+    }
+
+
+class PeakMemory:
+    """Samples the PSS of a process and all its descendants every second; keeps the peak."""
+
+    def __init__(self, pid: int) -> None:
+        self.root = psutil.Process(pid)
+        self.peak = 0
+        self.processes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            total, count = 0, 0
+            try:
+                procs = [self.root, *self.root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            for proc in procs:
+                try:
+                    total += proc.memory_full_info().pss
+                    count += 1
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+            if total > self.peak:
+                self.peak, self.processes = total, count
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def parse_steps(output: str) -> dict[int, dict[str, float]]:
+    """verl's console logger: one `step:N - key:value - ...` line per step."""
+    steps: dict[int, dict[str, float]] = {}
+    for match in STEP_LINE.finditer(output):
+        values = {}
+        for item in match.group(2).split(" - "):
+            key, _, value = item.partition(":")
+            try:
+                values[key.strip()] = float(value)
+            except ValueError:
+                continue
+        steps[int(match.group(1))] = values
+    return steps
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--warm-up-seconds", type=float, default=300)
+    parser.add_argument("--out", type=Path, default=Path("bench/results/cpu_training.json"))
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="bench-cpu-training-"))
+    model = build_tiny_model(root, "tiny-qwen2", hidden=64, layers=2)
+    warm = warm_up(model, "python-tags", seconds=args.warm_up_seconds)
+    data = write_toy_data(root / "data")
+    (root / "job.json").write_text(json.dumps(job(model, data, args.steps)))
+    with SandboxProcess.start(root / "pool") as pool:
+        env = {**os.environ, "TOOLRL_TOOL_POOL_URL": pool.url, "TOOLRL_METRICS_PORT": str(free_port())}
+        env.pop("RAY_ADDRESS", None)
+        argv = [
+            sys.executable,
+            "-m",
+            "trainer_entry",
+            "run",
+            "--spec",
+            str(root / "job.json"),
+            "--workdir",
+            str(root / "workdir"),
+        ]
+        started = time.monotonic()
+        first_step_at = None
+        lines = []
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        memory = PeakMemory(proc.pid)
+        for line in proc.stdout:
+            lines.append(line)
+            if first_step_at is None and STEP_LINE.search(line):
+                first_step_at = time.monotonic()
+        rc = proc.wait()
+        memory.stop()
+        total = time.monotonic() - started
+    output = "".join(lines)
+    (root / "trainer.log").write_text(output)
+    steps = parse_steps(output)
+    if rc != 0 or len(steps) < args.steps:
+        print(f"trainer exited {rc} after {len(steps)} steps; log: {root / 'trainer.log'}", file=sys.stderr)
+        return 1
+    ordered = [steps[k] for k in sorted(steps)]
+    reward = [s.get("critic/score/mean", float("nan")) for s in ordered]
+    calls = [s.get("tool_call_counts/mean", float("nan")) for s in ordered]
+    step_seconds = [s["timing_s/step"] for s in ordered[1:] if "timing_s/step" in s]
+    result = {
+        "machine": f"{os.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.0f} GiB",
+        "load_average_at_end": os.getloadavg(),
+        "warm_up": warm.__dict__,
+        "steps": len(ordered),
+        "startup_to_first_step_s": round(first_step_at - started, 1) if first_step_at else None,
+        "run_s": round(total, 1),
+        "step_s_median": round(statistics.median(step_seconds), 2),
+        "peak_pss_gib": round(memory.peak / 2**30, 2),
+        "processes_at_peak": memory.processes,
+        "reward_first": round(statistics.mean(reward[:WINDOW]), 3),
+        "reward_last": round(statistics.mean(reward[-WINDOW:]), 3),
+        "tool_calls_first": round(statistics.mean(calls[:WINDOW]), 3),
+        "tool_calls_last": round(statistics.mean(calls[-WINDOW:]), 3),
+        "reward_per_step": [round(r, 3) for r in reward],
+        "grad_norm_per_step": [round(s.get("actor/grad_norm", float("nan")), 4) for s in ordered],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print("| measure | value |\n|---|---|")
+    for key in (
+        "machine",
+        "startup_to_first_step_s",
+        "step_s_median",
+        "peak_pss_gib",
+        "processes_at_peak",
+        "steps",
+        "reward_first",
+        "reward_last",
+        "tool_calls_first",
+        "tool_calls_last",
+    ):
+        print(f"| {key} | {result[key]} |")
+    print(
+        f"| warm-up | {warm.steps} steps, {warm.seconds:.0f} s, calls {warm.call_rate:.0%}, "
+        f"copies {warm.copy_rate:.0%} |"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
