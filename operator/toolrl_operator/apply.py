@@ -14,20 +14,11 @@ from urllib.parse import urlencode
 
 from kubernetes import client, config
 
-PLURALS = {
-    "ConfigMap": "configmaps",
-    "Service": "services",
-    "ServiceAccount": "serviceaccounts",
-    "Deployment": "deployments",
-    "PodDisruptionBudget": "poddisruptionbudgets",
-    "NetworkPolicy": "networkpolicies",
-    "Role": "roles",
-    "RoleBinding": "rolebindings",
-    "RayJob": "rayjobs",
-    "ScaledObject": "scaledobjects",
-    "ToolRLJob": "toolrljobs",
-    "Event": "events",
-}
+from .children import CHILD_KINDS
+
+# REST plurals of every kind the operator writes: its children (one list, children.py), the jobs
+# (status) and Events.
+PLURALS = {child.kind: child.plural for child in CHILD_KINDS} | {"ToolRLJob": "toolrljobs", "Event": "events"}
 RETRIABLE = frozenset({409, 429, 500, 502, 503, 504})
 # (connect, read) seconds: a hung API server must not hold a job's lock or a worker forever.
 REQUEST_TIMEOUT = (5, 30)
@@ -69,7 +60,7 @@ def load_api_client(pool_size: int = 32) -> client.ApiClient:
 def resource_path(api_version: str, kind: str, namespace: str, name: str = "", sub: str = "") -> str:
     """The REST path of a namespaced object (or its collection when `name` is empty)."""
     if kind not in PLURALS:
-        raise ValueError(f"unknown kind {kind!r}: add its plural to toolrl_operator.apply.PLURALS")
+        raise ValueError(f"unknown kind {kind!r}: add it to toolrl_operator.children.CHILD_KINDS")
     base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     path = f"{base}/namespaces/{namespace}/{PLURALS[kind]}"
     if name:

@@ -28,9 +28,8 @@ import aiohttp
 import kopf
 from prometheus_client import Counter, Gauge
 
-from . import autoscaler, signals
+from . import autoscaler, events, signals
 from .apply import ApiError
-from .events import event_manifest
 from .handlers import first, runtime
 from .keda import uses_keda
 from .naming import API_VERSION, AUTOSCALER_FIELD_MANAGER, KIND
@@ -264,13 +263,13 @@ class JobScaler:
             raise
         self.written = (decision.replicas, wanted)
         if decision.replicas != written_replicas and decision.replicas != current:
-            await self.announce(job, "Normal", "ToolPoolScaled", decision.message)
+            await self.announce(job, events.NORMAL, events.TOOL_POOL_SCALED, decision.message)
         if not healthy and (written_condition is None or written_condition.get("status") != "False"):
-            await self.announce(job, "Warning", "AutoscalerHolding", decision.message)
+            await self.announce(job, events.WARNING, events.AUTOSCALER_HOLDING, decision.message)
 
     async def announce(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Post an Event on the job; best effort, as kopf's own are."""
-        manifest = event_manifest(job, type_, reason, message, dt.datetime.now(dt.UTC))
+        manifest = events.event_manifest(job, type_, reason, message, dt.datetime.now(dt.UTC))
         try:
             await _blocking(self.threads, runtime().kube.create, manifest)
         except Exception as err:

@@ -1,7 +1,14 @@
-"""Every child of a job, in the order they are applied (what pods consume comes first)."""
+"""The one list of a job's child kinds: how each is built, where it lives in the API, whether the
+operator watches it and what RBAC that takes. The handlers' watches, apply's REST paths, the
+chart's RBAC (tests/unit/operator/test_child_kinds.py checks it) and the e2e helpers derive from it.
+
+Adding a child kind is one entry here (and its builder module).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .configmap import build_configmap
@@ -12,26 +19,89 @@ from .settings import Settings
 from .status import finished
 from .toolpool import build_deployment, build_network_policy, build_pdb, build_service
 
+Builder = Callable[[dict[str, Any], Settings, "Live"], "list[dict[str, Any]]"]
+WATCH_VERBS = ("list", "watch")
+APPLY_VERBS = ("create", "patch")  # server-side apply: patch, and create when absent
 
-def build_children(
-    job: dict[str, Any], settings: Settings, current_rayjob_suspend: bool | None = None
-) -> list[dict[str, Any]]:
-    """Plain manifests for all of `job`'s children; pure, so it is tested without a cluster.
-    With `toolPool.autoscaler: keda` a KEDA ScaledObject sizes the pool (KedaConfigError without
-    a Prometheus URL). A finished job has no RayJob to (re)create: its training must not run again."""
-    children = [
-        build_service_account(job),
-        build_role(job),
-        build_role_binding(job),
-        build_configmap(job),
-        build_service(job),
-        build_pdb(job),
-        build_network_policy(job, settings),
-        build_deployment(job, settings),
-        build_ray_network_policy(job, settings),
-    ]
-    if uses_keda(job):
-        children.append(build_scaled_object(job, settings.prometheus_url))
-    if not finished(job):
-        children.append(build_rayjob(job, settings, current_rayjob_suspend))
-    return children
+
+@dataclass(frozen=True)
+class Live:
+    """What a builder may need of the live children: the RayJob's spec.suspend (Kueue owns it
+    while a queued job waits), None before the RayJob exists."""
+
+    rayjob_suspend: bool | None = None
+
+
+@dataclass(frozen=True)
+class ChildKind:
+    kind: str
+    api_version: str  # "v1" or "group/version"
+    plural: str
+    build: Builder  # job (CRD defaults applied), settings, live -> manifests of this kind
+    watched: bool = True  # events of these objects re-sync their job (drift, deletion, status)
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+    @property
+    def verbs(self) -> tuple[str, ...]:
+        """The operator's RBAC verbs on this kind (the chart grants exactly these)."""
+        return (*WATCH_VERBS, *APPLY_VERBS) if self.watched else APPLY_VERBS
+
+    @property
+    def kubectl_name(self) -> str:
+        """`plural.group`, unambiguous for kubectl."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+def _one(build: Callable[[dict[str, Any]], dict[str, Any]]) -> Builder:
+    return lambda job, settings, live: [build(job)]
+
+
+def _deployment(job: dict[str, Any], settings: Settings, live: Live) -> list[dict[str, Any]]:
+    return [build_deployment(job, settings)]
+
+
+def _rayjob(job: dict[str, Any], settings: Settings, live: Live) -> list[dict[str, Any]]:
+    # A finished job has no RayJob to (re)create: its training must not run again.
+    return [] if finished(job) else [build_rayjob(job, settings, live.rayjob_suspend)]
+
+
+def _scaled_object(job: dict[str, Any], settings: Settings, live: Live) -> list[dict[str, Any]]:
+    return [build_scaled_object(job, settings.prometheus_url)] if uses_keda(job) else []
+
+
+def _network_policies(job: dict[str, Any], settings: Settings, live: Live) -> list[dict[str, Any]]:
+    return [build_network_policy(job, settings), build_ray_network_policy(job, settings)]
+
+
+# In the order they are applied: what pods consume comes first, the RayJob (whose pods use all of
+# it) last.
+CHILD_KINDS: tuple[ChildKind, ...] = (
+    ChildKind("ServiceAccount", "v1", "serviceaccounts", _one(build_service_account)),
+    ChildKind("Role", "rbac.authorization.k8s.io/v1", "roles", _one(build_role)),
+    ChildKind("RoleBinding", "rbac.authorization.k8s.io/v1", "rolebindings", _one(build_role_binding)),
+    ChildKind("ConfigMap", "v1", "configmaps", _one(build_configmap)),
+    ChildKind("Service", "v1", "services", _one(build_service)),
+    ChildKind("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets", _one(build_pdb)),
+    ChildKind("NetworkPolicy", "networking.k8s.io/v1", "networkpolicies", _network_policies),
+    ChildKind("Deployment", "apps/v1", "deployments", _deployment),
+    # Only with `toolPool.autoscaler: keda`, and KEDA may not be installed: not watched (a watch
+    # of a missing API would fail); the periodic resync repairs it.
+    ChildKind("ScaledObject", "keda.sh/v1alpha1", "scaledobjects", _scaled_object, watched=False),
+    ChildKind("RayJob", "ray.io/v1", "rayjobs", _rayjob),
+)
+BY_KIND = {child.kind: child for child in CHILD_KINDS}
+
+
+def build_children(job: dict[str, Any], settings: Settings, live: Live | None = None) -> list[dict[str, Any]]:
+    """Plain manifests for all of `job`'s children, in apply order; pure, so it is tested without a
+    cluster. With `toolPool.autoscaler: keda` a KEDA ScaledObject sizes the pool (KedaConfigError
+    without a Prometheus URL)."""
+    live = live or Live()
+    return [manifest for child in CHILD_KINDS for manifest in child.build(job, settings, live)]

@@ -1,7 +1,10 @@
-"""Events the operator posts outside kopf's handlers.
+"""Events the operator posts, and every reason it posts them with (one place, as KubeRay's
+utils/constant.go). Reasons computed from a status (`Phase<phase>`, a RayJob's failure reason, a
+condition's reason) come from status.py.
 
-`kopf.info`/`kopf.warn` work only inside a handler kopf runs for that object; the autoscaling
-loop runs beside the handlers, so it posts its Events itself, in the shape kopf gives them.
+`kopf.info`/`kopf.warn` work only inside a handler kopf runs for that object; the reconcile
+workers and the autoscaling loop run beside the handlers, so they post Events themselves, in the
+shape kopf gives them.
 """
 
 from __future__ import annotations
@@ -12,6 +15,19 @@ from typing import Any
 
 from .naming import MANAGED_BY
 
+# Reconciliation (reconcile.py)
+CREATED = "Created"  # the first sync of a new job applied its children
+SPEC_APPLIED = "SpecApplied"  # a new generation of the spec was applied
+SUSPENDED = "Suspended"  # the RayJob was suspended and the pool scaled to 0
+RESUMED = "Resumed"
+CHILD_DELETED = "ChildDeleted"  # a deleted child was re-created
+RECONCILE_ERROR = "ReconcileError"  # Warning: once per error (permanent) or per streak (transient)
+PHASE_PREFIX = "Phase"  # Phase<phase>, on each phase change; a failure is posted with its reason
+# The autoscaler (autoscaling.py)
+TOOL_POOL_SCALED = "ToolPoolScaled"
+AUTOSCALER_HOLDING = "AutoscalerHolding"
+
+NORMAL, WARNING = "Normal", "Warning"
 MAX_MESSAGE = 1024  # longer messages are cut in the middle, as kopf does
 
 

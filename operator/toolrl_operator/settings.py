@@ -17,6 +17,9 @@ class Settings:
     monitoring_namespace: str = "monitoring"
     prometheus_url: str = ""  # the autoscaler reads pool load here; empty: it scrapes the pods
     autoscaler_interval_seconds: float = 5.0
+    # Every job is synced this often even without events: a safety net for missed watch events
+    # and the pace at which permanent errors are retried without a spec change.
+    resync_seconds: float = 300.0
     operator_namespace: str = ""  # where the operator runs (POD_NAMESPACE); empty out of cluster
     # Where KubeRay runs: Ray NetworkPolicies admit it to the dashboard. Empty: namespaces
     # labelled RAY_DASHBOARD_ACCESS_LABEL instead.
@@ -29,25 +32,30 @@ class Settings:
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
         """Read TOOLRL_TRAINER_IMAGE, TOOLRL_TOOL_SANDBOX_IMAGE, TOOLRL_MONITORING_NAMESPACE,
-        TOOLRL_PROMETHEUS_URL, TOOLRL_AUTOSCALER_INTERVAL_SECONDS, TOOLRL_KUBERAY_NAMESPACE and
+        TOOLRL_PROMETHEUS_URL, TOOLRL_AUTOSCALER_INTERVAL_SECONDS, TOOLRL_RESYNC_SECONDS,
+        TOOLRL_KUBERAY_NAMESPACE and
         POD_NAMESPACE (the operator's own, set by the chart)."""
         env = dict(os.environ) if env is None else env
         defaults = cls()
-        interval = env.get("TOOLRL_AUTOSCALER_INTERVAL_SECONDS") or str(defaults.autoscaler_interval_seconds)
-        try:
-            seconds = float(interval)
-        except ValueError:
-            seconds = -1.0
-        if seconds <= 0:
-            raise SettingsError(
-                f"TOOLRL_AUTOSCALER_INTERVAL_SECONDS={interval!r}: use a positive number of seconds"
-            )
+        seconds = _seconds(env, "TOOLRL_AUTOSCALER_INTERVAL_SECONDS", defaults.autoscaler_interval_seconds)
         return cls(
             trainer_image=env.get("TOOLRL_TRAINER_IMAGE") or defaults.trainer_image,
             tool_sandbox_image=env.get("TOOLRL_TOOL_SANDBOX_IMAGE") or defaults.tool_sandbox_image,
             monitoring_namespace=env.get("TOOLRL_MONITORING_NAMESPACE") or defaults.monitoring_namespace,
             prometheus_url=env.get("TOOLRL_PROMETHEUS_URL", "").rstrip("/"),
             autoscaler_interval_seconds=seconds,
+            resync_seconds=_seconds(env, "TOOLRL_RESYNC_SECONDS", defaults.resync_seconds),
             operator_namespace=env.get("POD_NAMESPACE", ""),
             kuberay_namespace=env.get("TOOLRL_KUBERAY_NAMESPACE", ""),
         )
+
+
+def _seconds(env: dict[str, str], name: str, default: float) -> float:
+    value = env.get(name) or str(default)
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if seconds <= 0:
+        raise SettingsError(f"{name}={value!r}: use a positive number of seconds")
+    return seconds

@@ -13,7 +13,14 @@ PENDING, PROVISIONING, RUNNING = "Pending", "Provisioning", "Running"
 SUCCEEDED, FAILED, SUSPENDED = "Succeeded", "Failed", "Suspended"
 TERMINAL_PHASES = frozenset({SUCCEEDED, FAILED})
 
-CONDITION_TYPES = ("ToolPoolReady", "ClusterReady", "Running", "Succeeded", "Failed", "Suspended")
+RECONCILED = "Reconciled"  # False while the operator cannot apply the job's children
+CONDITION_TYPES = ("ToolPoolReady", "ClusterReady", RECONCILED, "Running", "Succeeded", "Failed", "Suspended")
+INCOMPLETE_TRAINING = "IncompleteTraining"
+BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+# Container waiting reasons that mean a pod will not start without someone acting.
+STUCK_CONTAINER_REASONS = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CrashLoopBackOff"}
+)
 PHASE_CONDITIONS = {RUNNING: "Running", SUCCEEDED: "Succeeded", FAILED: "Failed", SUSPENDED: "Suspended"}
 
 
@@ -49,10 +56,14 @@ RAYJOB_PHASES: tuple[PhaseRule, ...] = (
     # Kueue: the RayJob is created suspended and stays so until admitted; the user did not suspend.
     PhaseRule("Suspending", None, PENDING, "Queued", queued=True),
     PhaseRule("Suspended", None, PENDING, "Queued", queued=True),
+    PhaseRule("", None, PENDING, "Queued", queued=True),
     PhaseRule("", None, PENDING, "RayJobCreated"),
     PhaseRule("Initializing", None, PROVISIONING, "RayClusterStarting"),
     PhaseRule("Waiting", None, PROVISIONING, "WaitingForSubmission"),
     PhaseRule("Retrying", None, PROVISIONING, "Retrying"),
+    # The Ray job ended but KubeRay has not moved the RayJob on yet: not Running any more.
+    PhaseRule("Running", "FAILED", FAILED, "JobFailed"),
+    PhaseRule("Running", "STOPPED", FAILED, "JobStopped"),
     PhaseRule("Running", None, RUNNING, "RayJobRunning"),
     PhaseRule("Complete", "SUCCEEDED", SUCCEEDED, "JobSucceeded"),
     PhaseRule("Complete", "STOPPED", FAILED, "JobStopped"),
@@ -71,10 +82,48 @@ class Phase:
     message: str
 
 
+@dataclass(frozen=True)
+class Problems:
+    """What the status must name besides the RayJob's state: an error applying the children
+    (reconcile.py), and why the trainer's or the pool's pods wait (pod_waiting_cause), each a
+    (reason, message) or None."""
+
+    reconcile_error: tuple[str, str] | None = None
+    trainer_waiting: tuple[str, str] | None = None
+    pool_waiting: tuple[str, str] | None = None
+
+
+def pod_waiting_cause(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """Why a pod does not start, as (reason, message), or None: the scheduler's verdict (a missing
+    PVC, insufficient nvidia.com/gpu, an untolerated taint) or a container that cannot start (an
+    image that cannot be pulled, a missing Secret or ConfigMap)."""
+    name = pod.get("metadata", {}).get("name", "")
+    status = pod.get("status") or {}
+    if status.get("phase") not in ("Pending", None):
+        return None
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            reason = cond.get("reason") or "Unschedulable"
+            return reason, f"pod {name} cannot be scheduled: {cond.get('message') or reason}"
+    for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in STUCK_CONTAINER_REASONS:
+            detail = f": {waiting['message']}" if waiting.get("message") else ""
+            return waiting[
+                "reason"
+            ], f"pod {name}, container {container.get('name')}: {waiting['reason']}{detail}"
+    return None
+
+
 def waiting_queue(job: dict[str, Any]) -> str:
     """The Kueue queue the job waits in for admission when not suspended by the user, else ''."""
     spec = job.get("spec") or {}
     return "" if spec.get("suspend") else (spec.get("cluster") or {}).get("queueName") or ""
+
+
+def queued(rayjob: dict[str, Any] | None, queue: str) -> bool:
+    """Whether the RayJob waits for Kueue's admission: a queue, and Kueue keeps it suspended."""
+    return bool(queue) and bool(((rayjob or {}).get("spec") or {}).get("suspend"))
 
 
 def rayjob_phase(rayjob: dict[str, Any] | None, queue: str = "") -> Phase:
@@ -85,7 +134,7 @@ def rayjob_phase(rayjob: dict[str, Any] | None, queue: str = "") -> Phase:
     rj = rayjob.get("status") or {}
     deployment, job_status = rj.get("jobDeploymentStatus", ""), rj.get("jobStatus", "")
     for rule in RAYJOB_PHASES:
-        if rule.queued and not queue:
+        if rule.queued and not queued(rayjob, queue):
             continue
         if rule.deployment_status == deployment and rule.job_status in (None, job_status):
             if rule.queued:
@@ -105,7 +154,7 @@ def _describe(deployment: str, job_status: str) -> str:
     return f"{text}, Ray job status {job_status}" if job_status else text
 
 
-def cluster_ready(rayjob: dict[str, Any] | None, phase: str) -> tuple[bool, str, str]:
+def cluster_ready(rayjob: dict[str, Any] | None, phase: str, queue: str = "") -> tuple[bool, str, str]:
     """(ready, reason, message) of the Ray cluster. KubeRay moves a RayJob to Running only once
     its cluster is ready, and stops refreshing rayClusterStatus while it cannot reach Ray."""
     rj = (rayjob or {}).get("status") or {}
@@ -117,6 +166,8 @@ def cluster_ready(rayjob: dict[str, Any] | None, phase: str) -> tuple[bool, str,
         return False, "Suspended", "the Ray cluster is deleted while the job is suspended"
     if rj.get("jobDeploymentStatus") == "Running" or state == "ready":
         return True, "RayClusterReady", f"RayCluster {name} is ready"
+    if queued(rayjob, queue):
+        return False, "Queued", f"the RayCluster is created once Kueue admits the job from queue {queue}"
     if not name:
         return False, "RayClusterNotCreated", "KubeRay has not created the RayCluster yet"
     return False, "RayClusterNotReady", f"RayCluster {name} is {state or 'starting'}"
@@ -160,29 +211,91 @@ def _condition(
     }
 
 
+def attempt(rayjob: dict[str, Any] | None) -> int:
+    """Which attempt of the training this is (1 + the attempts KubeRay counted as ended; an ended
+    RayJob counts its own)."""
+    rj = (rayjob or {}).get("status") or {}
+    ended = int(rj.get("failed") or 0) + int(rj.get("succeeded") or 0)
+    return max(ended, 1) if rj.get("jobDeploymentStatus") in ("Complete", "Failed") else ended + 1
+
+
+def judge(job: dict[str, Any], rayjob: dict[str, Any] | None, phase: Phase) -> Phase:
+    """The RayJob's phase, checked against what the trainer reported and the retry budget:
+    a Ray job that exits 0 short of `totalSteps` did not succeed (a resume that trains 0 steps
+    does exactly that); a failure with attempts left is a retry; the last failure says so."""
+    rj = (rayjob or {}).get("status") or {}
+    limit = int(((job.get("spec") or {}).get("runPolicy") or {}).get("backoffLimit") or 0)
+    failed = int(rj.get("failed") or 0)
+    if phase.phase == SUCCEEDED:
+        progress = (job.get("status") or {}).get("progress") or {}
+        step, total = progress.get("step"), progress.get("totalSteps")
+        if not progress:
+            return Phase(
+                FAILED, INCOMPLETE_TRAINING, "the Ray job exited 0, but the trainer reported no progress"
+            )
+        if not total or step is None or step < total:
+            return Phase(
+                FAILED,
+                INCOMPLETE_TRAINING,
+                f"the Ray job exited 0 at step {step} of {total}: the trainer did not reach totalSteps",
+            )
+    if phase.phase == FAILED and rj.get("jobDeploymentStatus") == "Running" and failed < limit:
+        return Phase(
+            PROVISIONING, "Retrying", f"attempt {failed + 1} failed ({phase.message}); KubeRay retries"
+        )
+    if phase.phase == FAILED and limit and failed > limit:
+        return Phase(
+            FAILED,
+            BACKOFF_LIMIT_EXCEEDED,
+            f"all {failed} attempts failed (runPolicy.backoffLimit {limit}); the last: {phase.reason}: "
+            f"{phase.message}",
+        )
+    return phase
+
+
 def compute_status(
     job: dict[str, Any],
     rayjob: dict[str, Any] | None,
     deployment: dict[str, Any] | None,
     observed_generation: int,
     now: str,
+    problems: Problems | None = None,
 ) -> dict[str, Any]:
     """The operator-owned part of `job.status` (never `progress`, never `toolPool.desiredReplicas`)."""
+    problems = problems or Problems()
     meta = job["metadata"]
     old = job.get("status") or {}
+    queue = waiting_queue(job)
     if rayjob is None and old.get("phase") in TERMINAL_PHASES:
         # The finished job's RayJob is gone (its TTL, or deleted): the outcome stays.
         phase = Phase(old["phase"], old.get("reason", ""), old.get("message", ""))
     else:
-        phase = rayjob_phase(rayjob, waiting_queue(job))
+        phase = judge(job, rayjob, rayjob_phase(rayjob, queue))
+    waiting = phase.phase in (PENDING, PROVISIONING) and not queued(rayjob, queue)
+    if waiting and problems.reconcile_error:
+        phase = Phase(phase.phase, *problems.reconcile_error)
+    elif waiting and problems.trainer_waiting:
+        phase = Phase(phase.phase, *problems.trainer_waiting)
     rj = (rayjob or {}).get("status") or {}
 
     pool_replicas, pool_ready, pool_ok, pool_reason, pool_message = tool_pool_status(deployment)
-    cl_ok, cl_reason, cl_message = cluster_ready(rayjob, phase.phase)
+    if not pool_ok and pool_replicas and problems.pool_waiting:
+        pool_reason, pool_message = problems.pool_waiting[0], f"{pool_message}; {problems.pool_waiting[1]}"
+    cl_ok, cl_reason, cl_message = cluster_ready(rayjob, phase.phase, queue)
+    if not cl_ok and waiting and problems.trainer_waiting:
+        cl_reason, cl_message = problems.trainer_waiting[0], f"{cl_message}; {problems.trainer_waiting[1]}"
+    applied_ok, applied_reason, applied_message = (
+        (False, *problems.reconcile_error)
+        if problems.reconcile_error
+        else (True, "ChildrenApplied", "every child of the job is applied")
+    )
     previous = {c["type"]: c for c in old.get("conditions", [])}
     conditions = [
         _condition(previous, "ToolPoolReady", pool_ok, pool_reason, pool_message, observed_generation, now),
         _condition(previous, "ClusterReady", cl_ok, cl_reason, cl_message, observed_generation, now),
+        _condition(
+            previous, RECONCILED, applied_ok, applied_reason, applied_message, observed_generation, now
+        ),
     ]
     for ctype in ("Running", "Succeeded", "Failed", "Suspended"):
         active = PHASE_CONDITIONS.get(phase.phase) == ctype
@@ -195,6 +308,7 @@ def compute_status(
         "reason": phase.reason,
         "message": phase.message,
         "observedGeneration": observed_generation,
+        "attempt": attempt(rayjob) if rayjob is not None else old.get("attempt", 1),
         "rayJobName": (rayjob or {}).get("metadata", {}).get("name", ""),
         "rayClusterName": rj.get("rayClusterName", ""),
         "dashboardURL": rj.get("dashboardURL", ""),

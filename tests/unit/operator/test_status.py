@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 from toolrl_operator.status import (
     RAYJOB_PHASES,
+    Problems,
     compute_status,
+    pod_waiting_cause,
     rayjob_phase,
     status_changes,
 )
@@ -16,9 +18,12 @@ NOW = "2026-01-01T00:00:00Z"
 LATER = "2026-01-01T00:05:00Z"
 
 
-def rayjob(deployment: str = "", job_status: str = "", **extra: Any) -> dict[str, Any]:
+def rayjob(deployment: str = "", job_status: str = "", suspend: bool = False, **extra: Any) -> dict[str, Any]:
     status = {"jobDeploymentStatus": deployment, "jobStatus": job_status, **extra}
-    return {"metadata": {"name": "gsm8k-python"}, "spec": {"suspend": False}, "status": status}
+    return {"metadata": {"name": "gsm8k-python"}, "spec": {"suspend": suspend}, "status": status}
+
+
+DONE = {"progress": {"step": 100, "totalSteps": 100}}  # what the trainer reports at its end
 
 
 def deployment(replicas: int = 2, ready: int = 2, generation: int = 1, observed: int = 1) -> dict[str, Any]:
@@ -36,6 +41,8 @@ ROWS = [
     ("Waiting", "", "Provisioning", "WaitingForSubmission"),
     ("Retrying", "FAILED", "Provisioning", "Retrying"),
     ("Running", "PENDING", "Running", "RayJobRunning"),
+    ("Running", "FAILED", "Failed", "JobFailed"),
+    ("Running", "STOPPED", "Failed", "JobStopped"),
     ("Complete", "SUCCEEDED", "Succeeded", "JobSucceeded"),
     ("Complete", "STOPPED", "Failed", "JobStopped"),
     ("Complete", "FAILED", "Failed", "JobNotSucceeded"),
@@ -54,6 +61,7 @@ def test_each_row_of_the_phase_table(deployment_status, job_status, phase, reaso
 
 QUEUED_ROWS = [
     # (jobDeploymentStatus, phase, reason) while the job waits in Kueue queue "gpu" (not user-suspended)
+    ("", "Pending", "Queued"),
     ("Suspending", "Pending", "Queued"),
     ("Suspended", "Pending", "Queued"),
 ]
@@ -61,7 +69,7 @@ QUEUED_ROWS = [
 
 @pytest.mark.parametrize(("deployment_status", "phase", "reason"), QUEUED_ROWS)
 def test_each_queued_row_of_the_phase_table(deployment_status, phase, reason) -> None:
-    got = rayjob_phase(rayjob(deployment_status), queue="gpu")
+    got = rayjob_phase(rayjob(deployment_status, suspend=True), queue="gpu")
     assert (got.phase, got.reason) == (phase, reason)
     assert "gpu" in got.message
     assert rayjob_phase(rayjob("Running"), queue="gpu").phase == "Running", "admitted: the usual rows"
@@ -78,9 +86,14 @@ def test_the_cases_cover_every_row_of_the_table() -> None:
 
 def test_a_queued_job_is_pending_and_a_user_suspended_one_suspended(make_job) -> None:
     queued = make_job(cluster={"queueName": "gpu"})
-    got = compute_status(queued, rayjob("Suspended"), deployment(), 3, NOW)
+    got = compute_status(queued, rayjob("Suspended", suspend=True), deployment(), 3, NOW)
     assert (got["phase"], got["reason"]) == ("Pending", "Queued")
     assert got["message"] == "waiting in the Kueue queue gpu for admission"
+    # before KubeRay has even looked at the RayJob: still the queue, not "no RayCluster yet"
+    got = compute_status(queued, rayjob("", suspend=True), deployment(), 3, NOW)
+    assert (got["phase"], got["reason"]) == ("Pending", "Queued")
+    cluster = {c["type"]: c for c in got["conditions"]}["ClusterReady"]
+    assert "queue gpu" in cluster["message"] and cluster["reason"] == "Queued"
     suspended = make_job(cluster={"queueName": "gpu"}, suspend=True)
     assert compute_status(suspended, rayjob("Suspended"), deployment(0, 0), 3, NOW)["phase"] == "Suspended"
     assert compute_status(make_job(), rayjob("Suspended"), deployment(0, 0), 3, NOW)["phase"] == "Suspended"
@@ -134,6 +147,7 @@ def test_running_job_status(make_job) -> None:
     assert _conditions(status) == {
         "ToolPoolReady": ("True", "ReplicasReady"),
         "ClusterReady": ("True", "RayClusterReady"),
+        "Reconciled": ("True", "ChildrenApplied"),
         "Running": ("True", "RayJobRunning"),
         "Succeeded": ("False", "NotSucceeded"),
         "Failed": ("False", "NotFailed"),
@@ -212,8 +226,8 @@ def test_status_changes_ignores_conditions_of_other_writers(make_job) -> None:
 
 
 def test_a_finished_job_keeps_its_outcome_when_its_rayjob_is_gone(make_job) -> None:
-    done = compute_status(make_job(), rayjob("Complete", "SUCCEEDED"), deployment(0, 0), 3, NOW)
-    after = compute_status(make_job(status=done), None, deployment(0, 0), 3, LATER)
+    done = compute_status(make_job(status=DONE), rayjob("Complete", "SUCCEEDED"), deployment(0, 0), 3, NOW)
+    after = compute_status(make_job(status={**DONE, **done}), None, deployment(0, 0), 3, LATER)
     assert (after["phase"], after["reason"]) == ("Succeeded", "JobSucceeded")
     assert after["completionTime"] == done["completionTime"]
 
@@ -227,3 +241,101 @@ def test_one_clock_format_and_one_pool_stopped_rule(make_job) -> None:
     assert pool_stopped(make_job(suspend=True))
     assert pool_stopped(make_job(status={"phase": "Failed"}))
     assert not pool_stopped(make_job(status={"phase": "Running"}))
+
+
+def test_success_needs_the_trainer_at_total_steps(make_job) -> None:
+    rj = rayjob("Complete", "SUCCEEDED")
+    assert compute_status(make_job(status=DONE), rj, deployment(0, 0), 3, NOW)["phase"] == "Succeeded"
+    short = compute_status(
+        make_job(status={"progress": {"step": 0, "totalSteps": 100}}), rj, deployment(), 3, NOW
+    )
+    assert (short["phase"], short["reason"]) == ("Failed", "IncompleteTraining")
+    assert "step 0 of 100" in short["message"]
+    silent = compute_status(make_job(), rj, deployment(), 3, NOW)
+    assert (silent["phase"], silent["reason"]) == ("Failed", "IncompleteTraining")
+    assert "no progress" in silent["message"]
+
+
+def test_a_failed_attempt_with_retries_left_is_a_retry_and_the_last_says_the_budget_is_spent(
+    make_job,
+) -> None:
+    job = make_job(runPolicy={"backoffLimit": 2})
+    failing = compute_status(job, rayjob("Running", "FAILED", failed=1), deployment(), 3, NOW)
+    assert (failing["phase"], failing["reason"], failing["attempt"]) == ("Provisioning", "Retrying", 2)
+    retrying = compute_status(job, rayjob("Retrying", "FAILED", failed=1), deployment(), 3, NOW)
+    assert (retrying["phase"], retrying["attempt"]) == ("Provisioning", 2)
+    rj = rayjob("Failed", "FAILED", failed=3, reason="AppFailed", message="exit 1")
+    spent = compute_status(job, rj, deployment(), 3, NOW)
+    assert (spent["phase"], spent["reason"], spent["attempt"]) == ("Failed", "BackoffLimitExceeded", 3)
+    assert "all 3 attempts failed" in spent["message"] and "AppFailed: exit 1" in spent["message"]
+    # without retries a Ray job that failed is not reported as Running while KubeRay catches up
+    assert compute_status(make_job(), rayjob("Running", "FAILED"), deployment(), 3, NOW)["phase"] == "Failed"
+    assert compute_status(make_job(), rayjob("Running", "RUNNING"), deployment(), 3, NOW)["attempt"] == 1
+
+
+def test_kuberay_failure_reasons_are_shown_as_they_are(make_job) -> None:
+    for reason in ("SubmissionFailed", "DeadlineExceeded", "PreRunningDeadlineExceeded"):
+        rj = rayjob("Failed", "", reason=reason, message=f"{reason} said KubeRay")
+        status = compute_status(make_job(), rj, deployment(), 3, NOW)
+        assert (status["phase"], status["reason"], status["message"]) == (
+            "Failed",
+            reason,
+            f"{reason} said KubeRay",
+        )
+
+
+POD = {"metadata": {"name": "j-head-x"}, "status": {"phase": "Pending"}}
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "says"),
+    [
+        (
+            {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                             "message": '0/3 nodes are available: persistentvolumeclaim "ckpt" not found.'}]},
+            "Unschedulable", 'persistentvolumeclaim "ckpt" not found',
+        ),
+        (
+            {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                             "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]},
+            "Unschedulable", "Insufficient nvidia.com/gpu",
+        ),
+        (
+            {"containerStatuses": [{"name": "ray-head", "state": {"waiting": {
+                "reason": "ImagePullBackOff", "message": 'Back-off pulling image "nope:1"'}}}]},
+            "ImagePullBackOff", 'pulling image "nope:1"',
+        ),
+    ],
+)  # fmt: skip
+def test_a_waiting_pod_names_its_cause(status, reason, says) -> None:
+    cause = pod_waiting_cause({**POD, "status": {**POD["status"], **status}})
+    assert cause is not None and cause[0] == reason and says in cause[1] and "j-head-x" in cause[1]
+
+
+def test_a_starting_or_running_pod_has_no_cause() -> None:
+    assert pod_waiting_cause(POD) is None
+    creating = {"containerStatuses": [{"name": "c", "state": {"waiting": {"reason": "ContainerCreating"}}}]}
+    assert pod_waiting_cause({**POD, "status": {**POD["status"], **creating}}) is None
+    assert pod_waiting_cause({**POD, "status": {"phase": "Running"}}) is None
+
+
+def test_a_waiting_cause_and_a_reconcile_error_are_shown_while_the_job_waits(make_job) -> None:
+    cause = (
+        "Unschedulable",
+        "pod h cannot be scheduled: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+    )
+    rj = rayjob("Initializing", rayClusterName="c1")
+    status = compute_status(make_job(), rj, deployment(), 3, NOW, Problems(trainer_waiting=cause))
+    assert (status["phase"], status["reason"], status["message"]) == ("Provisioning", *cause)
+    cluster = {c["type"]: c for c in status["conditions"]}["ClusterReady"]
+    assert cluster["reason"] == "Unschedulable" and "Insufficient nvidia.com/gpu" in cluster["message"]
+    error = ("Invalid", "RayJob is invalid: spec.x: bad")
+    status = compute_status(make_job(), None, deployment(), 3, NOW, Problems(reconcile_error=error))
+    assert (status["phase"], status["reason"], status["message"]) == ("Pending", *error)
+    assert _conditions(status)["Reconciled"] == ("False", "Invalid")
+    running = compute_status(
+        make_job(), rayjob("Running"), deployment(), 3, NOW, Problems(trainer_waiting=cause)
+    )
+    assert running["reason"] == "RayJobRunning", "a running job is not waiting"
+    pool = compute_status(make_job(), rj, deployment(ready=0), 3, NOW, Problems(pool_waiting=cause))
+    assert {c["type"]: c for c in pool["conditions"]}["ToolPoolReady"]["reason"] == "Unschedulable"

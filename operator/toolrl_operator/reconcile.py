@@ -1,0 +1,373 @@
+"""Level-based reconciliation, as controller-runtime (and so KubeRay) does it.
+
+Every watch event of a job, of any of its children or of its pods adds the job's key to one
+work queue (handlers.py). Workers take keys from it; for a key, `sync` does one idempotent pass:
+build every child from the job as it is now, server-side apply the ones that may differ from
+the cluster, compute the status from the children, and write it if it changed. Syncs of one key
+never overlap (the queue hands a key to one worker at a time). A transient failure (a conflict,
+throttling, a server error, a connection reset, a quota) requeues the key with exponential
+backoff; a permanent one (a manifest the API server rejects, KEDA not set up) sets the
+`Reconciled` condition once, posts one Event, and waits for a spec change (or the periodic
+resync, which also catches anything a watch missed).
+
+What is cached, and why it is safe: for each child, the hash of the manifest last applied and
+the resourceVersion the API server answered with. A child is skipped only while both still hold
+(its watch shows the same resourceVersion): any edit, deletion or status change of the child
+changes its resourceVersion and gets it applied again. The autoscaler's replica count reaches
+the Deployment through the job's `status.toolPool.desiredReplicas` (tool pool builder), so
+applying never fights it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import events
+from .apply import RETRIABLE, ApiError, Kube
+from .children import Live, build_children
+from .keda import KedaConfigError, explain_api_error
+from .metrics import PHASES, RECONCILE_DURATION, RECONCILE_ERRORS
+from .naming import API_VERSION, COMPONENT_TOOL_POOL, COMPONENT_TRAINER, KIND
+from .settings import Settings
+from .status import (
+    FAILED,
+    RECONCILED,
+    Problems,
+    compute_status,
+    now,
+    status_changes,
+)
+from .workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+Key = tuple[str, str]  # (namespace, job name)
+ChildId = tuple[str, str]  # (kind, name) within the job's namespace
+DELETED = ""  # a child's resourceVersion once its watch saw it deleted
+APPLY_THREADS = 16  # a job's independent children are applied in parallel
+
+
+class PermanentError(Exception):
+    """The children cannot be applied as the spec stands; retrying will not help."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason, self.message = reason, message
+
+
+def classify(err: Exception) -> PermanentError | None:
+    """A PermanentError for errors no retry fixes, None for transient ones. A quota refusal is
+    a 403 that goes away when the quota is raised or other objects go: transient."""
+    if isinstance(err, KedaConfigError):
+        return PermanentError("KedaConfig", str(err))
+    if isinstance(err, ApiError):
+        if err.status in RETRIABLE or (err.status == 403 and "quota" in err.message.lower()):
+            return None
+        if 400 <= err.status < 500:
+            return PermanentError(err.reason or str(err.status), str(err))
+    return None
+
+
+def manifest_hash(manifest: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def first(store: Iterable[Any] | None) -> Any:
+    return next(iter(store), None) if store is not None else None
+
+
+@dataclass
+class JobState:
+    """What the operator remembers of one job between syncs (dropped when the job goes)."""
+
+    live: dict[ChildId, str] = field(default_factory=dict)  # resourceVersion by watch (DELETED: gone)
+    applied: dict[ChildId, tuple[str, str]] = field(default_factory=dict)  # (hash, resourceVersion)
+    status: dict[str, Any] = field(default_factory=dict)  # the operator's fields as last written
+    permanent: tuple[int, str, str, float] | None = None  # generation, reason, message, when
+    pods: dict[str, tuple[str, tuple[str, str] | None]] = field(default_factory=dict)  # component, cause
+
+
+class Reconciler:
+    """The queue, its workers and the one sync. `jobs`, `rayjobs` and `deployments` are the
+    operator's kopf indexes (key -> views), read, never written."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        kube: Kube,
+        jobs: Mapping[Key, Iterable[dict[str, Any]]],
+        rayjobs: Mapping[Key, Iterable[dict[str, Any]]],
+        deployments: Mapping[Key, Iterable[dict[str, Any]]],
+        workers: int = 8,
+    ) -> None:
+        self.settings, self.kube = settings, kube
+        self.jobs, self.rayjobs, self.deployments = jobs, rayjobs, deployments
+        self.workers = workers
+        self.queue: WorkQueue[Key] = WorkQueue()
+        self.state: dict[Key, JobState] = {}
+        self.sync_threads = ThreadPoolExecutor(workers, thread_name_prefix="toolrl-sync")
+        self.apply_threads = ThreadPoolExecutor(APPLY_THREADS, thread_name_prefix="toolrl-apply")
+
+    # ---- what the watches report (called on the event loop) --------------------------------
+
+    def job_seen(self, key: Key, deleted: bool) -> None:
+        if deleted:
+            self.state.pop(key, None)
+            self.queue.forget(key)
+            PHASES.record(key[0], key[1], None)
+        else:
+            self.queue.add(key)
+
+    def child_seen(self, key: Key, kind: str, name: str, resource_version: str, deleted: bool) -> None:
+        if first(self.jobs.get(key)) is None:
+            return  # the job is gone (its children are garbage-collected) or not listed yet
+        self.state.setdefault(key, JobState()).live[(kind, name)] = DELETED if deleted else resource_version
+        self.queue.add(key)
+
+    def pod_seen(
+        self, key: Key, name: str, component: str, cause: tuple[str, str] | None, deleted: bool
+    ) -> None:
+        """A pod of the job: only a change of why it waits matters to the status."""
+        state = self.state.get(key)
+        if state is None:
+            if deleted:
+                return
+            state = self.state.setdefault(key, JobState())  # pruned by resync if the job is gone
+        before = state.pods.get(name)
+        if deleted:
+            state.pods.pop(name, None)
+        else:
+            state.pods[name] = (component, cause)
+        if (before[1] if before else None) != (None if deleted else cause):
+            self.queue.add(key)
+
+    def resync(self) -> None:
+        """Queue every known job: repairs anything a watch missed, retries permanent errors."""
+        keys = set(self.jobs)
+        for key in self.state.keys() - keys:
+            del self.state[key]
+        for key in keys:
+            self.queue.add(key)
+
+    # ---- workers -------------------------------------------------------------------------------
+
+    async def run(self, resync_seconds: float) -> None:
+        """The workers and the periodic resync, until cancelled."""
+        tasks = [asyncio.create_task(self._worker(), name=f"toolrl sync {i}") for i in range(self.workers)]
+        try:
+            while True:
+                await asyncio.sleep(resync_seconds)
+                self.resync()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self.sync_threads.shutdown(wait=False, cancel_futures=True)
+            self.apply_threads.shutdown(wait=False, cancel_futures=True)
+
+    async def _worker(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            key = await self.queue.get()
+            try:
+                await loop.run_in_executor(self.sync_threads, self.sync, key)
+                self.queue.succeeded(key)
+            except Exception as err:  # transient: back off and try again
+                delay = self.queue.retry(key)
+                RECONCILE_ERRORS.labels(getattr(err, "reason", "") or type(err).__name__).inc()
+                log.warning("sync of %s/%s failed, retrying in %.0f s: %s", *key, delay, err)
+                if self.queue.failures(key) == 1:  # once per streak, not per retry
+                    self._post(key, events.WARNING, events.RECONCILE_ERROR, f"retrying: {err}")
+            finally:
+                self.queue.done(key)
+
+    # ---- the sync --------------------------------------------------------------------------
+
+    def sync(self, key: Key) -> None:
+        """One idempotent pass over one job (blocking; runs on a sync thread)."""
+        job = first(self.jobs.get(key))
+        if job is None or job["metadata"].get("deletionTimestamp"):
+            return
+        started = time.monotonic()
+        state = self.state.setdefault(key, JobState())
+        generation = int(job["metadata"].get("generation") or 1)
+        rayjob = first(self.rayjobs.get(key))
+        job = {**job, "status": overlay(job.get("status") or {}, state.status)}
+        error: tuple[str, str] | None = None
+        announcements: list[tuple[str, str, str]] = []
+        waiting_on_spec = (
+            state.permanent is not None
+            and state.permanent[0] == generation
+            and time.monotonic() - state.permanent[3] < self.settings.resync_seconds
+        )
+        if waiting_on_spec:
+            assert state.permanent is not None
+            error = state.permanent[1:3]
+        else:
+            try:
+                announcements = self._apply_children(job, rayjob, state)
+                state.permanent = None
+                observed = int(job["status"].get("observedGeneration") or 0)
+                if not observed:
+                    announcements.insert(0, (events.NORMAL, events.CREATED, "created the job's children"))
+                elif generation > observed:
+                    message = f"applied generation {generation} of the spec"
+                    announcements.insert(0, (events.NORMAL, events.SPEC_APPLIED, message))
+            except Exception as err:
+                permanent = classify(err)
+                if permanent is None:
+                    raise
+                error = (permanent.reason, permanent.message)
+                if state.permanent is None or state.permanent[:3] != (generation, *error):
+                    RECONCILE_ERRORS.labels(permanent.reason).inc()
+                    announcements = [(events.WARNING, events.RECONCILE_ERROR, permanent.message)]
+                state.permanent = (generation, *error, time.monotonic())
+        problems = Problems(
+            reconcile_error=error,
+            trainer_waiting=_first_cause(state, COMPONENT_TRAINER),
+            pool_waiting=_first_cause(state, COMPONENT_TOOL_POOL),
+        )
+        self._write_status(key, job, state, generation, problems, announcements)
+        RECONCILE_DURATION.observe(time.monotonic() - started)
+
+    def _apply_children(
+        self, job: dict[str, Any], rayjob: dict[str, Any] | None, state: JobState
+    ) -> list[tuple[str, str, str]]:
+        """Apply the children that may differ from the cluster; what to announce."""
+        suspend = rayjob["spec"]["suspend"] if rayjob else None
+        children = build_children(job, self.settings, Live(rayjob_suspend=suspend))
+        due = []
+        for manifest in children:
+            child = (manifest["kind"], manifest["metadata"]["name"])
+            digest = manifest_hash(manifest)
+            if state.applied.get(child) != (digest, state.live.get(child)):
+                due.append((child, digest, manifest))
+        if not due:
+            return []
+        announcements = []
+        for (kind, name), _, _ in due:
+            if state.live.get((kind, name)) == DELETED and (kind, name) in state.applied:
+                message = f"re-created the deleted {kind} {name}"
+                announcements.append((events.WARNING, events.CHILD_DELETED, message))
+        others = [item for item in due if item[0][0] != "RayJob"]
+        # Independent objects go in parallel; the RayJob, whose pods use them, goes last.
+        applied = list(self.apply_threads.map(lambda item: self._apply(item[2]), others))
+        for child, digest, manifest in due[len(others) :]:
+            previous = state.applied.get(child)
+            applied.append(self._apply(manifest))
+            wanted = bool(manifest["spec"].get("suspend"))
+            changed = previous is None or previous[0] != digest
+            kueue = bool(job["spec"]["cluster"].get("queueName"))  # then Kueue suspends and resumes
+            if changed and not kueue and rayjob is not None and bool(rayjob["spec"]["suspend"]) != wanted:
+                announcements.append(_suspension(wanted))
+        for (child, digest, _), live in zip(due, applied, strict=True):
+            version = live["metadata"]["resourceVersion"]
+            state.applied[child] = (digest, version)
+            state.live[child] = version  # what the API answered is as current as a watch event
+        return announcements
+
+    def _apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Apply one child; a ScaledObject the cluster refuses says how to set KEDA up."""
+        try:
+            return self.kube.apply(manifest)
+        except ApiError as err:
+            advice = explain_api_error(err.status) if manifest["kind"] == "ScaledObject" else ""
+            if advice:
+                raise KedaConfigError(f"{advice} ({err})") from err
+            raise
+
+    def _write_status(
+        self,
+        key: Key,
+        job: dict[str, Any],
+        state: JobState,
+        generation: int,
+        problems: Problems,
+        announcements: list[tuple[str, str, str]],
+    ) -> None:
+        old = job["status"]
+        new = compute_status(
+            job, first(self.rayjobs.get(key)), first(self.deployments.get(key)), generation, now(), problems
+        )
+        PHASES.record(key[0], key[1], new["phase"])
+        if status_changes(old, new):
+            try:
+                self.kube.apply_status(API_VERSION, KIND, key[0], key[1], new)
+            except ApiError as err:
+                if err.status == 404:
+                    return  # the job is gone
+                raise
+            state.status = new
+        announcements += status_announcements(old, new)
+        for type_, reason, message in announcements:
+            self._post(key, type_, reason, message, job)
+
+    def _post(
+        self, key: Key, type_: str, reason: str, message: str, job: dict[str, Any] | None = None
+    ) -> None:
+        """An Event on the job; best effort, as kopf's own are."""
+        job = job or first(self.jobs.get(key))
+        if job is None:
+            return
+        try:
+            self.kube.create(events.event_manifest(job, type_, reason, message, dt.datetime.now(dt.UTC)))
+        except Exception as err:
+            log.warning("event %s on %s/%s not posted: %s", reason, *key, err)
+
+
+def _suspension(suspended: bool) -> tuple[str, str, str]:
+    if suspended:
+        return events.NORMAL, events.SUSPENDED, "suspended the RayJob and scaled the tool pool to 0"
+    return events.NORMAL, events.RESUMED, "resumed the RayJob and the tool pool"
+
+
+def overlay(status: Mapping[str, Any], ours: Mapping[str, Any]) -> dict[str, Any]:
+    """`status` with the operator's last written fields on top: the index may not have seen that
+    write yet. Others' fields inside a shared object (the autoscaler's toolPool.desiredReplicas,
+    its condition) stay."""
+    merged = dict(status)
+    for key, value in ours.items():
+        if key == "conditions":
+            mine = {c["type"] for c in value}
+            merged[key] = [c for c in status.get(key, []) if c["type"] not in mine] + list(value)
+        elif isinstance(value, dict) and isinstance(status.get(key), dict):
+            merged[key] = {**status[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def _first_cause(state: JobState, component: str) -> tuple[str, str] | None:
+    causes = sorted(
+        (name, cause) for name, (comp, cause) in state.pods.items() if comp == component and cause
+    )
+    return causes[0][1] if causes else None
+
+
+def status_announcements(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """Events for a status change: the phase (a failure as a Warning with its reason), and the
+    pool, the Ray cluster and the children becoming ready or unready."""
+    out = []
+    if old.get("phase") != new["phase"]:
+        message = f"{old.get('phase') or 'New'} -> {new['phase']}: {new['message']}"
+        if new["phase"] == FAILED:
+            out.append((events.WARNING, new["reason"], message))
+        else:
+            out.append((events.NORMAL, f"{events.PHASE_PREFIX}{new['phase']}", message))
+    before = {c["type"]: c["status"] for c in old.get("conditions", [])}
+    for cond in new["conditions"]:
+        flipped = before.get(cond["type"]) != cond["status"]
+        announce = cond["status"] == "True" or cond["type"] in before
+        if cond["type"] in ("ToolPoolReady", "ClusterReady") and flipped and announce:
+            out.append((events.NORMAL, cond["reason"], cond["message"]))
+        if cond["type"] == RECONCILED and flipped and cond["status"] == "True" and cond["type"] in before:
+            out.append((events.NORMAL, cond["reason"], cond["message"]))
+    return out

@@ -1,0 +1,252 @@
+"""The level-based sync with a fake API: what it applies, skips, repairs and reports."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from toolrl_operator import events
+from toolrl_operator.apply import ApiError
+from toolrl_operator.handlers import deployment_view, job_view, rayjob_view
+from toolrl_operator.reconcile import Reconciler, classify, overlay
+from toolrl_operator.settings import Settings
+
+KEY = ("rl", "gsm8k-python")
+
+
+class FakeKube:
+    """Answers like the API server: an applied object comes back with a resourceVersion that
+    changes only when the object does. `fail` maps a kind to the error its apply raises."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.applied: list[dict[str, Any]] = []
+        self.statuses: list[dict[str, Any]] = []
+        self.events: list[tuple[str, str, str]] = []
+        self.fail: dict[str, Exception] = {}
+        self.version = 100
+
+    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        if manifest["kind"] in self.fail:
+            raise self.fail[manifest["kind"]]
+        self.applied.append(manifest)
+        ident = (manifest["kind"], manifest["metadata"]["name"])
+        old = self.objects.get(ident)
+        if old is None or {k: v for k, v in old.items() if k != "rv"} != manifest:
+            self.version += 1
+            self.objects[ident] = {**copy.deepcopy(manifest), "rv": str(self.version)}
+        live = copy.deepcopy(self.objects[ident])
+        live["metadata"]["resourceVersion"] = live.pop("rv")
+        return live
+
+    def apply_status(self, *args: Any) -> dict[str, Any]:
+        self.statuses.append(args[-1])
+        return {"status": args[-1]}
+
+    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        self.events.append((manifest["type"], manifest["reason"], manifest["message"]))
+        return manifest
+
+
+@pytest.fixture
+def world(make_job):
+    """A reconciler over in-memory indexes holding one job (the example)."""
+    kube = FakeKube()
+    indexes: dict[str, dict[Any, list[dict[str, Any]]]] = {"jobs": {}, "rayjobs": {}, "deployments": {}}
+    job = make_job()
+    job.update({"apiVersion": "toolrl.dev/v1alpha1", "kind": "ToolRLJob"})
+    indexes["jobs"][KEY] = [job_view(job)]
+    rec = Reconciler(Settings(), kube, indexes["jobs"], indexes["rayjobs"], indexes["deployments"])  # type: ignore[arg-type]
+    return rec, kube, indexes
+
+
+def kinds(kube: FakeKube) -> list[str]:
+    return [m["kind"] for m in kube.applied]
+
+
+def reasons(kube: FakeKube) -> list[str]:
+    return [reason for _, reason, _ in kube.events]
+
+
+def test_a_sync_applies_every_child_writes_the_status_and_a_second_one_does_nothing(world) -> None:
+    rec, kube, _ = world
+    rec.sync(KEY)
+    assert sorted(kinds(kube)) == sorted(
+        ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service", "PodDisruptionBudget",
+         "NetworkPolicy", "NetworkPolicy", "Deployment", "RayJob"]
+    )  # fmt: skip
+    assert kinds(kube)[-1] == "RayJob", "the RayJob, whose pods use the rest, goes last"
+    assert len(kube.statuses) == 1 and kube.statuses[0]["observedGeneration"] == 3
+    assert reasons(kube) == [events.CREATED, "PhasePending"]
+    kube.applied.clear()
+    rec.sync(KEY)  # e.g. the watch events of its own applies
+    assert kube.applied == [] and len(kube.statuses) == 1 and len(kube.events) == 2
+
+
+def test_drift_of_a_child_is_reverted_and_only_that_child_is_applied(world) -> None:
+    rec, kube, _ = world
+    rec.sync(KEY)
+    kube.applied.clear()
+    # someone edits the pool Deployment: its watch shows a new resourceVersion
+    rec.child_seen(KEY, "Deployment", "gsm8k-python-tools", "999", deleted=False)
+    rec.sync(KEY)
+    assert kinds(kube) == ["Deployment"]
+    assert events.CHILD_DELETED not in reasons(kube)
+
+
+def test_a_deleted_child_is_recreated_with_one_event(world) -> None:
+    rec, kube, _ = world
+    rec.sync(KEY)
+    kube.applied.clear()
+    rec.child_seen(KEY, "Service", "gsm8k-python-tools", "", deleted=True)
+    rec.sync(KEY)
+    rec.sync(KEY)  # before the watch shows it again: no second apply, no second Event
+    assert kinds(kube) == ["Service"]
+    assert reasons(kube).count(events.CHILD_DELETED) == 1
+
+
+def test_the_pool_follows_the_autoscalers_size_in_the_newest_job(world) -> None:
+    rec, kube, indexes = world
+    rec.sync(KEY)  # writes the operator's status, toolPool included
+    job = indexes["jobs"][KEY][0]
+    job["status"] = {"toolPool": {"desiredReplicas": 4}}  # the autoscaler's write, seen by the watch
+    kube.applied.clear()
+    rec.sync(KEY)
+    [deployment] = [m for m in kube.applied if m["kind"] == "Deployment"]
+    assert deployment["spec"]["replicas"] == 4, "the operator's own status must not hide desiredReplicas"
+
+
+def test_a_permanent_error_sets_the_condition_once_and_waits_for_a_spec_change(world) -> None:
+    rec, kube, indexes = world
+    kube.fail["Deployment"] = ApiError(400, "BadRequest", "quantities must match the regular expression")
+    rec.sync(KEY)
+    status = kube.statuses[-1]
+    reconciled = {c["type"]: c for c in status["conditions"]}["Reconciled"]
+    assert (reconciled["status"], reconciled["reason"]) == ("False", "BadRequest")
+    assert "quantities" in reconciled["message"]
+    assert reasons(kube).count(events.RECONCILE_ERROR) == 1
+    attempts = len(kube.applied)
+    for _ in range(3):  # events of its children, of its pods...
+        rec.sync(KEY)
+    assert len(kube.applied) == attempts, "no retry until the spec changes"
+    assert reasons(kube).count(events.RECONCILE_ERROR) == 1, "one Event, not a stream"
+
+    del kube.fail["Deployment"]
+    indexes["jobs"][KEY][0]["metadata"]["generation"] = 4  # the user fixes the spec
+    rec.sync(KEY)
+    reconciled = {c["type"]: c for c in kube.statuses[-1]["conditions"]}["Reconciled"]
+    assert reconciled["status"] == "True"
+    assert "Deployment" in kinds(kube)[attempts:]
+
+
+def test_transient_errors_raise_for_a_retry(world) -> None:
+    rec, kube, _ = world
+    for err in (
+        ApiError(503, "ServiceUnavailable", "etcd"),
+        ApiError(409, "Conflict", "changed"),
+        ApiError(
+            403, "Forbidden", 'services "j-tools" is forbidden: exceeded quota: q, requested: services=1'
+        ),
+        ConnectionResetError("reset"),
+    ):
+        kube.fail["Service"] = err
+        with pytest.raises(type(err)):
+            rec.sync(KEY)
+    assert classify(ApiError(403, "Forbidden", "User cannot patch roles")) is not None
+
+
+@pytest.mark.parametrize(("status", "advice"), [(403, "keda.enabled=true"), (404, "install KEDA")])
+def test_a_refused_scaled_object_is_reported_with_the_keda_setup(make_job, world, status, advice) -> None:
+    rec, kube, indexes = world
+    job = make_job(toolPool={"autoscaler": "keda"})
+    job.update({"apiVersion": "toolrl.dev/v1alpha1", "kind": "ToolRLJob"})
+    indexes["jobs"][KEY] = [job_view(job)]
+    rec.settings = Settings(prometheus_url="http://p:9090")
+    kube.fail["ScaledObject"] = ApiError(status, "Forbidden" if status == 403 else "NotFound", "no")
+    rec.sync(KEY)
+    [(type_, _, message)] = [e for e in kube.events if e[1] == events.RECONCILE_ERROR]
+    assert type_ == "Warning" and advice in message
+
+
+def test_a_finished_job_whose_rayjob_was_deleted_is_not_run_again(world) -> None:
+    rec, kube, indexes = world
+    indexes["jobs"][KEY][0]["status"] = {
+        "phase": "Succeeded", "reason": "JobSucceeded", "message": "done", "observedGeneration": 3,
+    }  # fmt: skip
+    rec.sync(KEY)  # after the RayJob's DELETED event
+    assert "RayJob" not in kinds(kube)
+    assert kube.statuses[-1]["phase"] == "Succeeded"
+    [deployment] = [m for m in kube.applied if m["kind"] == "Deployment"]
+    assert deployment["spec"]["replicas"] == 0
+
+
+def test_suspending_posts_one_event(world) -> None:
+    rec, kube, indexes = world
+    rec.sync(KEY)
+    indexes["rayjobs"][KEY] = [rayjob_view(kube.objects[("RayJob", "gsm8k-python")] | {"status": {}})]
+    job = indexes["jobs"][KEY][0]
+    job["spec"]["suspend"], job["metadata"]["generation"] = True, 4
+    rec.sync(KEY)
+    rec.child_seen(KEY, "RayJob", "gsm8k-python", "12345", deleted=False)  # a RayJob status update
+    rec.sync(KEY)
+    assert reasons(kube).count(events.SUSPENDED) == 1
+    assert events.SPEC_APPLIED in reasons(kube)
+
+
+def test_waiting_pods_name_the_cause_in_the_status(world) -> None:
+    rec, kube, indexes = world
+    rec.sync(KEY)
+    indexes["rayjobs"][KEY] = [
+        {"metadata": {"name": "gsm8k-python"}, "spec": {"suspend": False},
+         "status": {"jobDeploymentStatus": "Initializing", "rayClusterName": "gsm8k-python-x"}}
+    ]  # fmt: skip
+    cause = ("Unschedulable", 'pod h cannot be scheduled: persistentvolumeclaim "ckpt" not found')
+    rec.pod_seen(KEY, "h", "trainer", cause, deleted=False)
+    rec.sync(KEY)
+    status = kube.statuses[-1]
+    assert (status["phase"], status["reason"]) == ("Provisioning", "Unschedulable")
+    assert 'persistentvolumeclaim "ckpt" not found' in status["message"]
+
+
+def test_overlay_keeps_others_fields_inside_shared_objects() -> None:
+    index = {
+        "toolPool": {"desiredReplicas": 5, "replicas": 1},
+        "conditions": [
+            {"type": "AutoscalerHealthy", "status": "True"},
+            {"type": "Running", "status": "False"},
+        ],
+        "progress": {"step": 3},
+    }
+    ours = {
+        "toolPool": {"replicas": 2},
+        "conditions": [{"type": "Running", "status": "True"}],
+        "phase": "Running",
+    }
+    merged = overlay(index, ours)
+    assert merged["toolPool"] == {"desiredReplicas": 5, "replicas": 2}
+    assert {c["type"]: c["status"] for c in merged["conditions"]} == {
+        "AutoscalerHealthy": "True",
+        "Running": "True",
+    }
+    assert merged["progress"] == {"step": 3} and merged["phase"] == "Running"
+
+
+def test_the_jobs_index_keeps_no_managed_fields_or_annotations(make_job) -> None:
+    job = make_job()
+    job["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    job["metadata"]["annotations"] = {"toolrl.dev/last-handled-configuration": "{...the whole spec...}"}
+    kept = job_view(job)
+    assert "managedFields" not in kept["metadata"] and "annotations" not in kept["metadata"]
+    assert kept["metadata"]["name"] == job["metadata"]["name"] and kept["spec"] == job["spec"]
+    assert "managedFields" in job["metadata"], "the body itself is left alone"
+
+
+def test_views_keep_what_the_status_needs() -> None:
+    body = {
+        "metadata": {"name": "d", "generation": 2},
+        "spec": {"replicas": 3, "template": {}},
+        "status": {"x": 1},
+    }
+    assert deployment_view(body) == {"metadata": {"name": "d", "generation": 2}, "spec": {"replicas": 3},
+                                     "status": {"x": 1}}  # fmt: skip
