@@ -56,6 +56,12 @@ POD_SECURITY: dict[str, Any] = {
 }
 
 
+# Which interface NCCL and Gloo use between pods. Left to themselves they may pick one that does
+# not route between pods (docker0, a CNI bridge) and hang in init_process_group, a hang verl and
+# Ray users report; eth0 is the pod network interface of the common CNIs. cluster.env overrides.
+NETWORK_ENV_DEFAULTS = {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}
+
+
 def trainer_env(name: str, namespace: str) -> list[dict[str, str]]:
     """The environment contract between the operator and trainer_entry."""
     return [
@@ -65,6 +71,17 @@ def trainer_env(name: str, namespace: str) -> list[dict[str, str]]:
         {"name": "TOOLRL_JOB_NAMESPACE", "value": namespace},
         {"name": "TOOLRL_METRICS_PORT", "value": str(TRAINER_METRICS_PORT)},
     ]
+
+
+def ray_env(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Ray containers' environment: the NCCL/Gloo defaults, then `cluster.env` (which may
+    override them), then the operator's contract (TOOLRL_*, which the CRD keeps users from
+    setting)."""
+    meta = job["metadata"]
+    user = [copy.deepcopy(e) for e in job["spec"].get("cluster", {}).get("env") or []]
+    named = {e["name"] for e in user}
+    defaults = [{"name": k, "value": v} for k, v in NETWORK_ENV_DEFAULTS.items() if k not in named]
+    return [*defaults, *user, *trainer_env(meta["name"], meta["namespace"])]
 
 
 def _volumes(job: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -86,7 +103,7 @@ def _volumes(job: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, 
         )
     volumes: list[dict[str, Any]] = [
         {"name": "toolrl-config", "projected": {"sources": sources}},
-        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        {"name": "dshm", "emptyDir": _shm(spec)},
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "toolrl-config", "mountPath": CONFIG_MOUNT, "readOnly": True},
@@ -102,6 +119,11 @@ def _volumes(job: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, 
     return volumes, mounts
 
 
+def _shm(spec: dict[str, Any]) -> dict[str, Any]:
+    size = spec.get("cluster", {}).get("shmSize")
+    return {"medium": "Memory", **({"sizeLimit": str(size)} if size else {})}
+
+
 def _pod_template(
     job: dict[str, Any],
     container: dict[str, Any],
@@ -109,22 +131,34 @@ def _pod_template(
     service_account: str | None,
 ) -> dict[str, Any]:
     name = job["metadata"]["name"]
+    cluster = job["spec"].get("cluster", {})
     volumes, mounts = _volumes(job)
     container = {**container, "volumeMounts": mounts, "securityContext": copy.deepcopy(CONTAINER_SECURITY)}
+    if cluster.get("envFrom"):
+        container["envFrom"] = copy.deepcopy(cluster["envFrom"])
     pod_spec: dict[str, Any] = {
         "securityContext": copy.deepcopy(POD_SECURITY),
         "containers": [container],
         "volumes": volumes,
     }
+    service_account = cluster.get("serviceAccountName") or service_account
     if service_account:
         pod_spec["serviceAccountName"] = service_account
     else:
         pod_spec["automountServiceAccountToken"] = False
+    for field in ("imagePullSecrets", "priorityClassName"):
+        if cluster.get(field):
+            pod_spec[field] = copy.deepcopy(cluster[field])
     if group.get("nodeSelector"):
         pod_spec["nodeSelector"] = dict(group["nodeSelector"])
     if group.get("tolerations"):
         pod_spec["tolerations"] = copy.deepcopy(group["tolerations"])
-    return {"metadata": {"labels": labels(name, COMPONENT_TRAINER)}, "spec": pod_spec}
+    metadata: dict[str, Any] = {
+        "labels": {**(cluster.get("podLabels") or {}), **labels(name, COMPONENT_TRAINER)}
+    }
+    if cluster.get("podAnnotations"):
+        metadata["annotations"] = dict(cluster["podAnnotations"])
+    return {"metadata": metadata, "spec": pod_spec}
 
 
 def _worker_resources(workers: dict[str, Any]) -> dict[str, Any]:
@@ -152,14 +186,14 @@ def build_rayjob(
     the job, the operator keeps whatever Kueue has set.
     """
     meta = job["metadata"]
-    name, namespace = meta["name"], meta["namespace"]
+    name = meta["name"]
     spec = job["spec"]
     cluster = spec.get("cluster", {})
     head = cluster.get("head", {})
     workers = cluster.get("workers", {})
     run_policy = spec.get("runPolicy", {})
     image = cluster.get("image") or settings.trainer_image
-    env = trainer_env(name, namespace)
+    env = ray_env(job)
 
     head_container = {
         "name": "ray-head",
@@ -219,6 +253,8 @@ def build_rayjob(
     deadline = run_policy["activeDeadlineSeconds"]
     if deadline:
         rayjob_spec["activeDeadlineSeconds"] = deadline
+    if run_policy.get("pendingDeadlineSeconds"):
+        rayjob_spec["preRunningDeadlineSeconds"] = run_policy["pendingDeadlineSeconds"]
     return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": metadata, "spec": rayjob_spec}
 
 

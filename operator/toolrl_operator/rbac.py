@@ -34,12 +34,20 @@ def build_role(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_role_binding(job: dict[str, Any]) -> dict[str, Any]:
+    """The Role for the operator's per-job account, and for `cluster.serviceAccountName` when the
+    Ray pods run as the user's own account instead."""
     name = job["metadata"]["name"]
     meta = child_metadata(job, trainer_name(name), COMPONENT_TRAINER)
+    accounts = [trainer_name(name)]
+    workload = job["spec"].get("cluster", {}).get("serviceAccountName")
+    if workload and workload != accounts[0]:
+        accounts.append(workload)
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
         "metadata": meta,
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": trainer_name(name)},
-        "subjects": [{"kind": "ServiceAccount", "name": trainer_name(name), "namespace": meta["namespace"]}],
+        "subjects": [
+            {"kind": "ServiceAccount", "name": sa, "namespace": meta["namespace"]} for sa in accounts
+        ],
     }

@@ -119,8 +119,11 @@ def build_deployment(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
         "containers": [container],
         "volumes": volumes,
     }
-    if pool.get("runtimeClassName"):
-        pod_spec["runtimeClassName"] = pool["runtimeClassName"]
+    # Placement: pool pods need no GPU; without these they may land on (and crowd) GPU nodes.
+    placement = ("nodeSelector", "tolerations", "affinity", "topologySpreadConstraints")
+    for field in ("runtimeClassName", "imagePullSecrets", *placement):
+        if pool.get(field):
+            pod_spec[field] = copy.deepcopy(pool[field])
 
     deployment = {
         "apiVersion": "apps/v1",

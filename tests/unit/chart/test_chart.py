@@ -108,13 +108,12 @@ def test_kuberay_namespace_reaches_the_operator(render: Render, values: dict, ex
     assert env["TOOLRL_KUBERAY_NAMESPACE"] == expected
 
 
-def test_pods_are_listed_only_without_prometheus(render: Render) -> None:
-    def rules(values: dict[str, Any] | None) -> list[dict[str, Any]]:
-        return _one(render(values), "ClusterRole")["rules"]
+def test_pods_are_watched_with_or_without_prometheus(render: Render) -> None:
+    def pod_verbs(values: dict[str, Any] | None) -> list[list[str]]:
+        return [r["verbs"] for r in _one(render(values), "ClusterRole")["rules"] if "pods" in r["resources"]]
 
-    assert any("pods" in r["resources"] for r in rules(None))
     values = {"autoscaler": {"prometheusUrl": "http://prometheus.monitoring:9090"}}
-    assert not any("pods" in r["resources"] for r in rules(values))
+    assert pod_verbs(None) == pod_verbs(values) == [["list", "watch"]], "waiting causes come from pods"
     deploy = _one(render(values), "Deployment")
     env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["TOOLRL_PROMETHEUS_URL"] == "http://prometheus.monitoring:9090"

@@ -15,6 +15,7 @@ from toolrl_operator.rayjob import (
     LOGICAL_GPUS_PER_CPU_WORKER,
     build_ray_network_policy,
     build_rayjob,
+    trainer_env,
 )
 from toolrl_operator.rbac import build_role, build_role_binding, build_service_account
 from toolrl_operator.settings import Settings
@@ -31,7 +32,7 @@ SETTINGS = Settings(trainer_image="trainer:test", tool_sandbox_image="sandbox:te
 
 
 def _env(container: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in container["env"]}
+    return {e["name"]: e.get("value") for e in container["env"]}
 
 
 def test_every_child_is_owned_labelled_and_named_per_contract(make_job) -> None:
@@ -98,6 +99,8 @@ def test_rayjob_runs_trainer_entry_with_the_contract_environment(make_job) -> No
     container = head["containers"][0]
     assert container["image"] == "trainer:test"
     assert _env(container) == {
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "GLOO_SOCKET_IFNAME": "eth0",
         "TOOLRL_JOB_SPEC": "/etc/toolrl/job.json",
         "TOOLRL_TOOL_POOL_URL": "http://gsm8k-python-tools.rl.svc:8080",
         "TOOLRL_JOB_NAME": "gsm8k-python",
@@ -470,3 +473,63 @@ def test_cpu_workers_ask_for_no_gpu_and_advertise_one_logical_ray_gpu(make_job) 
     assert group["rayStartParams"] == {"num-gpus": str(LOGICAL_GPUS_PER_CPU_WORKER)}
     gpu_group = build_rayjob(make_job(), SETTINGS)["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
     assert gpu_group["rayStartParams"] == {}, "GPU workers advertise their real GPUs"
+
+
+def test_ray_pods_get_the_users_environment_and_pod_settings(make_job) -> None:
+    secret_env = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
+    job = make_job(
+        cluster={
+            "env": [secret_env, {"name": "NCCL_SOCKET_IFNAME", "value": "ens5"}],
+            "envFrom": [{"secretRef": {"name": "wandb"}}],
+            "imagePullSecrets": [{"name": "registry"}],
+            "priorityClassName": "training",
+            "podLabels": {"team": "rl"},
+            "podAnnotations": {"cost-center": "42"},
+            "serviceAccountName": "s3-reader",
+            "shmSize": "16Gi",
+        },
+        runPolicy={"pendingDeadlineSeconds": 900},
+    )
+    spec = build_rayjob(job, SETTINGS)["spec"]
+    assert spec["preRunningDeadlineSeconds"] == 900
+    groups = [spec["rayClusterSpec"]["headGroupSpec"], *spec["rayClusterSpec"]["workerGroupSpecs"]]
+    for group in groups:
+        template = group["template"]
+        pod, [container] = template["spec"], template["spec"]["containers"]
+        env = [e["name"] for e in container["env"]]
+        assert secret_env in container["env"]
+        assert env.count("NCCL_SOCKET_IFNAME") == 1 and _env(container)["NCCL_SOCKET_IFNAME"] == "ens5"
+        assert _env(container)["GLOO_SOCKET_IFNAME"] == "eth0", "the default stays where not overridden"
+        assert env[-5:] == [e["name"] for e in trainer_env("gsm8k-python", "rl")], "the contract comes last"
+        assert container["envFrom"] == [{"secretRef": {"name": "wandb"}}]
+        assert pod["imagePullSecrets"] == [{"name": "registry"}]
+        assert pod["priorityClassName"] == "training"
+        assert pod["serviceAccountName"] == "s3-reader" and "automountServiceAccountToken" not in pod
+        assert template["metadata"]["labels"]["team"] == "rl"
+        assert template["metadata"]["labels"]["toolrl.dev/job"] == "gsm8k-python"
+        assert template["metadata"]["annotations"] == {"cost-center": "42"}
+        shm = {v["name"]: v for v in pod["volumes"]}["dshm"]
+        assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
+    subjects = [s["name"] for s in build_role_binding(job)["subjects"]]
+    assert subjects == ["gsm8k-python-trainer", "s3-reader"], "the workload account may report progress"
+    plain = build_rayjob(make_job(), SETTINGS)["spec"]
+    assert "preRunningDeadlineSeconds" not in plain
+    assert {v["name"]: v for v in plain["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["volumes"]}[
+        "dshm"
+    ]["emptyDir"] == {"medium": "Memory"}
+
+
+def test_tool_pool_placement_follows_the_spec(make_job) -> None:
+    placement = {
+        "nodeSelector": {"pool": "cpu"},
+        "tolerations": [{"key": "cpu-only", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
+        "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"}
+        ],
+        "imagePullSecrets": [{"name": "registry"}],
+    }
+    pod = build_deployment(make_job(toolPool=placement), SETTINGS)["spec"]["template"]["spec"]
+    assert {k: pod[k] for k in placement} == placement
+    bare = build_deployment(make_job(), SETTINGS)["spec"]["template"]["spec"]
+    assert not set(placement) & set(bare)
