@@ -46,11 +46,24 @@ def status_path(namespace: str, name: str) -> str:
 
 @dataclass
 class ApiTarget:
-    """Where and as whom to patch: in a pod, from the ServiceAccount mount and service env."""
+    """Where and as whom to patch: in a pod, from the ServiceAccount mount and service env.
+    With `token_file`, the token is read from it for every request: the kubelet rotates the
+    projected token (hourly by default; the API server stops accepting the old one), so a token
+    read once would silently end progress reporting on a long run."""
 
     base_url: str
     token: str
     ssl_context: ssl.SSLContext | None
+    token_file: str | None = None
+
+    def current_token(self) -> str:
+        if self.token_file:
+            try:
+                with open(self.token_file) as fh:
+                    self.token = fh.read().strip()
+            except OSError as err:  # keep the last token; the patch then says if it is refused
+                log.warning("cannot re-read the ServiceAccount token %s: %s", self.token_file, err)
+        return self.token
 
     @classmethod
     def in_cluster(cls, sa_dir: str = SA_DIR) -> ApiTarget:
@@ -65,7 +78,9 @@ class ApiTarget:
         with open(f"{sa_dir}/token") as fh:
             token = fh.read().strip()
         context = ssl.create_default_context(cafile=f"{sa_dir}/ca.crt")
-        return cls(base_url=f"https://{host}:{port}", token=token, ssl_context=context)
+        return cls(
+            base_url=f"https://{host}:{port}", token=token, ssl_context=context, token_file=f"{sa_dir}/token"
+        )
 
     def merge_patch(self, path: str, body: dict[str, Any]) -> urllib.request.Request:
         """A JSON merge patch of `path` (an API path) as this identity; open it with `ssl_context`."""
@@ -75,7 +90,7 @@ class ApiTarget:
             method="PATCH",
             headers={
                 "Content-Type": "application/merge-patch+json",
-                "Authorization": f"Bearer {self.token}",
+                "Authorization": f"Bearer {self.current_token()}",
             },
         )
 

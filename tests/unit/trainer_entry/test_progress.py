@@ -142,3 +142,15 @@ def test_in_cluster_reads_the_mounted_token_and_ca(tmp_path, monkeypatch):
     assert target.token == "sa-token"
     subjects = [dict(x[0] for x in ca["subject"]) for ca in target.ssl_context.get_ca_certs()]
     assert {"commonName": "unit-test-ca"} in subjects
+
+
+def test_a_rotated_service_account_token_is_used_for_the_next_patch(tmp_path, monkeypatch):
+    """The kubelet rewrites the projected token before it expires; read once, reporting would stop
+    being accepted after the first rotation of a long run."""
+    (tmp_path / "ca.crt").write_bytes(_self_signed_ca("unit-test-ca"))
+    (tmp_path / "token").write_text("first\n")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    target = ApiTarget.in_cluster(str(tmp_path))
+    assert target.merge_patch("/x", {}).get_header("Authorization") == "Bearer first"
+    (tmp_path / "token").write_text("rotated\n")
+    assert target.merge_patch("/x", {}).get_header("Authorization") == "Bearer rotated"
