@@ -34,19 +34,11 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 from localcluster import LocalCluster  # noqa: E402
 from localcluster.__main__ import DEFAULT_ROOT  # noqa: E402
 from operator_process import OperatorProcess, install_crd  # noqa: E402
+from toolrl_operator.children import CHILD_KINDS as OPERATOR_CHILD_KINDS  # noqa: E402
 
 GROUP, VERSION, PLURAL = "toolrl.dev", "v1alpha1", "toolrljobs"
-CHILD_KINDS = {  # kind -> (api group/version, plural)
-    "ConfigMap": ("", "v1", "configmaps"),
-    "ServiceAccount": ("", "v1", "serviceaccounts"),
-    "Service": ("", "v1", "services"),
-    "Deployment": ("apps", "v1", "deployments"),
-    "PodDisruptionBudget": ("policy", "v1", "poddisruptionbudgets"),
-    "NetworkPolicy": ("networking.k8s.io", "v1", "networkpolicies"),
-    "Role": ("rbac.authorization.k8s.io", "v1", "roles"),
-    "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
-    "RayJob": ("ray.io", "v1", "rayjobs"),
-}
+# kind -> (api group, version, plural): a job's children, from the operator's one list
+CHILD_KINDS = {c.kind: (c.group, c.version, c.plural) for c in OPERATOR_CHILD_KINDS if c.watched}
 PER_JOB = {kind: 1 for kind in CHILD_KINDS} | {"NetworkPolicy": 2}  # the pool's and the Ray pods'
 
 

@@ -1,9 +1,9 @@
-"""Running helm on the chart for tests: render it, lint it, and stand in for its dependency.
+"""Running helm on the chart for tests: render it, lint it.
 
-The kuberay-operator dependency comes from KubeRay's chart repository (`helm dependency build`),
-which this workplace cannot reach. helm refuses to lint, render or install a chart whose
-declared dependency is missing from charts/, even when its condition is false, so tests work on
-a copy of the chart with an empty stand-in `kuberay-operator` chart of the declared version.
+The chart declares no dependencies (it installs offline; KubeRay has its own chart).
+`chart_with_stub_dependencies` gives tests a copy of it, with an empty stand-in for any dependency
+a future Chart.yaml might declare: helm refuses to lint, render or install a chart whose declared
+dependency is missing from charts/, even when its condition is false.
 """
 
 from __future__ import annotations
@@ -83,5 +83,4 @@ ALL_FEATURES: dict[str, Any] = {
     "metrics": {"serviceMonitor": {"enabled": True}, "podMonitors": {"enabled": True}},
     "dashboard": {"enabled": True},
     "alerts": {"enabled": True},
-    "kuberay-operator": {"enabled": True},
 }

@@ -91,6 +91,7 @@ class Policy:
             lo, hi = int(replicas["min"]), int(replicas["max"])
             target = float(pool["targetConcurrencyPerReplica"])
             delay = float(pool["scaleDownDelaySeconds"])
+            rollout_aware = bool(pool["rolloutAware"])  # no fallback of its own: the CRD's default
         except KeyError as missing:
             raise PolicyError(
                 f"spec.toolPool is missing {missing}; the CRD defaults it, so apply the job through the "
@@ -103,7 +104,7 @@ class Policy:
             max_replicas=hi,
             target_concurrency=target,
             scale_down_delay_seconds=delay,
-            rollout_aware=bool(pool.get("rolloutAware", False)),
+            rollout_aware=rollout_aware,
             burst_cap=burst_cap(spec),
             **tuning,
         )

@@ -59,12 +59,15 @@ def native(job: Mapping[str, Any]) -> bool:
     return not uses_keda(job) and not pool_stopped(job) and not job["metadata"].get("deletionTimestamp")
 
 
-def condition(healthy: bool, problem: str, previous: Mapping[str, Any] | None, now: str) -> dict[str, Any]:
-    """The AutoscalerHealthy condition (metav1.Condition shape)."""
+def condition(
+    healthy: bool, problem: str, previous: Mapping[str, Any] | None, now: str, generation: int
+) -> dict[str, Any]:
+    """The AutoscalerHealthy condition (metav1.Condition shape), for the job's `generation`."""
     status = "True" if healthy else "False"
     return {
         "type": CONDITION,
         "status": status,
+        "observedGeneration": generation,
         "lastTransitionTime": previous["lastTransitionTime"]
         if previous and previous.get("status") == status
         else now,
@@ -239,9 +242,11 @@ class JobScaler:
             self.written = (status.get("toolPool", {}).get("desiredReplicas"), mine)
         written_replicas, written_condition = self.written
         healthy = reading.load is not None
-        wanted = condition(healthy, reading.problem, written_condition, now())
+        generation = int(job["metadata"].get("generation") or 1)
+        wanted = condition(healthy, reading.problem, written_condition, now(), generation)
+        compared = ("status", "reason", "message", "observedGeneration")
         same_condition = written_condition is not None and all(
-            written_condition.get(k) == wanted[k] for k in ("status", "reason", "message")
+            written_condition.get(k) == wanted[k] for k in compared
         )
         if decision.replicas == written_replicas and same_condition:
             return
@@ -279,4 +284,3 @@ class JobScaler:
 async def _blocking(threads: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """A blocking API call on the loop's own threads (the default executor stays free)."""
     return await asyncio.get_running_loop().run_in_executor(threads, lambda: fn(*args, **kwargs))
-

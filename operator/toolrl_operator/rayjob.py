@@ -161,12 +161,22 @@ def _pod_template(
     return {"metadata": metadata, "spec": pod_spec}
 
 
+def quantities(resources: dict[str, Any] | None) -> dict[str, Any]:
+    """Resource quantities as strings, as KubeRay writes them back: it updates the RayJob (its
+    finalizer) from Go structs, which turns 8 into "8", and the operator re-applying 8 would change
+    the RayJob again (seen on the local control plane)."""
+    return {
+        kind: {name: str(value) for name, value in amounts.items()}
+        for kind, amounts in (resources or {}).items()
+    }
+
+
 def _worker_resources(workers: dict[str, Any]) -> dict[str, Any]:
     """The user's resources plus the GPUs; a CPU worker (0 GPUs) asks for no `nvidia.com/gpu`."""
-    resources = copy.deepcopy(workers.get("resources") or {})
+    resources = quantities(workers.get("resources"))
     if workers["gpusPerWorker"]:
         for kind in ("requests", "limits"):
-            resources.setdefault(kind, {})[GPU_RESOURCE] = workers["gpusPerWorker"]
+            resources.setdefault(kind, {})[GPU_RESOURCE] = str(workers["gpusPerWorker"])
     return resources
 
 
@@ -205,7 +215,7 @@ def build_rayjob(
             {"name": "client", "containerPort": RAY_CLIENT_PORT},
             {"name": "trainer-metrics", "containerPort": TRAINER_METRICS_PORT},
         ],
-        "resources": copy.deepcopy(head.get("resources") or {}),
+        "resources": quantities(head.get("resources")),
     }
     worker_container = {
         "name": "ray-worker",

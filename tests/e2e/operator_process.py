@@ -24,22 +24,13 @@ from typing import Any, Generic, TypeVar
 
 import yaml
 from localcluster.cluster import free_port
+from toolrl_operator.children import CHILD_KINDS as OPERATOR_CHILD_KINDS
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "toolrl.dev_toolrljobs.yaml"
 EXAMPLE = REPO / "examples" / "toolrljob.yaml"
-# what the operator creates for a job (kubectl resource names)
-CHILD_KINDS = [
-    "configmaps",
-    "rayjobs",
-    "deployments",
-    "services",
-    "pdb",
-    "networkpolicies",
-    "serviceaccounts",
-    "roles",
-    "rolebindings",
-]
+# what the operator creates for a job, as kubectl resource names (plural.group), from the one list
+CHILD_KINDS = [child.kubectl_name for child in OPERATOR_CHILD_KINDS if child.watched]  # KEDA is optional
 CRD_NAME = "toolrljobs.toolrl.dev"
 T = TypeVar("T")
 

@@ -138,11 +138,23 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def report_progress(cluster, namespace: str, name: str, step: int, total: int) -> None:
+    """What the trainer writes into the job's status as it trains (and at its end)."""
+    progress = {"step": step, "totalSteps": total, "lastUpdateTime": _now()}
+    cluster.kubectl(
+        "patch", "trj", name, "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": {"progress": progress}}),
+    )  # fmt: skip
+
+
 def test_kuberay_failure_and_success_reach_the_job(cluster, namespace, operator) -> None:
-    for name in ("fails", "succeeds"):
+    names = ("fails", "succeeds", "ends-early")
+    for name in names:
         apply(cluster, namespace, small_job(name))
-    for name in ("fails", "succeeds"):
+    for name in names:
         wait_phase(cluster, namespace, "Running", name)
+    report_progress(cluster, namespace, "succeeds", 10, 10)
+    report_progress(cluster, namespace, "ends-early", 3, 10)
 
     cluster.stop_component("kuberay")  # from here on this test writes what KubeRay would write
     try:
@@ -154,7 +166,7 @@ def test_kuberay_failure_and_success_reach_the_job(cluster, namespace, operator)
             "endTime": _now(),
         }
         done = {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED", "endTime": _now()}
-        for name, status in (("fails", failed), ("succeeds", done)):
+        for name, status in (("fails", failed), ("succeeds", done), ("ends-early", done)):
             cluster.kubectl(
                 "patch",
                 "rayjob",
@@ -181,6 +193,12 @@ def test_kuberay_failure_and_success_reach_the_job(cluster, namespace, operator)
         assert conditions(job)["Running"] == "False"
         assert job["status"]["completionTime"] == done["endTime"]
         assert "PhaseSucceeded" in event_reasons(cluster, namespace, "succeeds")
+
+        # A Ray job that exits 0 short of totalSteps (a resume that trained nothing) did not succeed.
+        job = wait_phase(cluster, namespace, "Failed", "ends-early", timeout=60)
+        assert job["status"]["reason"] == "IncompleteTraining"
+        assert "step 3 of 10" in job["status"]["message"]
+        assert "IncompleteTraining" in event_reasons(cluster, namespace, "ends-early")
     finally:
         cluster.start_component("kuberay")
 

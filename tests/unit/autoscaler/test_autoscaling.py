@@ -24,7 +24,7 @@ def job(phase="Running", name="j", uid="", **spec):
         "metadata": {"name": name, "namespace": "n", "uid": uid or f"uid-{name}"},
         "spec": {
             "toolPool": {"replicas": {"min": 1, "max": 4}, "targetConcurrencyPerReplica": 8,
-                         "scaleDownDelaySeconds": 60},
+                         "scaleDownDelaySeconds": 60, "rolloutAware": False},
             **spec,
         },
         "status": {"phase": phase},
@@ -46,17 +46,18 @@ def test_acts_only_on_live_native_jobs():
 
 
 def test_condition_says_why_it_holds_and_keeps_the_transition_time():
-    bad = autoscaling.condition(False, "Prometheus at http://p did not answer", None, "T1")
+    bad = autoscaling.condition(False, "Prometheus at http://p did not answer", None, "T1", 3)
     assert bad == {
         "type": "AutoscalerHealthy",
         "status": "False",
+        "observedGeneration": 3,
         "lastTransitionTime": "T1",
         "reason": "MetricsUnavailable",
         "message": "holding the pool's size: Prometheus at http://p did not answer",
     }
-    still_bad = autoscaling.condition(False, "other", bad, "T2")
+    still_bad = autoscaling.condition(False, "other", bad, "T2", 3)
     assert still_bad["lastTransitionTime"] == "T1"
-    good = autoscaling.condition(True, "", still_bad, "T3")
+    good = autoscaling.condition(True, "", still_bad, "T3", 4)
     assert (good["status"], good["reason"], good["lastTransitionTime"]) == ("True", "MetricsAvailable", "T3")
 
 
@@ -64,10 +65,10 @@ def test_no_handler_of_the_operator_puts_a_finalizer_on_jobs():
     """kopf adds a finalizer for daemons, timers and non-optional on.delete handlers; with one,
     a job could not be deleted while no operator runs. (kopf has no public view of its registry.)"""
     registry = kopf.get_default_registry()
-    assert handlers.reconcile and autoscaling.start  # both modules registered their handlers
+    assert handlers.job_event and autoscaling.start  # both modules registered their handlers
     assert not list(registry._spawning.get_all_handlers())
-    changing = list(registry._changing.get_all_handlers())
-    assert changing and not [h.id for h in changing if h.requires_finalizer]
+    assert not [h.id for h in registry._changing.get_all_handlers() if h.requires_finalizer]
+    assert list(registry._watching.get_all_handlers()), "the watches that feed the reconcile queue"
 
 
 class FakeKube:
@@ -201,7 +202,7 @@ async def test_holds_with_unreadable_metrics_writing_and_warning_once(kube, even
 
 
 async def test_restart_remembers_what_the_status_already_says(kube, events):
-    cond = autoscaling.condition(True, "", None, "T0")
+    cond = autoscaling.condition(True, "", None, "T0", 1)
     written = job()
     written["status"].update({"toolPool": {"desiredReplicas": 1}, "conditions": [cond]})
     async with aiohttp.ClientSession() as session:
@@ -225,3 +226,18 @@ async def test_startup_starts_one_ticking_loop_and_cleanup_stops_it(kube, events
         await asyncio.sleep(0.01)
     await autoscaling.stop(memo=memo)
     assert memo.autoscaler.cancelled()
+
+
+async def test_a_new_generation_is_acknowledged_in_the_condition(kube, events):
+    """AutoscalerHealthy carries observedGeneration like the operator's conditions; a spec change
+    re-publishes it even when the health did not change."""
+    cond = autoscaling.condition(True, "", None, "T0", 1)
+    edited = job()
+    edited["metadata"]["generation"] = 2
+    edited["status"].update({"toolPool": {"desiredReplicas": 1}, "conditions": [cond]})
+    async with aiohttp.ClientSession() as session:
+        loop = autoscaling.Autoscaler({("n", "j"): [edited]}, {("n", "j"): [deployment(0)]}, interval=5)
+        await loop.tick(session)
+    [(_, status, _)] = kube.applied
+    [written] = status["conditions"]
+    assert (written["observedGeneration"], written["lastTransitionTime"]) == (2, "T0")

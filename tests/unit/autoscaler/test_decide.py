@@ -223,4 +223,12 @@ def test_burst_is_learnt_from_the_previous_generation_and_follows_the_expected_c
 )
 def test_bad_policy_says_what_to_fix(pool, error):
     with pytest.raises(a.PolicyError, match=error):
+        a.Policy.from_job_spec({"toolPool": {"rolloutAware": False, **pool}})
+
+
+def test_rollout_aware_has_no_fallback_of_its_own():
+    """The CRD defaults rolloutAware to true; a second default (false) in the policy contradicted it."""
+    pool = {"replicas": {"min": 1, "max": 2}, "targetConcurrencyPerReplica": 4, "scaleDownDelaySeconds": 0}
+    with pytest.raises(a.PolicyError, match="rolloutAware"):
         a.Policy.from_job_spec({"toolPool": pool})
+    assert a.Policy.from_job_spec({"toolPool": {**pool, "rolloutAware": True}}).rollout_aware

@@ -129,8 +129,8 @@ def test_rayjob_worker_group_gets_the_gpus(make_job) -> None:
     assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (3, 3, 3)
     worker = group["template"]["spec"]["containers"][0]
     assert worker["resources"] == {
-        "limits": {"cpu": "16", GPU_RESOURCE: 4},
-        "requests": {GPU_RESOURCE: 4},
+        "limits": {"cpu": "16", GPU_RESOURCE: "4"},
+        "requests": {GPU_RESOURCE: "4"},
     }
     assert group["template"]["spec"]["automountServiceAccountToken"] is False
     assert group["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "trainer"
