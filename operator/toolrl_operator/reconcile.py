@@ -69,6 +69,10 @@ def classify(err: Exception) -> PermanentError | None:
     if isinstance(err, KedaConfigError):
         return PermanentError("KedaConfig", str(err))
     if isinstance(err, ApiError):
+        if err.status == 500 and "failed to convert new object" in err.message:
+            # how server-side apply reports a field the object's type cannot hold (seen: a
+            # malformed quantity): the manifest, not the server, is wrong
+            return PermanentError("Invalid", str(err))
         if err.status in RETRIABLE or (err.status == 403 and "quota" in err.message.lower()):
             return None
         if 400 <= err.status < 500:
@@ -259,19 +263,23 @@ class Reconciler:
                 announcements.append((events.WARNING, events.CHILD_DELETED, message))
         others = [item for item in due if item[0][0] != "RayJob"]
         # Independent objects go in parallel; the RayJob, whose pods use them, goes last.
-        applied = list(self.apply_threads.map(lambda item: self._apply(item[2]), others))
+        futures = [self.apply_threads.submit(self._apply, manifest) for _, _, manifest in others]
+        failure: Exception | None = None
+        for (child, digest, _), future in zip(others, futures, strict=True):
+            try:
+                _remember(state, child, digest, future.result())
+            except Exception as err:  # the others are still remembered: not re-applied next time
+                failure = failure or err
+        if failure is not None:
+            raise failure
         for child, digest, manifest in due[len(others) :]:
             previous = state.applied.get(child)
-            applied.append(self._apply(manifest))
+            _remember(state, child, digest, self._apply(manifest))
             wanted = bool(manifest["spec"].get("suspend"))
             changed = previous is None or previous[0] != digest
             kueue = bool(job["spec"]["cluster"].get("queueName"))  # then Kueue suspends and resumes
             if changed and not kueue and rayjob is not None and bool(rayjob["spec"]["suspend"]) != wanted:
                 announcements.append(_suspension(wanted))
-        for (child, digest, _), live in zip(due, applied, strict=True):
-            version = live["metadata"]["resourceVersion"]
-            state.applied[child] = (digest, version)
-            state.live[child] = version  # what the API answered is as current as a watch event
         return announcements
 
     def _apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -321,6 +329,12 @@ class Reconciler:
             self.kube.create(events.event_manifest(job, type_, reason, message, dt.datetime.now(dt.UTC)))
         except Exception as err:
             log.warning("event %s on %s/%s not posted: %s", reason, *key, err)
+
+
+def _remember(state: JobState, child: ChildId, digest: str, live: Mapping[str, Any]) -> None:
+    version = live["metadata"]["resourceVersion"]
+    state.applied[child] = (digest, version)
+    state.live[child] = version  # what the API answered is as current as a watch event
 
 
 def _suspension(suspended: bool) -> tuple[str, str, str]:

@@ -220,6 +220,8 @@ def build_network_policy(job: dict[str, Any], settings: Settings) -> dict[str, A
                 },
                 {"from": metrics_from, "ports": port},
             ],
-            "egress": egress,
+            # No rules with Egress in policyTypes denies all egress; an empty list would not
+            # survive the API server's round trip, so each apply would change the object again.
+            **({"egress": egress} if egress else {}),
         },
     }

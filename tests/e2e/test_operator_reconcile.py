@@ -104,34 +104,81 @@ def test_a_child_whose_recreation_was_refused_comes_back(cluster, namespace, ope
     wait_until(lambda: cluster.kubectl("get", *service, check=False).returncode == 0, 60, "the Service back")
 
 
+def _require_pool_node_selector(cluster: Any, namespace: str) -> None:
+    """A cluster policy (a ValidatingAdmissionPolicy, as a platform team would write) that refuses
+    Deployments without a nodeSelector in `namespace`; waits until it is in force."""
+    name = f"pool-placement-{namespace}"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["apps"],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["deployments"],
+                    }
+                ]
+            },
+            "validations": [
+                {
+                    "expression": "has(object.spec.template.spec.nodeSelector)",
+                    "message": "Deployments here must set a nodeSelector (policy pool-placement)",
+                }
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchLabels": {
+                     "kubernetes.io/metadata.name": namespace}}}},
+    }  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                          "items": [policy, binding]}))  # fmt: skip
+    probe = ("create", "deployment", "probe", "--image=x", "-n", namespace, "--dry-run=server")
+    wait_until(lambda: cluster.kubectl(*probe, check=False).returncode != 0, 60, "the policy in force")
+
+
 def test_a_permanent_error_posts_one_event_and_waits_for_a_spec_change(cluster, namespace, operator) -> None:
-    job = small_job(JOB)
-    job["spec"]["toolPool"]["resources"] = {"requests": {"cpu": "lots"}}  # the API server rejects it
-    apply(cluster, namespace, job)
+    _require_pool_node_selector(cluster, namespace)
+    try:
+        job = small_job(JOB)
+        apply(cluster, namespace, job)
 
-    def reconciled() -> dict[str, Any] | None:
-        conditions = {c["type"]: c for c in current_status(cluster, namespace).get("conditions", [])}
-        return conditions.get("Reconciled")
+        def reconciled() -> dict[str, Any] | None:
+            conditions = {c["type"]: c for c in current_status(cluster, namespace).get("conditions", [])}
+            return conditions.get("Reconciled")
 
-    failed = wait_until(lambda: (c := reconciled()) and c["status"] == "False" and c, 90, "Reconciled False")
-    assert "cpu" in failed["message"] or "quantit" in failed["message"], failed
-    status = current_status(cluster, namespace)
-    assert status["phase"] == "Pending" and status["message"] == failed["message"]
-    # Events of the job and its children keep coming (here: the job touched, as kubectl annotate
-    # does); the operator does not retry the same spec nor repeat itself.
-    for i in range(3):
-        cluster.kubectl("annotate", "--overwrite", "trj", JOB, "-n", namespace, f"poke={i}")
-        time.sleep(5)
-    errors = job_events(cluster, namespace, JOB, "ReconcileError")
-    assert sum(e.get("count", 1) for e in errors) == 1, [e["message"] for e in errors]
+        failed = wait_until(
+            lambda: (c := reconciled()) and c["status"] == "False" and c, 90, "Reconciled False"
+        )
+        assert "policy pool-placement" in failed["message"], failed
+        status = current_status(cluster, namespace)
+        assert status["phase"] == "Pending" and status["message"] == failed["message"]
+        # Events of the job keep coming (here: the job touched, as kubectl annotate does); the
+        # operator neither retries the same spec nor repeats itself.
+        for i in range(3):
+            cluster.kubectl("annotate", "--overwrite", "trj", JOB, "-n", namespace, f"poke={i}")
+            time.sleep(5)
+        errors = job_events(cluster, namespace, JOB, "ReconcileError")
+        assert sum(e.get("count", 1) for e in errors) == 1, [e["message"] for e in errors]
 
-    fixed = copy.deepcopy(job)
-    fixed["spec"]["toolPool"]["resources"] = {"requests": {"cpu": "100m"}}
-    apply(cluster, namespace, fixed)
-    wait_until(lambda: (c := reconciled()) and c["status"] == "True", 90, "Reconciled True after the fix")
-    wait_until(
-        lambda: current_status(cluster, namespace).get("phase") == "Running", 240, "Running after the fix"
-    )
+        fixed = copy.deepcopy(job)
+        fixed["spec"]["toolPool"]["nodeSelector"] = {"node.kubernetes.io/instance-type": "cpu-32"}
+        apply(cluster, namespace, fixed)
+        wait_until(lambda: (c := reconciled()) and c["status"] == "True", 90, "Reconciled True after the fix")
+        wait_until(lambda: current_status(cluster, namespace).get("phase") == "Running", 240, "Running")
+    finally:
+        cluster.kubectl(
+            "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            f"pool-placement-{namespace}", "--ignore-not-found", check=False,
+        )  # fmt: skip
 
 
 def test_env_from_a_secret_reaches_the_ray_containers_and_the_pool_honours_its_node_selector(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tool_sandbox.config import ServerSettings
 from toolrl_operator import naming
+
 from trainer_entry import run, translate
 
 
@@ -18,4 +19,4 @@ def test_paths_the_operator_mounts_are_where_the_trainer_looks() -> None:
 
 def test_ports_the_operator_opens_are_the_ones_served() -> None:
     assert naming.TRAINER_METRICS_PORT == run.DEFAULT_METRICS_PORT
-    assert naming.TOOL_POOL_PORT == ServerSettings().port
+    assert ServerSettings().port == naming.TOOL_POOL_PORT
