@@ -66,7 +66,7 @@ def test_sigkill_mid_reconcile_then_restart_converges(cluster, namespace, tmp_pa
                 cluster, kind, "-n", namespace, "-l", "app.kubernetes.io/managed-by=toolrl-operator"
             )
             per_job = Counter(i["metadata"]["labels"]["toolrl.dev/job"] for i in items["items"])
-            expected = 2 if kind == "networkpolicies" else 1  # the pool's and the Ray pods'
+            expected = 2 if kind.startswith("networkpolicies") else 1  # the pool's and the Ray pods'
             assert per_job == dict.fromkeys(names, expected), f"{kind}: {per_job}"
             for item in items["items"]:
                 owner = jobs[item["metadata"]["labels"]["toolrl.dev/job"]]["metadata"]["uid"]
