@@ -103,7 +103,8 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("required", {"model": DELETE}, "spec.model: Required value"),
     ("min-items", {"tools": []}, "should have at least 1 items"),
     ("type", {"algorithm.trainBatchSize": "big"}, "must be of type integer"),
-    ("gpus-minimum", {"cluster.workers.gpusPerWorker": 0}, "should be greater than or equal to 1"),
+    ("gpus-minimum", {"cluster.workers.gpusPerWorker": -1}, "should be greater than or equal to 0"),
+    ("cpu-needs-hf", {"cluster.workers.gpusPerWorker": 0}, "needs rollout.engine hf"),
     ("autoscaler-enum", {"toolPool.autoscaler": "hpa"}, 'Unsupported value: "hpa"'),
     ("pool-min-1", {"toolPool.replicas": {"min": 0, "max": 4}}, "should be greater than or equal to 1"),
     (
