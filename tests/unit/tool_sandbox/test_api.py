@@ -190,7 +190,7 @@ def test_verltool_get_observation(server: SandboxProcess) -> None:
     done = server.post(
         "/get_observation", {"trajectory_ids": ["t1"], "actions": [""], "finish": [True]}
     ).json()
-    assert done == {"observations": [""], "dones": [True], "valids": [True]}
+    assert done == {"observations": [""], "dones": [True], "valids": [True], "faults": [None]}
     after = server.post(
         "/get_observation", {"trajectory_ids": ["t1"], "actions": ["<python>print(y)</python>"]}
     )

@@ -241,6 +241,7 @@ def build_app(service: Service) -> web.Application:
                 "observations": [a[0] for a in answers],
                 "dones": [a[1] for a in answers],
                 "valids": [a[2] for a in answers],
+                "faults": [a[3] for a in answers],
             }
         )
 
@@ -267,34 +268,35 @@ def build_app(service: Service) -> web.Application:
     return app
 
 
-async def _observe(service: Service, step: verltool.Step) -> tuple[str, bool, bool]:
-    """One trajectory's step: (observation, done, valid). Python state lives in a session per trajectory."""
+async def _observe(service: Service, step: verltool.Step) -> tuple[str, bool, bool, str | None]:
+    """One trajectory's step: (observation, done, valid, fault). Python state lives in a session per
+    trajectory."""
     session_id = f"verltool:{step.trajectory_id}"
     if step.finish:
         await service.sessions.close(session_id)
-        return "", True, True
+        return "", True, True, None
     call = verltool.extract(step.action)
     if call is None:
-        return "", False, False
+        return "", False, False, None
     kind, text = call
     names = [n for n, t in service.tools.items() if t.type == kind]
     if not names:
-        return f"[no {kind} tool in this pool]", False, False
+        return f"[no {kind} tool in this pool]", False, False, outcome.FAULT_INFRA
     try:
         if kind == "python":
             tool = service.tools[names[0]]
             assert isinstance(tool, PythonTool)
             opened = await service.sessions.ensure(tool, session_id)
             if isinstance(opened, ToolResult):
-                return verltool.observation(opened), False, False
+                return verltool.observation(opened), False, False, opened.whose_fault()
             result = await service.execute(ExecuteRequest(tool.name, text, None, session_id))
         else:
             result = await service.execute(ExecuteRequest(names[0], text, None, None))
     except (Rejected, SessionLimit, SessionExists) as exc:
-        return f"[{outcome.REJECTED}: {exc}]", False, False
+        return f"[{outcome.REJECTED}: {exc}]", False, False, outcome.FAULT_INFRA
     except ToolInputError as exc:
-        return f"[{outcome.ERROR}: {exc}]", False, False
-    return verltool.observation(result), False, True
+        return f"[{outcome.ERROR}: {exc}]", False, False, outcome.FAULT_CODE
+    return verltool.observation(result), False, True, result.whose_fault()
 
 
 async def serve(settings: ServerSettings, tools: tuple[ToolConfig, ...]) -> None:

@@ -107,8 +107,9 @@ def no_python_tool() -> dict[str, Any]:
 
 def to_response(result: ToolResult) -> dict[str, Any]:
     """A pool result in SandboxFusion's RunCodeResponse shape."""
+    fault = result.whose_fault()
     if result.sandboxError or result.status == outcome.REJECTED:
-        return _response("SandboxError", result.message or "sandbox error", None)
+        return _response("SandboxError", result.message or "sandbox error", None, fault)
     run_status = "TimeLimitExceeded" if result.status == outcome.TIMEOUT else "Finished"
     run_result = {
         "status": run_status,
@@ -118,14 +119,19 @@ def to_response(result: ToolResult) -> dict[str, Any]:
         "stderr": result.stderr,
     }
     status = "Success" if result.status == outcome.OK else "Failed"
-    response = _response(status, "", run_result)
+    response = _response(status, "", run_result, fault)
     response["files"] = result.files
     return response
 
 
-def _response(status: str, message: str, run_result: dict[str, Any] | None) -> dict[str, Any]:
+def _response(
+    status: str, message: str, run_result: dict[str, Any] | None, fault: str | None = outcome.FAULT_INFRA
+) -> dict[str, Any]:
+    """`fault` (docs/contracts.md): a SandboxError without a result (an unsupported language, no
+    python tool) is the pool's, never the code's."""
     return {
         "status": status,
+        "fault": fault,
         "message": message,
         "compile_result": None,
         "run_result": run_result,

@@ -13,6 +13,21 @@ KILLED = "killed"
 REJECTED = "rejected"
 STATUSES = (OK, ERROR, TIMEOUT, KILLED, REJECTED)
 
+# Whose failure an answer is (the `fault` field of every API answer, docs/contracts.md): the code's
+# (exit code, exception, its own time or output limit: the model is to blame) or the infrastructure's
+# (rejected, worker lost, sandbox error, an upstream down: the model is not). None when ok.
+FAULT_CODE = "code"
+FAULT_INFRA = "infra"
+FAULTS = (FAULT_CODE, FAULT_INFRA)
+
+
+def fault(status: str, sandbox_error: bool) -> str | None:
+    """The default `fault` of a result: rejected and sandbox errors are the infrastructure's, every
+    other failure is the code's."""
+    if status == REJECTED or sandbox_error:
+        return FAULT_INFRA
+    return None if status == OK else FAULT_CODE
+
 _SIGNAL_REASONS = {
     signal.SIGXCPU: "CPU time limit exceeded",
     signal.SIGXFSZ: "file size limit exceeded",

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tool_sandbox.config import ToolConfig
+from tool_sandbox.sandbox import outcome
 
 
 class ToolInputError(ValueError):
@@ -27,12 +28,19 @@ class ToolResult:
     message: str = ""
     files: dict[str, str] = field(default_factory=dict)
     sandboxError: bool = False
+    fault: str | None = None
+    """Whose failure this is (docs/contracts.md): None when ok, else `code` or `infra`; a tool that
+    knows sets it, otherwise `to_json` derives it from the status (see `outcome.fault`)."""
 
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)
         if not body["files"]:
             del body["files"]
+        body["fault"] = self.whose_fault()
         return body
+
+    def whose_fault(self) -> str | None:
+        return self.fault if self.fault is not None else outcome.fault(self.status, self.sandboxError)
 
 
 class Tool:

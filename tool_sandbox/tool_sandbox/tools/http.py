@@ -74,7 +74,11 @@ class HttpTool(Tool):
                 pause = backoff(attempt, self.config.retry_delay_seconds)
                 if time.monotonic() + pause >= deadline:
                     return self._result(
-                        outcome.TIMEOUT, "", started, f"{last}; no time left for a retry within {seconds}s"
+                        outcome.TIMEOUT,
+                        "",
+                        started,
+                        f"{last}; no time left for a retry within {seconds}s",
+                        fault=outcome.FAULT_INFRA,
                     )
                 await asyncio.sleep(pause)
             left = deadline - time.monotonic()
@@ -99,13 +103,21 @@ class HttpTool(Tool):
                     "",
                     started,
                     f"no answer within {seconds}s after {attempt + 1} attempt(s)",
+                    fault=outcome.FAULT_INFRA,
                 )
             except aiohttp.ClientError as exc:
                 last, status = f"{type(exc).__name__}: {exc} after {attempt + 1} attempt(s)", outcome.ERROR
-        return self._result(status, "", started, last)
+        # the upstream answered 5xx or not at all on every attempt: its failure, not the model's
+        return self._result(status, "", started, last, fault=outcome.FAULT_INFRA)
 
     def _result(
-        self, status: str, body: str, started: float, message: str, code: int | None = None
+        self,
+        status: str,
+        body: str,
+        started: float,
+        message: str,
+        code: int | None = None,
+        fault: str | None = None,
     ) -> ToolResult:
         text = _pretty(body)
         raw = text.encode()
@@ -119,6 +131,7 @@ class HttpTool(Tool):
             truncated=truncated,
             durationSeconds=round(time.monotonic() - started, 6),
             message=message,
+            fault=fault,
         )
 
 
