@@ -115,9 +115,18 @@ def pool_calls(pool: SandboxProcess) -> float:
 
 
 def train(
-    cluster, namespace: str, operator, tmp_path: Path, toy: dict[str, Path], name: str, **algorithm: Any
-) -> None:
+    cluster,
+    namespace: str,
+    operator,
+    tmp_path: Path,
+    toy: dict[str, Path],
+    name: str,
+    spec: dict[str, Any] | None = None,
+    **algorithm: Any,
+) -> str:
+    """Run the job to its end; returns the trainer's output."""
     job = cpu_job(name, toy, **algorithm)
+    job["spec"].update(spec or {})
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(job))
     wait_until(
         lambda: get_json(cluster, "trj", name, "-n", namespace).get("status", {}).get("phase"),
@@ -180,13 +189,19 @@ def train(
     assert (watch.max_value("toolrl_trainer_tool_call_duration_seconds_count") or 0) > 0, "no tool latency"
     assert watch.max_value("toolrl_trainer_reward_mean") is not None, "no reward exposed"
     assert (watch.max_value("toolrl_trainer_step") or 0) >= 1
+    return output
 
 
 def test_grpo_trains_on_cpu_with_the_tool_pool(cluster, namespace, operator, tmp_path, toy) -> None:
     train(cluster, namespace, operator, tmp_path, toy, "cpu-grpo")
 
 
-def test_ppo_with_critic_and_kl_loss_trains_on_cpu(cluster, namespace, operator, tmp_path, toy) -> None:
+def test_ppo_with_critic_and_kl_loss_trains_on_cpu_and_checkpoints(
+    cluster, namespace, operator, tmp_path, toy
+) -> None:
+    """GAE (a critic) and a KL loss (a reference model), checkpointing at the last step: where the
+    RayJob mounts the checkpoint volume, here a local directory."""
+    checkpoints = tmp_path / "checkpoints"
     train(
         cluster,
         namespace,
@@ -194,10 +209,17 @@ def test_ppo_with_critic_and_kl_loss_trains_on_cpu(cluster, namespace, operator,
         tmp_path,
         toy,
         "cpu-ppo",
+        spec={
+            "checkpoint": {"saveFreq": STEPS, "resume": "disable"},
+            "trainer": {"extraArgs": [f"trainer.default_local_dir={checkpoints}"]},
+        },
         advantageEstimator="gae",
         rolloutsPerPrompt=2,
         klLoss={"enabled": True, "coef": 0.01},
     )
+    saved = checkpoints / f"global_step_{STEPS}"
+    assert (saved / "actor").is_dir() and (saved / "critic").is_dir(), sorted(checkpoints.rglob("*"))[:20]
+    assert any((saved / "actor").iterdir()), "the actor's checkpoint is empty"
 
 
 def test_a_run_that_cannot_start_names_the_cause(tmp_path, toy) -> None:

@@ -70,9 +70,18 @@ class ToyProblem:
         return str(self.a + self.b)
 
 
+TOY_QUESTIONS = 8
+"""Distinct sums of the toy task. Few enough that the tiny model learns each one's code and output
+in its warm-up: a 2-layer model does not learn to copy digits from the question or the tool's output
+in minutes (measured: 5-15 % after 450 steps), and the toy is about learning *to call the tool*."""
+
+
 def toy_problems(count: int, seed: int = 0) -> list[ToyProblem]:
+    """`count` problems drawn from the task's `TOY_QUESTIONS` distinct sums."""
+    fixed = random.Random(0)
+    pool = [ToyProblem(fixed.randrange(10), fixed.randrange(10)) for _ in range(TOY_QUESTIONS)]
     rng = random.Random(seed)
-    return [ToyProblem(rng.randrange(10), rng.randrange(10)) for _ in range(count)]
+    return [rng.choice(pool) for _ in range(count)]
 
 
 def toy_records(count: int, seed: int = 0) -> list[dict[str, str]]:
@@ -221,8 +230,8 @@ def warm_up(
     protocol: str,
     seconds: float = 300.0,
     guess_share: float = 0.5,
-    min_call_rate: float = 0.3,
-    min_copy_rate: float = 0.3,
+    min_call_rate: float = 0.25,
+    min_copy_rate: float = 0.5,
     seed: int = 0,
 ) -> WarmUp:
     """Supervised steps on toy answers until the model both calls the tool and copies its output.
