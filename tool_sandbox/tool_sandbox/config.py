@@ -87,7 +87,21 @@ class ServerSettings:
     session_idle_seconds: float = 300.0
     session_cpu_seconds: int = 600
     spares_per_worker: int = 4
-    max_body_bytes: int = 4 << 20
+    # A request body: SandboxFusion has no limit; verl sends test files inline. Kept well under
+    # the worker frame (wire.MAX_FRAME, 64 MiB) that carries the request on.
+    max_body_bytes: int = 32 << 20
+    # Pool maxima for what a /run_code request may ask (SandboxFusion's run_timeout and
+    # memory_limit_MB); a request that says nothing gets SandboxFusion's defaults (10 s; no
+    # memory limit of its own, i.e. this maximum). Output: SandboxFusion returns all of it.
+    max_timeout_seconds: float = 60.0
+    max_memory_mib: int = 4096
+    max_output_bytes: int = 1 << 20  # per stream, for /run_code
+    # Slow clients: a connection must deliver a request's headers within this (after connecting
+    # or after its last answer), a body within body_timeout_seconds; beyond max_connections the
+    # longest-idle connections are closed.
+    header_timeout_seconds: float = 15.0
+    body_timeout_seconds: float = 60.0
+    max_connections: int = 512
     workdir: str = field(
         default_factory=lambda: os.path.join(os.environ.get("TMPDIR", "/tmp"), "tool-sandbox")
     )

@@ -27,7 +27,8 @@ class Session:
     tool: PythonTool
     handle: SessionHandle
     last_used: float = field(default_factory=time.monotonic)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one cell at a time
+    waiting: int = 0  # calls queued behind the one running (they hold no execution slot)
 
 
 class Sessions:

@@ -42,7 +42,7 @@ def test_malformed_requests_get_4xx_naming_the_problem(
 
 
 def test_oversized_bodies_wrong_methods_and_paths(server: SandboxProcess) -> None:
-    big = json.dumps({"tool": "python", "input": "x" * (5 << 20)})
+    big = json.dumps({"tool": "python", "input": "x" * (33 << 20)})  # the body limit is 32 MiB
     response = requests.post(server.url + "/v1/execute", data=big, timeout=30)
     assert response.status_code == 413 and "body size" in response.json()["error"].lower()
     assert requests.get(server.url + "/v1/execute", timeout=5).status_code == 405
@@ -155,11 +155,13 @@ def test_sandboxfusion_files_round_trip(server: SandboxProcess) -> None:
         "code": "print(open('data/in.txt').read().upper())\nopen('out.txt', 'w').write('done')",
         "language": "python",
         "files": {"data/in.txt": base64.b64encode(b"hello").decode()},
-        "fetch_files": ["out.txt", "../../etc/passwd"],
+        "fetch_files": ["out.txt", "missing.txt"],
     }
     result = server.post("/run_code", body).json()
     assert result["run_result"]["stdout"] == "HELLO\n"
     assert result["files"] == {"out.txt": base64.b64encode(b"done").decode()}
+    escaping = server.post("/run_code", {**body, "fetch_files": ["../../etc/passwd"]})
+    assert escaping.status_code == 400 and "fetch_files[0]" in escaping.json()["error"], escaping.text
 
 
 def test_verltool_get_observation(server: SandboxProcess) -> None:
@@ -194,7 +196,12 @@ def test_verltool_get_observation(server: SandboxProcess) -> None:
     after = server.post(
         "/get_observation", {"trajectory_ids": ["t1"], "actions": ["<python>print(y)</python>"]}
     )
-    assert "NameError" in after.json()["observations"][0]
+    # a finished trajectory is never silently reopened (issue 14, class 11)
+    assert after.json() == {
+        "observations": ["[error: trajectory 't1' was finished; use a new trajectory id]"],
+        "dones": [True],
+        "valids": [False],
+    }
     bad = server.post("/get_observation", {"trajectory_ids": ["a"], "actions": ["x", "y"]})
     assert bad.status_code == 400 and "actions has 2" in bad.json()["error"]
 

@@ -127,12 +127,12 @@ def test_fetch_files_are_capped_in_number_and_total_bytes(server: SandboxProcess
     too_many = {"code": "", "language": "python", "fetch_files": [f"f{i}" for i in range(65)]}
     response = server.post("/run_code", too_many)
     assert response.status_code == 400 and "at most 64" in response.json()["error"]
-    code = "for name in 'abc':\n    open(name, 'wb').write(b'x' * 200_000)"
+    code = "for name in 'abc':\n    open(name, 'wb').write(b'x' * (7 << 20))"
     body = {"code": code, "language": "python", "fetch_files": ["a", "b", "c"]}
     result = server.post("/run_code", body).json()
     assert result["status"] == "Success", result
     sizes = {name: len(base64.b64decode(data)) for name, data in result["files"].items()}
-    assert sizes == {"a": 200_000, "b": 4096 * 64 - 200_000}  # budget: maxOutputBytes * 64, "c" left out
+    assert sizes == {"a": 7 << 20, "b": 7 << 20, "c": 2 << 20}  # 16 MiB in all (zygote.FETCH_BUDGET_BYTES)
 
 
 def test_a_call_cannot_fill_the_disk(server: SandboxProcess) -> None:
@@ -199,11 +199,11 @@ async def test_a_worker_survives_files_it_cannot_place(tmp_path: Path) -> None:
     try:
         await pool.wait_ready(90)
         tool = PythonTool(ToolConfig(name="python", type="python"), pool, settings)
-        bad = ({"a": "", "a/b": ""}, {"a": "%%"}, {"a": 5}, {"../x": ""})
-        for files in bad * 10:  # 40 calls, more than the worker's 15 slots
-            result = await tool.execute("print(1)", None, files=files)  # type: ignore[arg-type]
+        bad = ({"a": "", "a/b": ""}, {"a": "%%"}, {"a": 5}, {"../x": ""}, {"\ud800": ""}, {"x" * 300: ""})
+        for files in bad * 10:  # 60 calls, more than the worker's 15 slots
+            result = await tool.run("print(1)", 5.0, files=files)  # type: ignore[arg-type]
             assert result.status == "error" and "could not place files" in result.message, result
-        good = await tool.execute("print(open('d/a').read())", None, files={"d/a": "aGk="})
+        good = await tool.run("print(open('d/a').read())", 5.0, files={"d/a": "aGk="})
         assert (good.status, good.stdout) == ("ok", "hi\n")
     finally:
         await pool.close()

@@ -7,7 +7,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import resource
 import signal
+import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -29,11 +32,14 @@ from tool_sandbox.metrics import Metrics
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.sandbox.libc import PR_SET_DUMPABLE, prctl
 from tool_sandbox.sandbox.pool import Pool
+from tool_sandbox.sandbox.reaper import PR_SET_CHILD_SUBREAPER, reap_orphans
 from tool_sandbox.sessions import SessionExists, SessionLimit, Sessions
 from tool_sandbox.tools import Tool, ToolInputError, ToolResult, build_tools, needs_pool
 from tool_sandbox.tools.python import PythonTool
 
 log = logging.getLogger(__name__)
+MAX_SESSION_WAITING = 64  # calls of one session queued behind its running cell; more get 429
+FINISHED_TRAJECTORIES_KEPT = 100_000  # finished VerlTool trajectory ids remembered (never reopened)
 
 
 class Service:
@@ -54,6 +60,7 @@ class Service:
         )
         self.tools_ready = False
         self._reaper: asyncio.Task[None] | None = None
+        self.finished: OrderedDict[str, None] = OrderedDict()  # VerlTool sessions that were finished
 
     @property
     def python_tools(self) -> list[str]:
@@ -116,20 +123,39 @@ class Service:
             )
         if session.tool is not tool:
             raise RequestError(f"session {request.session!r} belongs to tool {session.tool.name!r}")
-        return await self.admit(
-            tool.name, lambda: self._in_session(session.id, request.input, request.timeout)
-        )
+        # A session runs one cell at a time: its queued calls wait here, for its lock, before they
+        # take an execution slot, so they never hold slots that other callers' calls wait for.
+        if session.waiting >= MAX_SESSION_WAITING:
+            self.metrics.observe(tool.name, outcome.REJECTED, 0.0, False)
+            raise Rejected(1)
+        session.waiting += 1
+        try:
+            await session.lock.acquire()
+        finally:
+            session.waiting -= 1
+        try:
+            return await self.admit(
+                tool.name, lambda: self._in_session(session.id, request.input, request.timeout)
+            )
+        finally:
+            session.lock.release()
 
     async def _in_session(self, session_id: str, payload: Any, timeout: float | None) -> ToolResult:
+        """A cell of a session whose lock the caller holds."""
         session = self.sessions.live.get(session_id)
         if session is None:
             return ToolResult(status=outcome.ERROR, message="session was closed")
-        async with session.lock:
-            result, alive = await session.tool.execute_in_session(session.handle, payload, timeout)
+        result, alive = await session.tool.execute_in_session(session.handle, payload, timeout)
         if not alive:
             self.sessions.live.pop(session_id, None)
             result.message = (result.message + "; " if result.message else "") + "the session has ended"
         return result
+
+    def finish_trajectory(self, session_id: str) -> None:
+        self.finished[session_id] = None
+        self.finished.move_to_end(session_id)
+        while len(self.finished) > FINISHED_TRAJECTORIES_KEPT:
+            self.finished.popitem(last=False)
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -147,6 +173,9 @@ def _rejected(exc: Rejected) -> web.Response:
 async def _errors(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
+    """Every error answer is JSON `{"error": ...}`, a crash in a handler included."""
+    busy = request.app[BUSY]
+    busy.add(request.protocol)
     try:
         return await handler(request)
     except RequestError as exc:
@@ -163,14 +192,34 @@ async def _errors(
             exc.status,
             {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")},
         )
+    except Exception:
+        log.exception("unhandled error answering %s %s", request.method, request.path)
+        return _json({"error": "internal error in the tool server; it is logged, retry the call"}, 500)
+    finally:
+        busy.discard(request.protocol)
+
+
+BUSY: web.AppKey[set[Any]] = web.AppKey("busy", set)  # connections answering a request now
 
 
 async def _body(request: web.Request) -> Any:
-    return parse_json(await request.read())
+    seconds = request.app[SETTINGS].body_timeout_seconds
+    try:
+        raw = await asyncio.wait_for(request.read(), seconds)
+    except TimeoutError:
+        raise RequestError(
+            f"the request body did not arrive within {seconds:g}s; send it at once", 408
+        ) from None
+    return parse_json(raw)
+
+
+SETTINGS: web.AppKey[ServerSettings] = web.AppKey("settings", ServerSettings)
 
 
 def build_app(service: Service) -> web.Application:
     app = web.Application(client_max_size=service.settings.max_body_bytes, middlewares=[_errors])
+    app[BUSY] = set()
+    app[SETTINGS] = service.settings
     routes = web.RouteTableDef()
 
     @routes.post("/v1/execute")
@@ -220,12 +269,14 @@ def build_app(service: Service) -> web.Application:
         tool = service.tools[service.python_tools[0]]
         assert isinstance(tool, PythonTool)
         payload = {"code": call.code, "stdin": call.stdin}
+        limits = sandboxfusion.limits(call, service.settings)
         result = await service.admit(
             tool.name,
-            lambda: tool.execute(
+            lambda: tool.run(
                 payload,
-                call.run_timeout,
-                memory_mib=call.memory_limit_mb,
+                limits.seconds,
+                memory_mib=limits.memory_mib,
+                max_output=limits.max_output,
                 files=call.files,
                 fetch=call.fetch_files,
             ),
@@ -235,7 +286,8 @@ def build_app(service: Service) -> web.Application:
     @routes.post("/get_observation")
     async def get_observation(request: web.Request) -> web.Response:
         steps = verltool.parse_request(await _body(request))
-        answers = await asyncio.gather(*(_observe(service, step) for step in steps))
+        caller = request.remote or "unknown"
+        answers = await asyncio.gather(*(_observe(service, step, caller) for step in steps))
         return _json(
             {
                 "observations": [a[0] for a in answers],
@@ -268,13 +320,19 @@ def build_app(service: Service) -> web.Application:
     return app
 
 
-async def _observe(service: Service, step: verltool.Step) -> tuple[str, bool, bool, str | None]:
+async def _observe(service: Service, step: verltool.Step, caller: str) -> tuple[str, bool, bool, str | None]:
     """One trajectory's step: (observation, done, valid, fault). Python state lives in a session per
-    trajectory."""
-    session_id = f"verltool:{step.trajectory_id}"
+    trajectory, scoped to the caller's address: a trajectory id names a session only for the
+    client that made it, and a finished one is never opened again."""
+    session_id = f"verltool:{caller}:{step.trajectory_id}"
     if step.finish:
+        service.finish_trajectory(session_id)
         await service.sessions.close(session_id)
         return "", True, True, None
+    if session_id in service.finished:
+        shown = step.trajectory_id.split(":", 1)[1]
+        why = f"[{outcome.ERROR}: trajectory {shown!r} was finished; use a new trajectory id]"
+        return why, True, False, outcome.FAULT_CODE
     call = verltool.extract(step.action)
     if call is None:
         return "", False, False, None
@@ -289,7 +347,8 @@ async def _observe(service: Service, step: verltool.Step) -> tuple[str, bool, bo
             opened = await service.sessions.ensure(tool, session_id)
             if isinstance(opened, ToolResult):
                 return verltool.observation(opened), False, False, opened.whose_fault()
-            result = await service.execute(ExecuteRequest(tool.name, text, None, session_id))
+            payload = {"code": text, "stdin": step.stdin}
+            result = await service.execute(ExecuteRequest(tool.name, payload, None, session_id))
         else:
             result = await service.execute(ExecuteRequest(names[0], text, None, None))
     except (Rejected, SessionLimit, SessionExists) as exc:
@@ -299,13 +358,62 @@ async def _observe(service: Service, step: verltool.Step) -> tuple[str, bool, bo
     return verltool.observation(result), False, True, result.whose_fault()
 
 
+def _raise_open_files() -> int:
+    """Soft RLIMIT_NOFILE up to the hard limit (connections are fds); returns the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
+    return soft
+
+
+def close_idle_connections(connections: list[Any], busy: set[Any], since: dict[Any, float], cap: int) -> int:
+    """Close the longest-connected connections that are not answering a request, down to `cap`
+    (slow clients holding a connection each cannot exhaust the server's descriptors)."""
+    now = time.monotonic()
+    for handler in connections:
+        since.setdefault(handler, now)
+    for gone in set(since) - set(connections):
+        del since[gone]
+    excess = len(connections) - cap
+    if excess <= 0:
+        return 0
+    idle = sorted((h for h in connections if h not in busy), key=since.__getitem__)[:excess]
+    for handler in idle:
+        handler.force_close()
+    return len(idle)
+
+
+async def _housekeeping(runner: web.AppRunner, app: web.Application, service: Service, cap: int) -> None:
+    """Once a second: orphaned zombies reaped, connections above the cap closed."""
+    since: dict[Any, float] = {}
+    while True:
+        await asyncio.sleep(1.0)
+        try:
+            reap_orphans(service.pool.own_pids() if service.pool is not None else ())
+            if runner.server is not None:
+                closed = close_idle_connections(runner.server.connections, app[BUSY], since, cap)
+                if closed:
+                    log.warning("closed %d idle connections above the cap of %d", closed, cap)
+        except Exception:
+            log.exception("housekeeping failed")
+
+
 async def serve(settings: ServerSettings, tools: tuple[ToolConfig, ...]) -> None:
     """Run until SIGTERM/SIGINT."""
     # Not dumpable: processes of the same uid (children, when not root) cannot ptrace this one or
     # read its memory through /proc.
     prctl(PR_SET_DUMPABLE, 0)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    open_files = _raise_open_files()
+    cap = max(16, min(settings.max_connections, open_files - 256))
     service = Service(settings, tools)
-    runner = web.AppRunner(build_app(service), access_log=None, handle_signals=False)
+    app = build_app(service)
+    # keepalive_timeout also bounds how long a connection may take to send a request's headers
+    # (aiohttp closes a connection still waiting for a whole request head when it expires).
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, keepalive_timeout=settings.header_timeout_seconds
+    )
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, backlog=1024)
     await site.start()
@@ -316,10 +424,12 @@ async def serve(settings: ServerSettings, tools: tuple[ToolConfig, ...]) -> None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    housekeeping = asyncio.create_task(_housekeeping(runner, app, service, cap))
     try:
         await service.start()
         await stop.wait()
     finally:
+        housekeeping.cancel()
         with contextlib.suppress(Exception):
             await service.close()
         await runner.cleanup()

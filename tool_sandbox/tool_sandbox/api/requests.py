@@ -34,6 +34,8 @@ def parse_json(raw: bytes) -> Any:
         return json.loads(raw, parse_constant=_reject_constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RequestError(f"request body is not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise RequestError("request body nests JSON too deeply; send a flatter body") from None
 
 
 def _reject_constant(name: str) -> Any:

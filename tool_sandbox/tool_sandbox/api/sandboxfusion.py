@@ -9,15 +9,39 @@ import math
 import os
 import posixpath
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
 from typing import Any
 
 from tool_sandbox.api.requests import RequestError, json_kind, require_object
+from tool_sandbox.config import ServerSettings
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.tools.base import ToolResult
 
 PYTHON_LANGUAGES = ("python", "python3")
 MAX_FETCH_FILES = 64
+# `files` are written by the worker before the code starts, synchronously: their number is
+# bounded (their bytes are bounded by the body size).
+MAX_FILES = 256
+MAX_PATH_CHARS = 1024
+MAX_PATH_DEPTH = 32
+MAX_NAME_BYTES = 255  # one path component (the kernel's NAME_MAX)
+DEFAULT_RUN_TIMEOUT = 10.0  # SandboxFusion's RunCodeRequest.run_timeout
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a /run_code call runs with."""
+
+    seconds: float
+    memory_mib: int
+    max_output: int
+
+
+def limits(call: RunCode, settings: ServerSettings) -> Limits:
+    """SandboxFusion's defaults where the request is silent, the request's own values up to the
+    pool's maxima (never silently lowered below what was asked unless the pool cannot give it)."""
+    seconds = min(call.run_timeout or DEFAULT_RUN_TIMEOUT, settings.max_timeout_seconds)
+    memory = min(call.memory_limit_mb or settings.max_memory_mib, settings.max_memory_mib)
+    return Limits(seconds, memory, settings.max_output_bytes)
 
 
 @dataclass(frozen=True)
@@ -50,6 +74,8 @@ def parse_run_code(body: Any) -> RunCode:
         raise RequestError("fetch_files must be a list of file paths")
     if len(fetch) > MAX_FETCH_FILES:
         raise RequestError(f"fetch_files names {len(fetch)} files; at most {MAX_FETCH_FILES} per call")
+    for i, name in enumerate(fetch):
+        relative_path(name, f"fetch_files[{i}]")
     return RunCode(
         code,
         language,
@@ -66,7 +92,10 @@ def parse_files(files: Any) -> dict[str, str]:
     dropped, as in SandboxFusion); no path may be a directory of another."""
     if not isinstance(files, dict):
         raise RequestError(f"files must map file paths to base64 strings, got {json_kind(files)}")
+    if len(files) > MAX_FILES:
+        raise RequestError(f"files holds {len(files)} files; at most {MAX_FILES} per call (zip them)")
     kept: dict[str, str] = {}
+    directories: set[str] = set()
     for name, content in files.items():
         if content is None:
             continue
@@ -76,23 +105,42 @@ def parse_files(files: Any) -> dict[str, str]:
             base64.b64decode(content, validate=True)
         except binascii.Error as exc:
             raise RequestError(f"files[{name!r}] is not valid base64 ({exc}); base64-encode it") from exc
-        parts = PurePosixPath(name).parts
-        bad = not name or name.startswith("/") or name.endswith("/") or "\x00" in name
-        if bad or ".." in parts or posixpath.normpath(name) == ".":
-            raise RequestError(
-                f"files key {name!r} must be a relative file path inside the working directory"
-                " (no '..', no leading '/')"
-            )
-        kept[posixpath.normpath(name)] = content
+        path = relative_path(name, "files key")
+        kept[path] = content
+        parts = path.split("/")
+        directories.update("/".join(parts[:i]) for i in range(1, len(parts)))
     for name in kept:
-        parent = posixpath.dirname(name)
-        while parent:
-            if parent in kept:
-                raise RequestError(
-                    f"files {parent!r} and {name!r} conflict: {parent!r} cannot be a file and a directory"
-                )
-            parent = posixpath.dirname(parent)
+        if name in directories:
+            raise RequestError(f"files {name!r} cannot be a file and a directory (of another file) at once")
     return kept
+
+
+def relative_path(name: str, what: str) -> str:
+    """A file path inside the working directory, normalised; RequestError saying what is wrong
+    (checked here, in the server, so the worker never meets a name it cannot write)."""
+
+    def bad(why: str) -> RequestError:
+        shown = name if len(name) <= 80 else name[:80] + "..."
+        return RequestError(f"{what} {shown!r} {why}; send a relative file path inside the working directory")
+
+    if not name or "\x00" in name:
+        raise bad("is empty or contains a NUL character")
+    if len(name) > MAX_PATH_CHARS:
+        raise bad(f"is longer than {MAX_PATH_CHARS} characters")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise bad("is not valid Unicode (a lone surrogate)") from None
+    if name.startswith("/") or name.endswith("/"):
+        raise bad("starts or ends with '/'")
+    parts = [part for part in name.split("/") if part not in ("", ".")]
+    if not parts or ".." in parts:
+        raise bad("leaves the working directory (no '..')")
+    if len(parts) > MAX_PATH_DEPTH:
+        raise bad(f"is more than {MAX_PATH_DEPTH} directories deep")
+    if any(len(part.encode()) > MAX_NAME_BYTES for part in parts):
+        raise bad(f"has a name longer than {MAX_NAME_BYTES} bytes")
+    return posixpath.join(*parts)
 
 
 def unsupported_language(language: str) -> dict[str, Any]:

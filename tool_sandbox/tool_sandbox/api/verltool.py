@@ -3,26 +3,34 @@ trajectories' latest actions in, one observation per trajectory out."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from tool_sandbox.api.requests import RequestError, require_object
+from tool_sandbox.api.requests import RequestError, json_kind, require_object
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.tools.base import ToolResult
 
-_PYTHON_TAG = re.compile(r"<python>(.*?)</python>", re.DOTALL)
-_PYTHON_FENCE = re.compile(r"```\n?python(.*?)```", re.DOTALL)
-_SEARCH_TAG = re.compile(r"<search>(.*?)</search>", re.DOTALL)
+_FENCE = "```"
+PYTHON_FENCES = (
+    "python",
+    "py",
+    "python3",
+)  # a fence's info string (VerlTool: ```python; models also write ```py)
 _RESERVED = ("trajectory_ids", "actions", "extra_fields")
 
 
 @dataclass(frozen=True)
 class Step:
-    trajectory_id: str
+    trajectory_id: str  # typed: "s:<id>" for a string, "i:<id>" for an integer, so 1 and "1" differ
     action: str
     finish: bool
     extra: dict[str, Any]
+
+    @property
+    def stdin(self) -> str:
+        """VerlTool's `extra_fields.stdin` (a string, else none)."""
+        value = self.extra.get("stdin")
+        return value if isinstance(value, str) else ""
 
 
 def parse_request(body: Any) -> list[Step]:
@@ -51,20 +59,58 @@ def parse_request(body: Any) -> list[Step]:
         for extra, value in zip(extras, values, strict=True):
             extra[key] = value
     return [
-        Step(str(tid), action, bool(extra.get("finish", False)), extra)
-        for tid, action, extra in zip(ids, actions, extras, strict=True)
+        Step(trajectory_key(tid, i), action, bool(extra.get("finish", False)), extra)
+        for i, (tid, action, extra) in enumerate(zip(ids, actions, extras, strict=True))
     ]
 
 
+def trajectory_key(value: Any, index: int) -> str:
+    """A trajectory id with its JSON type: a string or an integer, nothing else."""
+    if isinstance(value, str):
+        return f"s:{value}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"i:{value}"
+    raise RequestError(f"trajectory_ids[{index}] must be a string or an integer, got {json_kind(value)}")
+
+
 def extract(action: str) -> tuple[str, str] | None:
-    """The tool call in an action: ("python", code), ("search", query) or None."""
-    blocks = _PYTHON_TAG.findall(action) or _PYTHON_FENCE.findall(action)
+    """The tool call in an action: ("python", code), ("search", query) or None. Linear time in
+    the action's length, whatever it holds (a regex with lazy groups is quadratic on unclosed tags)."""
+    blocks = _between(action, "<python>", "</python>") or _python_fences(action)
     if blocks:
         return "python", "\n".join(block.strip() for block in blocks)
-    queries = _SEARCH_TAG.findall(action)
+    queries = _between(action, "<search>", "</search>")
     if queries:
         return "search", queries[0].strip()
     return None
+
+
+def _between(text: str, opening: str, closing: str) -> list[str]:
+    """The texts between each opening tag and the next closing tag after it."""
+    found, at = [], 0
+    while (start := text.find(opening, at)) >= 0:
+        end = text.find(closing, start + len(opening))
+        if end < 0:
+            break  # no later opening tag can be closed either
+        found.append(text[start + len(opening) : end])
+        at = end + len(closing)
+    return found
+
+
+def _python_fences(text: str) -> list[str]:
+    """The bodies of fenced blocks whose info string is python, py or python3. Fences pair up in
+    order (an unclosed one ends the search), as a Markdown reader sees them."""
+    found, at = [], 0
+    while (start := text.find(_FENCE, at)) >= 0:
+        end = text.find(_FENCE, start + len(_FENCE))
+        if end < 0:
+            break
+        body = text[start + len(_FENCE) : end]
+        info, newline, code = body.partition("\n")
+        if info.strip().lower() in PYTHON_FENCES and newline:
+            found.append(code)
+        at = end + len(_FENCE)
+    return found
 
 
 def observation(result: ToolResult) -> str:

@@ -13,7 +13,7 @@
  * Messages on the SOCK_SEQPACKET socket (layouts defined in forker.py, native byte order):
  *   worker -> forker  spawn: int32 op=1, int32 slot, int32 uid (-1: keep ours), workdir bytes,
  *                     with 4 fds (request read end; stdout, stderr and control write ends);
- *                     kill:  int32 op=2, int32 slot.
+ *                     kill:  int32 op=2, int32 slot; stop / continue: int32 op=3 / 4, int32 slot.
  *   forker -> worker  int32 slot, int32 forked (0: fork failed), int32 wait status,
  *                     float64 CPU seconds; once that slot's child has been reaped.
  *
@@ -49,9 +49,12 @@
 
 #define OP_SPAWN 1
 #define OP_KILL 2
+#define OP_STOP 3 /* a session between cells: its code may run only while a cell has a deadline */
+#define OP_CONT 4
 #define NFDS 4
 #define REPLY_SIZE 20
 #define MODE_EXEC 2 /* layers.EXEC */
+#define STACK_BYTES ((rlim_t)256 << 20) /* main-thread stack of sandboxed code; growth stops (SIGSEGV) at the next mapping, never into it */
 #define MT19937_WORDS 624 /* numpy's mt19937_state: uint32_t key[624]; int pos; */
 
 #ifndef SYS_pidfd_open
@@ -158,6 +161,11 @@ static const char *isolate(const struct setup *s, const char *workdir, int uid, 
        4 (the forker keeps 0-4 taken): request -> 3, stdout -> 1, stderr -> 2, control -> 4. */
     if (dup2(fds[1], 1) < 0 || dup2(fds[2], 2) < 0 || dup2(fds[0], 3) < 0 || dup2(fds[3], 4) < 0)
         return "dup2";
+    /* stdin: an empty memory file the request fills (receive); made here because the child's
+       seccomp filter denies memfd_create (memfd pages escape RLIMIT_AS). */
+    int stdin_fd = memfd_create("stdin", 0);
+    if (stdin_fd < 0 || dup2(stdin_fd, 0) < 0) return "memfd_create (stdin)";
+    close(stdin_fd);
     if (uid == 0 || (uid < 0 && geteuid() == 0)) {
         errno = EPERM;
         return "refusing to run sandboxed code as root (the server gives each child a uid when root)";
@@ -206,10 +214,10 @@ static void reply(int sock, int slot, int forked, int status, double cpu) {
     }
 }
 
-static void kill_child(const struct child_state *child) {
+static void signal_child(const struct child_state *child, int sig) {
     if (child->pid > 0) {
-        kill(-child->pid, SIGKILL);
-        kill(child->pid, SIGKILL);
+        kill(-child->pid, sig);
+        kill(child->pid, sig);
     }
 }
 
@@ -320,7 +328,9 @@ static PyObject *serve(PyObject *Py_UNUSED(module), PyObject *args) {
                                 nfds == NFDS && children[slot].pid == 0;
                 if (!spawnable) {
                     for (int i = 0; i < nfds; i++) close(fds[i]);
-                    if (well_formed && head[0] == OP_KILL) kill_child(&children[slot]);
+                    if (well_formed && head[0] == OP_KILL) signal_child(&children[slot], SIGKILL);
+                    else if (well_formed && head[0] == OP_STOP) signal_child(&children[slot], SIGSTOP);
+                    else if (well_formed && head[0] == OP_CONT) signal_child(&children[slot], SIGCONT);
                     else if (well_formed && head[0] == OP_SPAWN && children[slot].pid == 0)
                         reply(sock, slot, 0, 0, 0.0); /* answered as "could not be forked" */
                     continue; /* the rest the worker never sends: nothing to answer for */
@@ -384,22 +394,27 @@ static int apply_limits(const struct request *r, long long vm_bytes) {
     if (setrlimit(RLIMIT_CPU, &cpu_limit) != 0) return -1;
     if (set_limit(RLIMIT_AS, (rlim_t)vm_bytes + ((rlim_t)r->memory_mib << 20)) != 0) return -1;
     if (set_limit(RLIMIT_FSIZE, (rlim_t)r->file_size_mib << 20) != 0) return -1;
+    /* Deep recursion through C (sys.setrecursionlimit raised) overflows the usual 8 MiB main
+       stack at ~20,000 levels with a segfault; the stack counts in RLIMIT_AS anyway. */
+    struct rlimit stack;
+    if (getrlimit(RLIMIT_STACK, &stack) != 0) return -1;
+    stack.rlim_cur = stack.rlim_max == RLIM_INFINITY || stack.rlim_max > STACK_BYTES ? STACK_BYTES : stack.rlim_max;
+    if (setrlimit(RLIMIT_STACK, &stack) != 0) return -1;
     if (set_limit(RLIMIT_NOFILE, r->open_files) != 0) return -1;
     return own_uid ? set_limit(RLIMIT_NPROC, r->processes) : 0;
 }
 
+/* Fill the memory file on fd 0 (made in isolate) with this request's stdin, from the start. A
+   session's code may have replaced fd 0: then an empty stdin is simply not set. */
 static int stdin_from(const char *text, size_t size) {
-    int fd = memfd_create("stdin", MFD_CLOEXEC);
-    if (fd < 0) return -1;
+    if (ftruncate(0, 0) != 0 || lseek(0, 0, SEEK_SET) != 0) return size ? -1 : 0;
     for (size_t done = 0; done < size;) {
-        ssize_t n = write(fd, text + done, size - done);
+        ssize_t n = write(0, text + done, size - done);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) return -1;
         done += (size_t)n;
     }
-    if (lseek(fd, 0, SEEK_SET) != 0 || dup2(fd, 0) < 0) return -1;
-    close(fd);
-    return 0;
+    return lseek(0, 0, SEEK_SET) == 0 ? 0 : -1;
 }
 
 static PyObject *receive(PyObject *Py_UNUSED(module), PyObject *args) {
@@ -416,7 +431,7 @@ static PyObject *receive(PyObject *Py_UNUSED(module), PyObject *args) {
         return PyErr_Format(PyExc_OSError, "the request pipe ended inside a request");
     }
     const char *failed = NULL; /* stdin first: the program's own limits must not fail the set-up */
-    if (r.mode != MODE_EXEC && r.stdin_bytes && stdin_from(body, r.stdin_bytes) != 0) failed = "stdin";
+    if ((r.stdin_bytes || r.mode == MODE_EXEC) && stdin_from(body, r.stdin_bytes) != 0) failed = "stdin";
     else if (r.mode != MODE_EXEC && apply_limits(&r, vm_bytes) != 0) failed = "setrlimit";
     PyObject *result = NULL;
     if (failed != NULL) PyErr_SetFromErrnoWithFilename(PyExc_OSError, failed);

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import io
+import linecache
 import os
 import random
 import sys
@@ -28,17 +30,20 @@ def main(workdir: str, vm_bytes: int, setup_error: str | None) -> None:
         os._exit(code)
     try:
         os.environ["HOME"] = os.environ["TMPDIR"] = tempfile.tempdir = workdir
+        program = os.path.join(workdir, layers.PROGRAM_NAME)
+        sys.argv[:] = [program]  # as `python main.py`: not the worker's command line
+        sys.orig_argv[:] = [sys.executable, program]
         reseed()  # while waiting for code: off the call's path
         request = _spawner.receive(layers.REQUEST_FD, vm_bytes)  # also sets limits and stdin
         if request is None:
             os._exit(0)
         mode, source = request
         if mode == layers.SESSION:
-            code = _session(source, vm_bytes)
+            code = _session(source, vm_bytes, program)
         else:
             os.close(layers.CONTROL_FD)
             os.close(layers.REQUEST_FD)
-            code, _ = run(source, _fresh_namespace(), notebook=False)
+            code, _ = run(source, _fresh_namespace(program), notebook=False, filename=program)
             _join_threads()
     finally:
         _flush()
@@ -51,19 +56,21 @@ def reseed() -> None:
     random.seed()
 
 
-def run(code: str, namespace: dict[str, Any], notebook: bool) -> tuple[int, bool]:
-    """Run `code` in `namespace`: (the exit code a Python process would have, sys.exit called)."""
+def run(code: str, namespace: dict[str, Any], notebook: bool, filename: str) -> tuple[int, bool]:
+    """Run `code` in `namespace`: (the exit code a Python process would have, sys.exit called).
+    Tracebacks name `filename` and show its source lines, as for a program run from a file."""
+    _remember_source(filename, code)
     try:
         last = None
         if notebook:  # the syntax tree only where the last expression is wanted
-            tree = ast.parse(code, "<tool>", "exec")
+            tree = ast.parse(code, filename, "exec")
             if tree.body and isinstance(tree.body[-1], ast.Expr):
                 last = ast.Expression(tree.body.pop().value)
-            exec(compile(tree, "<tool>", "exec"), namespace)
+            exec(compile(tree, filename, "exec"), namespace)
         else:
-            exec(compile(code, "<tool>", "exec"), namespace)
+            exec(compile(code, filename, "exec"), namespace)
         if last is not None:
-            value = eval(compile(last, "<tool>", "eval"), namespace)
+            value = eval(compile(last, filename, "eval"), namespace)
             if value is not None:
                 print(repr(value))
         return 0, False
@@ -74,22 +81,31 @@ def run(code: str, namespace: dict[str, Any], notebook: bool) -> tuple[int, bool
         return 1, False
 
 
-def _session(first_code: str, vm_bytes: int) -> int:
-    namespace = _fresh_namespace()
+def _remember_source(filename: str, code: str) -> None:
+    """Source lines for tracebacks without writing a file (an entry without a modification time
+    is never checked against the disk)."""
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+
+
+def _session(first_code: str, vm_bytes: int, program: str) -> int:
+    namespace = _fresh_namespace(program)
     code: str | None = first_code
+    cells = 0
     while code is not None:
-        status, exited = run(code, namespace, notebook=True)
+        cells += 1  # each cell its own name, so a traceback through an earlier cell shows its lines
+        status, exited = run(code, namespace, notebook=True, filename=f"<cell {cells}>")
         _flush()
         if exited:
             return status  # sys.exit ends the session as it ends a kernel
         _report({"done": True, "exitCode": status})
-        message = _spawner.receive(layers.REQUEST_FD, vm_bytes)
+        message = _spawner.receive(layers.REQUEST_FD, vm_bytes)  # also refills stdin (fd 0)
         code = None if message is None else message[1]
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")  # no stale buffer
     return 0
 
 
-def _fresh_namespace() -> dict[str, Any]:
-    return {"__name__": "__main__", "__builtins__": builtins}
+def _fresh_namespace(program: str) -> dict[str, Any]:
+    return {"__name__": "__main__", "__builtins__": builtins, "__file__": program}
 
 
 def _exit_code(exc: SystemExit) -> int:

@@ -18,6 +18,7 @@ from tool_sandbox.sandbox import landlock, seccomp
 REQUEST_FD = 3
 CONTROL_FD = 4
 RUN, SESSION, EXEC = 0, 1, 2  # a one-shot program, a session's first cell, a session's next cell
+PROGRAM_NAME = "main.py"  # the code's __file__ and sys.argv[0] in its directory, as SandboxFusion runs a file
 # A request to a child, read in C (_spawner.receive): mode, timeout seconds, memory MiB, file size
 # MiB, open files, processes, stdin bytes, code bytes; then stdin and code (UTF-8).
 REQUEST = struct.Struct("=IdIIIIII")
@@ -72,10 +73,11 @@ class Limits:
 
 
 def request(mode: int, code: str, limits: Limits | None = None, stdin: str = "") -> bytes:
-    """The bytes of one request to a child (limits and stdin are ignored for EXEC)."""
+    """The bytes of one request to a child (limits are ignored for EXEC; stdin replaces the
+    session's stdin for that cell)."""
     if not isinstance(code, str) or not isinstance(stdin, str):
         raise TypeError("code and stdin must be strings")
-    body = stdin.encode("utf-8", "surrogatepass") if mode != EXEC else b""
+    body = stdin.encode("utf-8", "surrogatepass")
     source = code.encode("utf-8", "surrogatepass")
     numbers = dataclasses.astuple(limits) if limits else (0.0, 0, 0, 0, 0)
     return REQUEST.pack(mode, *numbers, len(body), len(source)) + body + source

@@ -28,6 +28,7 @@ def fault(status: str, sandbox_error: bool) -> str | None:
         return FAULT_INFRA
     return None if status == OK else FAULT_CODE
 
+
 _SIGNAL_REASONS = {
     signal.SIGXCPU: "CPU time limit exceeded",
     signal.SIGXFSZ: "file size limit exceeded",

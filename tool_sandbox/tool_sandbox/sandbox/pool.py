@@ -19,6 +19,22 @@ log = logging.getLogger(__name__)
 _ENV_KEPT = ("PATH", "PYTHONPATH", "LANG", "LC_ALL")
 ANSWER_GRACE_SECONDS = 10.0  # beyond a call's own timeout, before the server stops waiting for its worker
 CONTROL_TIMEOUT_SECONDS = 5.0  # for operations without a timeout of their own (close, ping)
+STARTUP_GRACE_SECONDS = 120.0  # a worker not ready yet is unhealthy only after this since the pool started
+# /healthz runs this in each worker: it proves a child can be made, isolated and run, not only
+# that the worker's loop answers (a worker that cannot make directories answered pings).
+PROBE = {
+    "op": "run",
+    "code": "pass",
+    "timeout": 5.0,
+    "maxOutputBytes": 1024,
+    "limits": {
+        "timeout_seconds": 5.0,
+        "memory_mib": 64,
+        "file_size_mib": 1,
+        "open_files": 16,
+        "processes": 16,
+    },
+}
 
 
 class WorkerLost(Exception):
@@ -33,6 +49,7 @@ class _Worker:
     pending: dict[int, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     layers: dict[str, Any] = field(default_factory=dict)
+    was_ready: bool = False
 
 
 def worker_environment() -> dict[str, str]:
@@ -57,8 +74,14 @@ class Pool:
         self.restarts = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
+        self._started = 0.0
+
+    def own_pids(self) -> set[int]:
+        """The worker processes (asyncio waits for these; nobody else may reap them)."""
+        return {w.process.pid for w in self.workers if w.process is not None}
 
     async def start(self) -> None:
+        self._started = asyncio.get_running_loop().time()
         for worker in self.workers:
             self._tasks.append(asyncio.create_task(self._supervise(worker)))
 
@@ -89,7 +112,11 @@ class Pool:
         return min(ready, key=lambda w: len(w.pending)).index
 
     async def call(
-        self, message: dict[str, Any], worker_index: int | None = None, generation: int | None = None
+        self,
+        message: dict[str, Any],
+        worker_index: int | None = None,
+        generation: int | None = None,
+        answer_within: float | None = None,
     ) -> tuple[dict[str, Any], int, int]:
         """Send one request; returns (reply, worker index, worker generation)."""
         index = self.pick() if worker_index is None else worker_index
@@ -105,10 +132,15 @@ class Pool:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         worker.pending[call_id] = future
         gen = worker.generation
-        worker.process.stdin.write(wire.encode({**message, "id": call_id}))
+        frame = wire.encode({**message, "id": call_id})
+        if len(frame) > wire.HEADER_SIZE + wire.MAX_FRAME:
+            worker.pending.pop(call_id, None)
+            raise WorkerLost(f"the call is larger than {wire.MAX_FRAME} bytes once encoded; send less")
+        worker.process.stdin.write(frame)
         wait = float(message.get("timeout", 0.0)) + ANSWER_GRACE_SECONDS
         if message.get("op") in ("close", "ping"):
             wait = CONTROL_TIMEOUT_SECONDS
+        wait = answer_within or wait
         try:
             return await asyncio.wait_for(future, wait), index, gen
         except TimeoutError:
@@ -119,19 +151,27 @@ class Pool:
             worker.pending.pop(call_id, None)
 
     async def alive(self) -> list[str]:
-        """Ping every ready worker at once; one that does not answer is killed (and restarted by
-        its supervisor). Returns what is wrong, empty when all answered."""
-        answers = await asyncio.gather(*(self._ping(w) for w in self.workers if w.ready.is_set()))
+        """Run a trivial program in every worker at once; one that does not answer is killed (and
+        restarted by its supervisor). A worker that is not ready (restarting, or crashing in a
+        loop) is a problem too, once the pool had time to start. Returns what is wrong."""
+        answers = await asyncio.gather(*(self._probe(w) for w in self.workers))
         return [problem for problem in answers if problem]
 
-    async def _ping(self, worker: _Worker) -> str:
+    async def _probe(self, worker: _Worker) -> str:
+        if not worker.ready.is_set():
+            starting = asyncio.get_running_loop().time() - self._started < STARTUP_GRACE_SECONDS
+            if starting and not worker.was_ready:
+                return ""
+            return f"worker {worker.index}: not running (restarted {self.restarts} times in all)"
         try:
-            await self.call({"op": "ping"}, worker.index, worker.generation)
+            reply, _, _ = await self.call(PROBE, worker.index, worker.generation, CONTROL_TIMEOUT_SECONDS)
         except WorkerLost as exc:
             if worker.process is not None and worker.process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     worker.process.kill()
             return f"worker {worker.index}: {exc}"
+        if reply.get("status") != outcome.OK:
+            return f"worker {worker.index} cannot run code: {reply.get('status')}: {reply.get('message')}"
         return ""
 
     # ---- supervision ---------------------------------------------------------------------
@@ -183,6 +223,7 @@ class Pool:
                 if message.get("op") == "ready":
                     worker.layers = message.get("layers", {})
                     worker.ready.set()
+                    worker.was_ready = True
                     log.info("sandbox worker %d ready: %s", worker.index, worker.layers)
                     continue
                 future = worker.pending.get(message.get("id"))

@@ -94,7 +94,55 @@ DENIED = (
     "memfd_secret",
     "mknod",
     "mknodat",
+    # Permissions and owners: Landlock does not cover them, and where children share the
+    # server's uid (the pod) code could chmod its worker's or other calls' directories away.
+    "chmod",
+    "fchmod",
+    "fchmodat",
+    "fchmodat2",
+    "chown",
+    "fchown",
+    "lchown",
+    "fchownat",
+    "setxattr",
+    "lsetxattr",
+    "fsetxattr",
+    "removexattr",
+    "lremovexattr",
+    "fremovexattr",
+    # State that outlives the call or escapes its memory limit: System V IPC and POSIX message
+    # queues live in the kernel after the process exits; memfd pages are not in RLIMIT_AS.
+    "shmget",
+    "shmat",
+    "shmctl",
+    "shmdt",
+    "msgget",
+    "msgsnd",
+    "msgrcv",
+    "msgctl",
+    "semget",
+    "semop",
+    "semtimedop",
+    "semctl",
+    "mq_open",
+    "mq_unlink",
+    "mq_timedsend",
+    "mq_timedreceive",
+    "mq_notify",
+    "mq_getsetattr",
+    "memfd_create",
+    # Watching other calls' directories (names and writes) where the uid is shared.
+    "inotify_init",
+    "inotify_init1",
+    "inotify_add_watch",
 )
+# Syscalls newer than some libseccomp releases, by number: since 424 every architecture shares
+# one numbering, and these are the ones added since (x86_64 and aarch64 are checked).
+DENIED_BY_NUMBER = (("fchmodat2", 452), ("setxattrat", 463), ("removexattrat", 466))
+# fcntl commands and ioctls that make the kernel signal another process (an fd's owner), or
+# watch a directory (dnotify): F_SETOWN, F_SETSIG, F_SETOWN_EX, F_NOTIFY; FIOSETOWN, SIOCSPGRP.
+DENIED_FCNTL = (8, 10, 15, 1026)
+DENIED_IOCTL = (0x8901, 0x8902)
 _CLONE_THREAD = 0x00010000
 _RET_ALLOW = 0x7FFF0000
 _RET_EPERM = 0x00050000 | errno.EPERM
@@ -109,6 +157,13 @@ def static_filter() -> bytes:
             flt.add_rule(eperm, name)
         except (OSError, ValueError, RuntimeError):
             continue  # not a syscall on this architecture / libseccomp version
+    for name, number in DENIED_BY_NUMBER:
+        if not _known(name) and sc.system_arch() in (sc.Arch.X86_64, sc.Arch.AARCH64):
+            flt.add_rule(eperm, number)
+    for command in DENIED_FCNTL:
+        flt.add_rule(eperm, "fcntl", sc.Arg(1, sc.EQ, command))
+    for request in DENIED_IOCTL:
+        flt.add_rule(eperm, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
     # Threads yes, processes no: clone without CLONE_THREAD fails; clone3 hides its flags in
     # memory, so it reports ENOSYS and the C library falls back to clone.
     flt.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, _CLONE_THREAD, 0))
@@ -120,6 +175,13 @@ def static_filter() -> bytes:
         return os.pread(fd, 1 << 20, 0)
     finally:
         os.close(fd)
+
+
+def _known(name: str) -> bool:
+    try:
+        return int(sc.resolve_syscall(sc.Arch.NATIVE, name)) >= 0
+    except (OSError, ValueError, RuntimeError):
+        return False
 
 
 def _nr(name: str) -> int:

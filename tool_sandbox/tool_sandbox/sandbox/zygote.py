@@ -17,16 +17,16 @@ import importlib
 import json
 import os
 import selectors
-import shutil
 import signal
 import site
 import socket
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from tool_sandbox.sandbox import forker, landlock, layers, outcome, seccomp, wire
+from tool_sandbox.sandbox import forker, landlock, layers, outcome, seccomp, tree, wire
 from tool_sandbox.sandbox.libc import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, prctl, set_name
 
 PRELOAD = (
@@ -101,7 +101,8 @@ PRELOAD = (
 _CHUNK = 1 << 16
 MAX_CONTROL_BYTES = 1 << 16  # a child's control frames are tiny; more pending is a violation
 DISK_CHECK_SECONDS = 0.1  # how often a running call's directory is measured
-FETCH_BUDGET_FACTOR = 64  # fetch_files returns at most maxOutputBytes * this in all
+FETCH_BUDGET_BYTES = 16 << 20  # fetch_files returns at most this in all (base64 keeps a reply < MAX_FRAME)
+DISK_WALK_FAILURES = 20  # a tree that changes under this many measurements in a row counts as over budget
 UID_LEASES = "/run/toolrl-tool-sandbox/uid-leases"  # machine-wide: uid ranges are machine-wide
 UIDS_PER_LEASE = 1000  # slots of one worker: its children run as uid base + lease * 1000 + slot
 MAX_LEASES = 1000
@@ -127,6 +128,7 @@ class Call:
     violation: str = ""  # why the child was killed for breaking the worker protocol
     next_disk_check: float = 0.0
     disk_exceeded: bool = False
+    disk_walk_failures: int = 0
 
 
 @dataclass
@@ -176,18 +178,23 @@ class Worker:
         self.forker_pid = 0
         self.forker: socket.socket | None = None
         self.huge_bytes = 0
+        self.spawn_error = ""  # why the last spawn failed ("" once one succeeds again)
 
     # ---- children -------------------------------------------------------------------------
 
     def spawn(self) -> Child | None:
         if not self.free_slots:
             return None
-        slot = self.free_slots.pop()
+        slot = self.free_slots[-1]
         uid = None if self.uid_base is None else int(self.uid_base) + slot
         workdir = os.path.join(self.root, f"s{slot}-{time.monotonic_ns()}")
-        os.mkdir(workdir, 0o700)
-        if uid is not None:
-            os.chown(workdir, uid, uid)
+        try:
+            _make_workdir(self.root, workdir, uid)
+        except OSError as exc:  # reported by /healthz (ping) and to the calls that needed a child
+            self.spawn_error = f"cannot make a sandbox directory: {exc}"
+            return None
+        self.spawn_error = ""
+        self.free_slots.pop()
         request_r, request_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -233,7 +240,14 @@ class Worker:
             gone = forker.exited(data)
             kid = self.children.get(gone.slot)
             if kid is not None:
-                self.reap(kid, gone.status, gone.cpu_seconds)
+                try:
+                    self.reap(kid, gone.status, gone.cpu_seconds)
+                except Exception:  # e.g. an unreadable leftover: log it, keep serving the others
+                    traceback.print_exc()
+                    self.children.pop(kid.slot, None)
+                    self.sessions.pop(kid.session or -1, None)
+                    if kid.slot not in self.free_slots:
+                        self.free_slots.append(kid.slot)
 
     def reap(self, kid: Child, status: int | None, cpu_seconds: float) -> None:
         kid.reaped = True
@@ -248,7 +262,10 @@ class Worker:
         for fd in list(kid.open_fds):
             self.close_fd(kid, fd)
         self.close_request(kid)
-        shutil.rmtree(kid.workdir, ignore_errors=True)
+        try:
+            tree.remove(kid.workdir)
+        except OSError as exc:  # left for the next holder of this lease (_sweep)
+            print(f"tool-sandbox worker: could not remove {kid.workdir}: {exc}", file=sys.stderr)
         del self.children[kid.slot]
         if kid.session is not None:
             self.sessions.pop(kid.session, None)
@@ -292,6 +309,8 @@ class Worker:
     # ---- calls --------------------------------------------------------------------------
 
     def start(self, msg: dict[str, Any], kid: Child, mode: str, frame: bytes) -> None:
+        if mode == "exec":
+            forker.cont(self.forker, kid.slot)  # stopped since its last cell (see finish)
         now = time.monotonic()
         max_output = int(msg.get("maxOutputBytes", 4096))
         kid.call = Call(
@@ -346,14 +365,16 @@ class Worker:
         if kid.session is not None:
             reply["sessionAlive"] = session_alive
         if call.fetch:
-            reply["files"], cut = _fetch(kid.workdir, call.fetch, call.max_output * FETCH_BUDGET_FACTOR)
+            reply["files"], cut = _fetch(kid.workdir, call.fetch, FETCH_BUDGET_BYTES)
             if cut:
                 reply["truncated"] = True
                 reply["message"] = _join(
                     reply["message"],
-                    f"fetch_files returned at most {call.max_output * FETCH_BUDGET_FACTOR} bytes in all;"
+                    f"fetch_files returned at most {FETCH_BUDGET_BYTES} bytes in all;"
                     f" cut short or left out: {', '.join(cut)}",
                 )
+        if session_alive:
+            forker.stop(self.forker, kid.slot)  # between cells nothing of a session runs
         if call.session_open:
             if session_alive:
                 kid.session = self.next_session
@@ -382,7 +403,7 @@ class Worker:
                         raise ValueError(f"more than {MAX_CONTROL_BYTES} bytes pending")
                     for frame in wire.split(kid.ctl_buf):
                         self.on_control(kid, frame)
-                except (TypeError, ValueError) as exc:  # the code wrote on the session's control pipe
+                except Exception as exc:  # the code wrote on the control pipe (any garbage: deep JSON too)
                     self.violated(kid, f"the code wrote on the sandbox's control pipe ({exc}); it is closed")
                     return
             elif kid.call is not None:
@@ -439,20 +460,23 @@ class Worker:
                 return
             kid = self.take_spare()
             if kid is None:
-                self.reply_error(msg, outcome.REJECTED, "no free sandbox slot in this worker")
+                why = self.spawn_error or "no free sandbox slot in this worker"
+                self.reply_error(msg, outcome.REJECTED, why)
                 return
             kid.cpu_seconds = float(msg["limits"]["timeout_seconds"])
             kid.disk_bytes = int(msg.get("diskBytes", 0))
             try:
                 _place_files(kid.workdir, files, self.uid_base, kid.slot)
-            except OSError as exc:
-                self.kill(kid)  # never reuse a child whose directory is half written
-                self.reply_error(msg, outcome.ERROR, f"could not place files: {exc.strerror}")
+                self.start(msg, kid, "run" if op == "run" else "session", frame)
+            except Exception as exc:  # never leave a taken child behind: its slot would be lost
+                self.kill(kid)
+                kid.call = None
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                self.reply_error(msg, outcome.ERROR, f"could not place files: {why}; send valid files")
                 return
-            self.start(msg, kid, "run" if op == "run" else "session", frame)
         elif op == "exec":
             float(msg["timeout"])
-            frame = layers.request(layers.EXEC, msg.get("code", ""))
+            frame = layers.request(layers.EXEC, msg.get("code", ""), stdin=msg.get("stdin") or "")
             kid = self.sessions.get(int(msg.get("session", -1)))
             if kid is None or kid.call is not None:
                 why = "unknown or closed session" if kid is None else "session is busy with another call"
@@ -466,7 +490,13 @@ class Worker:
                 self.kill(kid)
             self.send({"id": msg["id"], "status": outcome.OK, "closed": kid is not None})
         elif op == "ping":
-            self.send({"id": msg["id"], "status": outcome.OK})
+            self.send(
+                {
+                    "id": msg["id"],
+                    "status": outcome.ERROR if self.spawn_error else outcome.OK,
+                    "message": self.spawn_error,
+                }
+            )
         else:
             self.reply_error(msg, outcome.ERROR, f"unknown worker operation {op!r}")
 
@@ -486,12 +516,34 @@ class Worker:
         )
 
     def send(self, message: dict[str, Any]) -> None:
-        wire.write_all(self.out_fd, wire.encode(message))
+        data = wire.encode(message)
+        if len(data) > wire.HEADER_SIZE + wire.MAX_FRAME:  # the server would drop this worker
+            message = {
+                **message,
+                "stdout": "",
+                "stderr": "",
+                "files": {},
+                "status": outcome.ERROR,
+                "message": f"the answer was larger than {wire.MAX_FRAME} bytes; ask for less output",
+            }
+            data = wire.encode(message)
+        wire.write_all(self.out_fd, data)
 
     # ---- loop -----------------------------------------------------------------------------
 
     def over_disk(self, kid: Child) -> bool:
-        return kid.disk_bytes > 0 and _disk_usage(kid.workdir) > kid.disk_bytes
+        if kid.disk_bytes <= 0:
+            return False
+        try:
+            used = tree.usage(kid.workdir)
+        except OSError:  # changed under the walk: measured again next time, but not forever
+            if kid.call is None:
+                return False
+            kid.call.disk_walk_failures += 1
+            return kid.call.disk_walk_failures >= DISK_WALK_FAILURES
+        if kid.call is not None:
+            kid.call.disk_walk_failures = 0
+        return used > kid.disk_bytes
 
     def check_deadlines(self) -> float | None:
         """Kill calls past their deadline or their disk budget; seconds until the next check."""
@@ -532,10 +584,14 @@ class Worker:
                     self.on_forker()
                 elif key.fd in self.by_fd:
                     kid, role = self.by_fd[key.fd]
-                    if role == "req":
-                        self.write_request(kid)
-                    else:
-                        self.on_readable(kid, role)
+                    try:
+                        if role == "req":
+                            self.write_request(kid)
+                        else:
+                            self.on_readable(kid, role)
+                    except Exception:  # one child's trouble must not end every call on this worker
+                        traceback.print_exc()
+                        self.violated(kid, "the sandbox could not handle this call's output; it was killed")
             # Deadlines after the events: a child that exited in time is reaped (with its own
             # status) before a late wake-up of this worker could call it a timeout.
             wait = self.check_deadlines()
@@ -555,7 +611,7 @@ class Worker:
         for msg in wire.split(self.inbox):
             try:
                 self.handle(msg)
-            except (KeyError, TypeError, ValueError) as exc:
+            except Exception as exc:
                 self.reply_error(msg, outcome.ERROR, f"malformed worker request: {exc!r}")
 
     def shutdown(self) -> None:
@@ -565,7 +621,8 @@ class Worker:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.forker_pid, 0)
         for kid in self.children.values():
-            shutil.rmtree(kid.workdir, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                tree.remove(kid.workdir)
         os._exit(0)
 
     def describe(self) -> dict[str, Any]:
@@ -642,19 +699,15 @@ def _place_files(workdir: str, files: dict[str, bytes], uid_base: int | None, sl
                 os.chown(target, uid_base + slot, uid_base + slot)
 
 
-def _disk_usage(root: str) -> int:
-    """Bytes of disk the files under `root` use (an entry counts at least one block)."""
-    total = 0
-    pending = [root]
-    while pending:
-        with contextlib.suppress(OSError), os.scandir(pending.pop()) as entries:
-            for entry in entries:
-                with contextlib.suppress(OSError):
-                    info = entry.stat(follow_symlinks=False)
-                    total += max(info.st_blocks * 512, 4096)
-                    if entry.is_dir(follow_symlinks=False):
-                        pending.append(entry.path)
-    return total
+def _make_workdir(root: str, workdir: str, uid: int | None) -> None:
+    """A child's directory, only its own: 0700, owned by its uid (as root)."""
+    try:
+        os.mkdir(workdir, 0o700)
+    except FileNotFoundError:  # the lease directory itself is gone: make it again
+        os.makedirs(root, 0o711, exist_ok=True)
+        os.mkdir(workdir, 0o700)
+    if uid is not None:
+        os.chown(workdir, uid, uid)
 
 
 def _join(message: str, more: str) -> str:
@@ -667,12 +720,12 @@ def _fetch(workdir: str, names: list[str], budget: int) -> tuple[dict[str, str],
     found: dict[str, str] = {}
     cut: list[str] = []
     for name in names:
-        path = _inside(workdir, name)
-        if path is None or os.path.realpath(path) != path:
-            continue
-        try:
+        try:  # odd names (NUL, surrogates, too long) are simply not found
+            path = _inside(workdir, name)
+            if path is None or os.path.realpath(path) != path:
+                continue
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
+        except (OSError, ValueError):
             continue
         with os.fdopen(fd, "rb") as handle:
             if not os.path.stat.S_ISREG(os.fstat(fd).st_mode):
@@ -730,7 +783,10 @@ def claim_lease(root: str, uid_base: int | None, uid_leases: str | None = None) 
 def _sweep(lease: Lease, slots: int) -> None:
     """Remove what a previous holder of this lease left: its directories and, as root, its processes."""
     root, uid_base = lease.workdir, lease.uid_base
-    shutil.rmtree(root, ignore_errors=True)
+    try:
+        tree.remove(root)
+    except OSError as exc:
+        print(f"tool-sandbox worker: could not remove {root}: {exc}", file=sys.stderr)
     os.makedirs(root, 0o711, exist_ok=True)
     if uid_base is None:
         return
@@ -740,6 +796,25 @@ def _sweep(lease: Lease, slots: int) -> None:
         with contextlib.suppress(OSError):
             if uid_base <= os.stat(f"/proc/{entry}").st_uid < uid_base + slots:
                 os.kill(int(entry), signal.SIGKILL)
+
+
+def sweep_unheld(workdir: str, locks: str) -> None:
+    """Remove the directories of leases nobody holds (a server that ran more workers, or died):
+    each is removed under its lease's lock, so a worker starting meanwhile never loses its own."""
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(workdir):
+            if not name.isdigit():
+                continue
+            fd = os.open(os.path.join(locks, f"lease-{name}"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                tree.remove(os.path.join(workdir, name))
+            except BlockingIOError:
+                pass  # held: its worker keeps it clean
+            except OSError as exc:
+                print(f"tool-sandbox worker: could not remove lease {name}: {exc}", file=sys.stderr)
+            finally:
+                os.close(fd)
 
 
 def _claim_fds() -> None:
@@ -765,8 +840,10 @@ def main() -> None:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
     settings["slots"] = slots = min(int(settings.get("slots", 64)), UIDS_PER_LEASE)
-    lease = claim_lease(settings["workdir"], settings.get("uidBase") if os.geteuid() == 0 else None)
+    uid_base = settings.get("uidBase") if os.geteuid() == 0 else None
+    lease = claim_lease(settings["workdir"], uid_base)
     _sweep(lease, slots)
+    sweep_unheld(settings["workdir"], settings["workdir"] if uid_base is None else UID_LEASES)
     worker = Worker(settings, lease)
     gc.collect()
     gc.freeze()  # the collector never walks (and so never copies) what every process shares

@@ -43,33 +43,39 @@ class PythonTool(Tool):
         self.settings = settings
 
     def limits(self, cpu_seconds: float, memory_mib: int | None = None) -> dict[str, Any]:
-        memory = self.config.memory_limit_mib if not memory_mib or memory_mib <= 0 else memory_mib
+        """Per-call limits; `memory_mib` (already checked against the pool's maximum by the
+        caller) replaces the tool's memoryLimitMiB."""
         return Limits(
             timeout_seconds=cpu_seconds,
-            memory_mib=min(memory, self.config.memory_limit_mib),
+            memory_mib=memory_mib or self.config.memory_limit_mib,
             file_size_mib=self.config.file_size_limit_mib,
             open_files=self.config.max_open_files,
             processes=self.config.max_processes,
         ).__dict__
 
-    async def execute(
+    async def execute(self, payload: Any, timeout: float | None) -> ToolResult:
+        """A call of the pool's own API: the tool's limits, a timeout the caller may shorten."""
+        return await self.run(payload, self.effective_timeout(timeout))
+
+    async def run(
         self,
         payload: Any,
-        timeout: float | None,
+        seconds: float,
         *,
         memory_mib: int | None = None,
+        max_output: int | None = None,
         files: dict[str, str] | None = None,
         fetch: list[str] | None = None,
     ) -> ToolResult:
+        """Run a program with exactly these limits (the tool's where None)."""
         code, stdin = parse_code(payload)
-        seconds = self.effective_timeout(timeout)
         message = {
             "op": "run",
             "code": code,
             "stdin": stdin,
             "timeout": seconds,
             "limits": self.limits(seconds, memory_mib),
-            "maxOutputBytes": self.config.max_output_bytes,
+            "maxOutputBytes": max_output or self.config.max_output_bytes,
             "diskBytes": self.config.disk_limit_mib << 20,
             "files": files or {},
             "fetch": fetch or [],
@@ -100,12 +106,14 @@ class PythonTool(Tool):
     async def execute_in_session(
         self, handle: SessionHandle, payload: Any, timeout: float | None
     ) -> tuple[ToolResult, bool]:
-        """Run a cell; also says whether the session's process is still alive afterwards."""
-        code, _ = parse_code(payload)
+        """Run a cell (with its own stdin, if any); also says whether the session's process is
+        still alive afterwards."""
+        code, stdin = parse_code(payload)
         message = {
             "op": "exec",
             "session": handle.worker_session,
             "code": code,
+            "stdin": stdin,
             "timeout": self.effective_timeout(timeout),
             "maxOutputBytes": self.config.max_output_bytes,
         }
