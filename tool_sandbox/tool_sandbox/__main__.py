@@ -28,6 +28,32 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
     serve.add_argument("--session-idle-seconds", type=float, default=defaults.session_idle_seconds)
     serve.add_argument("--spares-per-worker", type=int, default=defaults.spares_per_worker)
     serve.add_argument("--workdir", default=defaults.workdir, help="where per-call directories are made")
+    serve.add_argument(
+        "--max-timeout-seconds",
+        type=float,
+        default=defaults.max_timeout_seconds,
+        help="the most a /run_code request's run_timeout may ask for",
+    )
+    serve.add_argument(
+        "--max-memory-mib",
+        type=int,
+        default=defaults.max_memory_mib,
+        help="the most a /run_code request's memory_limit_MB may ask for (and what it gets when silent)",
+    )
+    serve.add_argument(
+        "--max-output-bytes",
+        type=int,
+        default=defaults.max_output_bytes,
+        help="/run_code output kept per stream",
+    )
+    serve.add_argument("--max-body-bytes", type=int, default=defaults.max_body_bytes)
+    serve.add_argument("--max-connections", type=int, default=defaults.max_connections)
+    serve.add_argument(
+        "--header-timeout-seconds",
+        type=float,
+        default=defaults.header_timeout_seconds,
+        help="a connection must send a request's headers within this",
+    )
     serve.add_argument("--no-landlock", action="store_true", help="do not use Landlock even if available")
     serve.add_argument(
         "--allow-no-landlock",
@@ -35,8 +61,19 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
         help="become ready even without Landlock (children then rely on seccomp, uids and the pod)",
     )
     args = parser.parse_args(argv)
-    for name in ("workers", "capacity", "queue_size", "max_sessions"):
-        if getattr(args, name) < 1:
+    for name in (
+        "workers",
+        "capacity",
+        "queue_size",
+        "max_sessions",
+        "max_timeout_seconds",
+        "max_memory_mib",
+        "max_output_bytes",
+        "max_body_bytes",
+        "max_connections",
+        "header_timeout_seconds",
+    ):
+        if not getattr(args, name) >= 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     settings = dataclasses.replace(
         defaults,
@@ -49,6 +86,12 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
         session_idle_seconds=args.session_idle_seconds,
         spares_per_worker=args.spares_per_worker,
         workdir=args.workdir,
+        max_timeout_seconds=args.max_timeout_seconds,
+        max_memory_mib=args.max_memory_mib,
+        max_output_bytes=args.max_output_bytes,
+        max_body_bytes=args.max_body_bytes,
+        max_connections=args.max_connections,
+        header_timeout_seconds=args.header_timeout_seconds,
         landlock=not args.no_landlock,
         allow_no_landlock=args.allow_no_landlock,
     )

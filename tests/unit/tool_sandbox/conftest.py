@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,7 +30,13 @@ CORPUS = [
 ]
 
 
-def start_server(tmp: Path, *args: str, tools: list[dict] | None = None) -> SandboxProcess:
+def start_server(
+    tmp: Path,
+    *args: str,
+    tools: list[dict] | None = None,
+    env: dict[str, str] | None = None,
+    **process: object,
+) -> SandboxProcess:
     corpus = tmp / "corpus.jsonl"
     corpus.write_text("\n".join(json.dumps(doc) for doc in CORPUS))
     default_tools = [
@@ -38,7 +49,8 @@ def start_server(tmp: Path, *args: str, tools: list[dict] | None = None) -> Sand
         },
         {"name": "search", "type": "search", "corpus": str(corpus), "topK": 2},
     ]
-    return SandboxProcess.start(tmp, *args, tools=tools or default_tools, env={"TOOLRL_TEST_SECRET": SECRET})
+    environment = {"TOOLRL_TEST_SECRET": SECRET, **(env or {})}
+    return SandboxProcess.start(tmp, *args, tools=tools or default_tools, env=environment, **process)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -50,11 +62,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]
 
 @pytest.fixture
 def make_server(tmp_path: Path) -> Iterator[Callable[..., SandboxProcess]]:
-    """Start a server with extra CLI flags (and tools); stopped after the test."""
+    """Start a server with extra CLI flags (and tools, or SandboxProcess.start's options such as
+    `prefix`); stopped after the test."""
     started: list[SandboxProcess] = []
 
-    def make(*args: str, tools: list[dict] | None = None) -> SandboxProcess:
-        started.append(start_server(tmp_path, *args, tools=tools))
+    def make(*args: str, tools: list[dict] | None = None, **process: object) -> SandboxProcess:
+        started.append(start_server(tmp_path, *args, tools=tools, **process))
         return started[-1]
 
     yield make
@@ -65,3 +78,48 @@ def make_server(tmp_path: Path) -> Iterator[Callable[..., SandboxProcess]]:
 @pytest.fixture
 def secret() -> str:
     return SECRET
+
+
+REPO = Path(__file__).resolve().parents[3]
+NOBODY = 65534
+INTERPRETER = "/usr/bin/python3.11"  # Debian's python3.11 (+ python3.11-dev for the C extension)
+
+
+@contextlib.contextmanager
+def non_root_server(*args: str, tools: list[dict] | None = None) -> Iterator[SandboxProcess]:
+    """The pool as in its pod: the server runs as `nobody`, so its children share its uid. From a
+    virtualenv of Debian's Python 3.11, since an interpreter under root's home (pyenv) is not
+    reachable by another uid."""
+    assert os.geteuid() == 0, "this test starts the server as another uid: run it as root (as CI does)"
+    assert os.access(INTERPRETER, os.X_OK), f"needs {INTERPRETER}: apt-get install python3.11 python3.11-dev"
+    uv = shutil.which("uv")
+    assert uv, "needs uv (scripts/setup.sh installs it)"
+    root = Path(tempfile.mkdtemp(prefix="toolrl-non-root-"))
+    try:
+        venv = root / "venv"
+        env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+        subprocess.run([uv, "venv", "-q", "--python", INTERPRETER, str(venv)], check=True, env=env)
+        python = str(venv / "bin" / "python")
+        install = [uv, "pip", "install", "-q", "--python", python, str(REPO / "tool_sandbox")]
+        subprocess.run(install, check=True, env=env, timeout=900)
+        os.chmod(root, 0o755)
+        work = root / "server"
+        work.mkdir()
+        os.chown(work, NOBODY, NOBODY)
+        as_nobody = ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups")
+        running = start_server(
+            work, *args, tools=tools, python=python, prefix=as_nobody, env={"TMPDIR": str(work)}
+        )
+        try:
+            yield running
+        finally:
+            running.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pod_server() -> Iterator[SandboxProcess]:
+    """A server as in the pool's pod (non-root, children share its uid), shared by the modules."""
+    with non_root_server() as running:
+        yield running

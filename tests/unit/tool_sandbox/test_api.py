@@ -72,8 +72,10 @@ def test_stdin_and_preloaded_libraries(server: SandboxProcess) -> None:
 def test_every_call_draws_its_own_random_numbers(server: SandboxProcess) -> None:
     """Children are forked from one warm worker: each must rekey `random` and numpy's global
     stream, or every rollout would see the same "random" numbers."""
-    code = "import random\nfrom numpy import random as np_random\n" \
+    code = (
+        "import random\nfrom numpy import random as np_random\n"
         "print(random.getrandbits(64), np_random.randint(2**62), np_random.rand())"
+    )
     draws = [server.execute(code)["stdout"] for _ in range(12)]
     assert all(draw.count(" ") == 2 for draw in draws), draws
     columns = list(zip(*(draw.split() for draw in draws), strict=True))

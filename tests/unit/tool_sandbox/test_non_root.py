@@ -8,46 +8,16 @@ under root's home (pyenv) is not reachable by another uid."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 import requests
 from sandbox_process import SandboxProcess
 
-REPO = Path(__file__).resolve().parents[3]
 NOBODY = 65534
-INTERPRETER = "/usr/bin/python3.11"  # Debian's python3.11 (+ python3.11-dev for the C extension)
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[SandboxProcess]:
-    assert os.geteuid() == 0, "this test starts the server as another uid: run it as root (as CI does)"
-    assert os.access(INTERPRETER, os.X_OK), f"needs {INTERPRETER}: apt-get install python3.11 python3.11-dev"
-    uv = shutil.which("uv")
-    assert uv, "needs uv (scripts/setup.sh installs it)"
-    root = Path(tempfile.mkdtemp(prefix="toolrl-non-root-"))
-    try:
-        venv = root / "venv"
-        env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
-        subprocess.run([uv, "venv", "-q", "--python", INTERPRETER, str(venv)], check=True, env=env)
-        python = str(venv / "bin" / "python")
-        install = [uv, "pip", "install", "-q", "--python", python, str(REPO / "tool_sandbox")]
-        subprocess.run(install, check=True, env=env, timeout=900)
-        os.chmod(root, 0o755)
-        work = root / "server"
-        work.mkdir()
-        os.chown(work, NOBODY, NOBODY)
-        as_nobody = ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups")
-        running = SandboxProcess.start(work, python=python, prefix=as_nobody, env={"TMPDIR": str(work)})
-        yield running
-        running.stop()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+def server(pod_server: SandboxProcess) -> SandboxProcess:
+    return pod_server
 
 
 def test_the_server_is_not_root_and_keeps_every_layer(server: SandboxProcess) -> None:
@@ -81,4 +51,6 @@ def test_threads_start_while_every_session_slot_is_taken(server: SandboxProcess)
         "[t.start() for t in threads]\n[t.join() for t in threads]\nprint('started', len(threads))"
     )
     answer = server.execute(code)
+    for response in sessions:  # the server is shared with other modules (conftest.pod_server)
+        requests.delete(f"{server.url}/v1/sessions/{response.json()['session']}", timeout=30)
     assert answer["status"] == "ok" and answer["stdout"] == "started 16\n", answer

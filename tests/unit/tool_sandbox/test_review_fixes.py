@@ -83,7 +83,7 @@ def test_a_stopped_session_child_cannot_freeze_its_worker(make_server: object) -
         "b'\\xff\\xff\\xff\\xff'",  # a frame header announcing 4 GiB
         "b'\\x00\\x00\\x00\\x03abc'",  # not JSON
         "b'\\x00\\x00\\x00\\x02[]'",  # JSON, not an object
-        "b'\\x00\\x00\\x00\\x19{\"done\":1,\"exitCode\":\"x\"}'",  # a forged end with a bad exit code
+        'b\'\\x00\\x00\\x00\\x19{"done":1,"exitCode":"x"}\'',  # a forged end with a bad exit code
     ],
 )
 def test_code_writing_on_the_control_pipe_ends_only_its_session(make_server: object, garbage: str) -> None:

@@ -172,6 +172,13 @@ class Pool:
             return f"worker {worker.index}: {exc}"
         if reply.get("status") != outcome.OK:
             return f"worker {worker.index} cannot run code: {reply.get('status')}: {reply.get('message')}"
+        # It ran on a child made earlier: the worker also says whether it can still make new ones.
+        try:
+            ping, _, _ = await self.call({"op": "ping"}, worker.index, worker.generation)
+        except WorkerLost as exc:
+            return f"worker {worker.index}: {exc}"
+        if ping.get("status") != outcome.OK:
+            return f"worker {worker.index} cannot start sandboxes: {ping.get('message')}"
         return ""
 
     # ---- supervision ---------------------------------------------------------------------

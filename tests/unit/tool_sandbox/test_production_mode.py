@@ -1,0 +1,375 @@
+"""Issue 14: hostile code and hostile requests against the pool in its production mode (server as
+an unprivileged uid whose children share it, as in the pod) and as root. One test per class of
+attack; after each, `recovered` checks that the next call answers correctly within a second,
+that nothing of the call outlives it and that /healthz tells the truth."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from http.client import HTTPConnection
+from pathlib import Path
+
+import pytest
+import requests
+from sandbox_process import SandboxProcess
+
+
+@pytest.fixture(scope="module", params=["root", "pod"])
+def any_server(request: pytest.FixtureRequest) -> SandboxProcess:
+    return request.getfixturevalue("server" if request.param == "root" else "pod_server")
+
+
+def _workdir(server: SandboxProcess) -> Path:
+    return server.log.parent / "work"
+
+
+def _tree_bytes(root: Path) -> int:
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames + dirnames:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def _sysv_objects() -> int:
+    return sum(
+        len(Path(f"/proc/sysvipc/{kind}").read_text().splitlines()) - 1 for kind in ("shm", "msg", "sem")
+    )
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, pending = [], [pid]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            found.append(child)
+            pending.append(child)
+    return found
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def recovered(server: SandboxProcess, ipc_before: int | None = None) -> None:
+    """The next call answers correctly within a second; nothing of earlier calls is left."""
+    health = requests.get(server.url + "/healthz", timeout=30)
+    assert health.status_code == 200, health.text
+    started = time.monotonic()
+    answer = server.execute("print(6 * 7)")
+    assert (answer["status"], answer["stdout"]) == ("ok", "42\n"), answer
+    assert time.monotonic() - started < 1.0
+    if ipc_before is not None:
+        assert _sysv_objects() == ipc_before
+    assert _tree_bytes(_workdir(server)) < 4 << 20  # spares' empty directories only
+
+
+def test_permissions_of_other_directories_cannot_be_changed(any_server: SandboxProcess) -> None:
+    """Class 1: chmod/chown/xattr of the worker's, another call's or its own directory."""
+    code = (
+        "import os\nparent = os.path.dirname(os.getcwd())\nerrors = []\n"
+        "for attempt in (lambda: os.chmod(parent, 0), lambda: os.chmod('.', 0o700),"
+        " lambda: os.chown(parent, os.getuid(), -1), lambda: os.setxattr(parent, 'user.x', b'1'),"
+        " lambda: os.chmod(os.path.dirname(parent), 0)):\n"
+        "    try:\n        attempt()\n        errors.append('allowed')\n"
+        "    except OSError as exc:\n        errors.append(exc.errno)\nprint(errors)"
+    )
+    for _ in range(3):
+        answer = any_server.execute(code)
+        assert answer["stdout"] == "[1, 1, 1, 1, 1]\n", answer  # EPERM each time
+    recovered(any_server)
+
+
+def test_state_that_would_outlive_the_call_cannot_be_made(any_server: SandboxProcess) -> None:
+    """Class 2: System V IPC and memfd; class 4: inotify; class 5: owner signals through fds."""
+    before = _sysv_objects()
+    code = (
+        "import ctypes, fcntl, os, struct\nlibc = ctypes.CDLL(None, use_errno=True)\nresults = []\n"
+        "def call(f, *a):\n    r = f(*a)\n    results.append(ctypes.get_errno() if r == -1 else 'made')\n"
+        "call(libc.shmget, 0, 1 << 20, 0o1600)\ncall(libc.msgget, 0, 0o1600)\n"
+        "call(libc.semget, 0, 1, 0o1600)\n"
+        "call(libc.inotify_init)\ncall(libc.inotify_init1, 0)\n"
+        "r, w = os.pipe()\n"
+        "for attempt in (lambda: os.memfd_create('x'), lambda: fcntl.fcntl(r, 8, os.getppid()),"
+        " lambda: fcntl.fcntl(r, 10, 9), lambda: fcntl.ioctl(r, 0x8901, struct.pack('i', os.getppid())),"
+        " lambda: fcntl.fcntl(os.open('.', os.O_RDONLY), 1026, 0x80000002)):\n"
+        "    try:\n        attempt()\n        results.append('allowed')\n"
+        "    except OSError as exc:\n        results.append(exc.errno)\nprint(results)"
+    )
+    answer = any_server.execute(code)
+    assert answer["stdout"] == f"{[1] * 10}\n", answer
+    recovered(any_server, before)
+
+
+def test_unreadable_directories_count_against_the_disk_budget_and_are_removed(
+    any_server: SandboxProcess,
+) -> None:
+    """Class 3: a directory the worker cannot read (mode 0o300 at mkdir) was never measured."""
+    code = (
+        "import os\nos.mkdir('hidden', 0o300)\nos.mkdir('hidden/deeper', 0o100)\n"
+        "for i in range(3):\n    open(f'hidden/f{i}', 'wb').write(b'x' * (15 << 20))\n"
+        "import time\ntime.sleep(2)\nprint('not reached')"
+    )
+    answer = any_server.execute(code)
+    assert answer["status"] == "killed" and "wrote more than" in answer["message"], answer
+    deep = "import os\nfor _ in range(2000):\n    os.mkdir('d', 0o300)\n    os.chdir('d')\nprint('deep')"
+    assert any_server.execute(deep)["stdout"] == "deep\n"  # 2000 levels, removed without recursion
+    recovered(any_server)
+
+
+def test_forged_end_of_cell_cannot_keep_code_running(any_server: SandboxProcess) -> None:
+    """Class 8: a session's code writes the worker's "done" frame itself and runs on."""
+    session = any_server.post("/v1/sessions", {"tool": "python"}).json()["session"]
+    forge = (
+        "import json, os, struct, threading\n"
+        "threading.Thread(target=lambda: [None for _ in iter(int, 1)], daemon=True).start()\n"
+        "frame = json.dumps({'done': True, 'exitCode': 0}).encode()\n"
+        "os.write(4, struct.pack('>I', len(frame)) + frame)\nwhile True:\n    pass"
+    )
+    answer = any_server.execute(forge, session=session, timeoutSeconds=3)
+    assert answer["status"] == "ok", answer  # the forged frame ends the cell...
+    children = [p for p in _descendants(any_server.process.pid) if _comm(p) == "sandbox-child"]
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:  # ...but nothing of it runs after that
+        running = [p for p in children if _state(p) == "R"]
+        time.sleep(0.2)
+    assert not running, f"session code still running after its cell ended: {running}"
+    after = any_server.execute("print(1)", session=session, timeoutSeconds=1)
+    assert after["status"] == "timeout", after  # it runs again only inside a cell's deadline
+    recovered(any_server)
+
+
+def test_malformed_frames_on_the_control_pipe_end_only_that_call(any_server: SandboxProcess) -> None:
+    """Class 6: deeply nested JSON on the control pipe crashed the worker (RecursionError)."""
+    session = any_server.post("/v1/sessions", {"tool": "python"}).json()["session"]
+    nested = (
+        "import os, struct\nbody = b'[' * 60000\n"
+        "os.write(4, struct.pack('>I', len(body)) + body)\nprint('sent')"
+    )
+    with ThreadPoolExecutor(4) as pool:  # calls in flight on the same workers keep their answers
+        others = [
+            pool.submit(any_server.execute, f"import time\ntime.sleep(0.5)\nprint({i})") for i in range(4)
+        ]
+        answer = any_server.execute(nested, session=session)
+        assert [f.result()["stdout"] for f in others] == ["0\n", "1\n", "2\n", "3\n"]
+    assert answer["status"] == "killed" and "control pipe" in answer["message"], answer
+    recovered(any_server)
+
+
+BAD_NAMES = ["\ud800.txt", "a\x00b", "x" * 2000, "/".join(["d"] * 40) + "/f", "n" * 300, "../up", "/abs"]
+
+
+def test_odd_file_names_get_a_400_and_leak_no_slot(any_server: SandboxProcess) -> None:
+    """Class 6: surrogates, NUL, long and deep paths, too many files, in files and fetch_files."""
+    for _ in range(4):  # more bad requests than a worker has spare slots
+        for name in BAD_NAMES:
+            for body in (
+                {"code": "", "language": "python", "files": {name: ""}},
+                {"code": "", "language": "python", "fetch_files": [name]},
+            ):
+                response = any_server.post("/run_code", body)
+                assert response.status_code == 400, (name[:20], response.text)
+                assert "relative file path" in response.json()["error"]
+    many = {"code": "", "language": "python", "files": {f"f{i}": "" for i in range(300)}}
+    response = any_server.post("/run_code", many)
+    assert response.status_code == 400 and "at most 256" in response.json()["error"]
+    nested = requests.post(any_server.url + "/v1/execute", data="[" * 100_000, timeout=30)
+    assert nested.status_code == 400 and "nests JSON too deeply" in nested.json()["error"]
+    recovered(any_server)
+
+
+def test_hostile_actions_parse_in_linear_time(any_server: SandboxProcess) -> None:
+    """Class 7: lazy regexes over unclosed tags were quadratic in the action's length."""
+    for action in ("<python>" * 200_000, "```python\n" * 100_000, "<search>" * 200_000):
+        started = time.monotonic()
+        response = any_server.post(
+            "/get_observation", {"trajectory_ids": ["t"], "actions": [action]}, timeout=20
+        )
+        assert response.status_code == 200, response.text
+        assert time.monotonic() - started < 5
+    recovered(any_server)
+
+
+def test_queued_session_calls_hold_no_execution_slot(make_server: object) -> None:
+    """Class 7: one session's queued cells held the slots unrelated calls waited for."""
+    server = make_server("--capacity", "2")
+    session = server.post("/v1/sessions", {"tool": "python"}).json()["session"]
+    with ThreadPoolExecutor(8) as pool:
+        cells = [pool.submit(server.execute, "import time\ntime.sleep(2)", session=session) for _ in range(4)]
+        time.sleep(0.5)  # the first cell runs, the others queue behind it
+        started = time.monotonic()
+        other = server.execute("print('unrelated')")
+        waited = time.monotonic() - started
+        assert [c.result()["status"] for c in cells] == ["ok"] * 4
+    assert other["stdout"] == "unrelated\n" and waited < 1.5, waited
+
+
+def test_slow_clients_cannot_exhaust_the_server(make_server: object) -> None:
+    """Class 9: unfinished headers were kept forever; enough of them exhausted descriptors."""
+    server = make_server(
+        "--max-connections", "40", "--header-timeout-seconds", "2", prefix=("prlimit", "--nofile=300")
+    )
+    slow = []
+    for _ in range(400):
+        sock = socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])), timeout=30)
+        sock.sendall(b"POST /v1/execute HTTP/1.1\r\nHost: x\r\n")
+        slow.append(sock)
+    try:
+        health = requests.get(server.url + "/healthz", timeout=20)
+        assert health.status_code == 200, health.text
+        sock = socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])), timeout=30)
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # never finished: closed by the server
+        sock.settimeout(20)
+        assert sock.recv(1024) == b""
+        sock.close()
+    finally:
+        for sock in slow:
+            sock.close()
+    assert server.execute("print(1)")["stdout"] == "1\n"
+
+
+def test_healthz_fails_while_no_child_can_be_made(pod_server: SandboxProcess) -> None:
+    """Class 10: a worker that could not make directories answered pings, and /healthz said 200."""
+    leases = [p for p in _workdir(pod_server).iterdir() if p.name.isdigit()]
+    try:
+        for lease in leases:  # as if the code had taken its worker's directory away (root owns it now)
+            os.chown(lease, 0, 0)
+            os.chmod(lease, 0o555)
+        for _ in range(12):  # use up the children made before
+            pod_server.execute("pass")
+        health = requests.get(pod_server.url + "/healthz", timeout=30)
+        assert health.status_code == 503 and "cannot" in health.text, health.text
+    finally:
+        for lease in leases:
+            os.chown(lease, 65534, 65534)
+            os.chmod(lease, 0o711)
+    deadline = time.monotonic() + 30
+    while requests.get(pod_server.url + "/healthz", timeout=30).status_code != 200:
+        assert time.monotonic() < deadline, "did not recover"
+        time.sleep(0.5)
+    recovered(pod_server)
+
+
+def test_no_zombies_when_the_server_is_pid_1(make_server: object) -> None:
+    """Class 10: a dead worker's forker and children were left as zombies under pid 1."""
+    pid_1 = ("unshare", "--pid", "--fork", "--kill-child", "--mount-proc")
+    server = make_server("--workers", "1", prefix=pid_1)
+    main = _descendants(server.process.pid)[0]  # the server, pid 1 in its namespace
+    worker = next(p for p in _descendants(main) if _comm(p) == "sandbox-worker")
+    assert server.execute("print(1)")["stdout"] == "1\n"
+    os.kill(worker, 9)
+    deadline = time.monotonic() + 20
+    while zombies := [p for p in _descendants(main) if _state(p) == "Z"]:
+        assert time.monotonic() < deadline, f"zombies under the server: {zombies}"
+        time.sleep(0.5)
+    deadline = time.monotonic() + 60
+    while requests.get(server.url + "/healthz", timeout=30).status_code != 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    assert server.execute("print(2)")["stdout"] == "2\n"
+
+
+def _observe(server: SandboxProcess, source: str, ids: list, actions: list[str], **extra: object) -> dict:
+    connection = HTTPConnection(
+        "127.0.0.1", int(server.url.rsplit(":", 1)[1]), timeout=60, source_address=(source, 0)
+    )
+    connection.request(
+        "POST", "/get_observation", json.dumps({"trajectory_ids": ids, "actions": actions, **extra})
+    )
+    response = connection.getresponse()
+    body = json.loads(response.read())
+    connection.close()
+    assert response.status == 200, body
+    return body
+
+
+def test_trajectories_belong_to_their_caller(any_server: SandboxProcess) -> None:
+    """Class 11: any caller could run in, read or finish another's trajectory; 1 and "1" collided."""
+    _observe(any_server, "127.0.0.1", ["tr"], ["<python>secret = 41</python>"])
+    other = _observe(any_server, "127.0.0.2", ["tr"], ["<python>print(secret)</python>"])
+    assert "NameError" in other["observations"][0]
+    _observe(any_server, "127.0.0.2", ["tr"], [""], finish=[True])
+    mine = _observe(any_server, "127.0.0.1", ["tr"], ["<python>print(secret + 1)</python>"])
+    assert mine["observations"] == ["42\n"]
+    _observe(any_server, "127.0.0.1", [7], ["<python>number = 7</python>"])
+    typed = _observe(any_server, "127.0.0.1", ["7"], ["<python>print(number)</python>"])
+    assert "NameError" in typed["observations"][0]
+    for ids in (["tr", 7, "7"],):
+        _observe(any_server, "127.0.0.1", ids, ["", "", ""], finish=[True] * 3)
+    recovered(any_server)
+
+
+def test_sandboxfusion_and_verltool_fidelity(any_server: SandboxProcess) -> None:
+    """Limits from the request up to the pool's maxima, SandboxFusion's output and body sizes,
+    tracebacks as from a file, clean argv, ```py fences, stdin from extra_fields."""
+
+    def run(code: str, **extra: object) -> dict:
+        response = any_server.post("/run_code", {"code": code, "language": "python", **extra})
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    big = run("print('x' * 100_000)")
+    assert big["run_result"]["stdout"] == "x" * 100_000 + "\n"  # the tool's 4 KiB is for /v1/execute
+    memory = run(
+        "import numpy\nprint(numpy.zeros(600 << 20, dtype=numpy.uint8).nbytes)", memory_limit_MB=1024
+    )
+    assert memory["run_result"]["stdout"] == f"{600 << 20}\n", memory  # the tool's own limit is 256 MiB
+    slow = run("import time\ntime.sleep(3.5)\nprint('done')", run_timeout=8)
+    assert slow["run_result"]["stdout"] == "done\n", slow  # the tool's own timeout is 3 s
+    deep = (  # recursion through C (map): ~20,000 levels fit in the usual 8 MiB stack
+        "import sys\nsys.setrecursionlimit(10 ** 6)\n"
+        "def f(n):\n    return 0 if n == 0 else 1 + max(map(f, [n - 1]))\nprint(f(50_000))"
+    )
+    assert run(deep)["run_result"]["stdout"] == "50000\n"
+    failing = run(
+        "import sys, os\nprint(sys.argv == [__file__], os.path.basename(__file__))\n"
+        "def f():\n    raise ValueError('boom')\nf()"
+    )
+    assert failing["run_result"]["stdout"] == "True main.py\n"
+    assert 'main.py", line 5, in <module>\n    f()\n' in failing["run_result"]["stderr"]
+    assert "    raise ValueError('boom')\nValueError: boom" in failing["run_result"]["stderr"]
+    payload = base64.b64encode(b"y" * (5 << 20)).decode()  # a 7 MiB body (was refused above 4 MiB)
+    files = run("print(len(open('big.bin', 'rb').read()))", files={"big.bin": payload})
+    assert files["run_result"]["stdout"] == f"{5 << 20}\n"
+    fence = _observe(
+        any_server,
+        "127.0.0.1",
+        ["fid"],
+        ["```py\nprint(input()[::-1])\n```"],
+        extra_fields=[{"stdin": "abc"}],
+    )
+    assert fence["observations"] == ["cba\n"]
+    again = _observe(
+        any_server,
+        "127.0.0.1",
+        ["fid"],
+        ["```python\nprint(input())\n```"],
+        extra_fields=[{"stdin": "second"}],
+    )
+    assert again["observations"] == ["second\n"]  # each cell of a session its own stdin
+    _observe(any_server, "127.0.0.1", ["fid"], [""], finish=[True])
+    recovered(any_server)
