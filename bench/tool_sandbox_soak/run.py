@@ -3,6 +3,8 @@ minutes against one server. Counts server deaths and worker restarts, ordinary c
 answered wrong, and samples the memory (RSS) and descriptors of the server and its workers.
 
 Usage: python bench/tool_sandbox_soak/run.py [--seconds 600] [--concurrency 32]
+           [--as-uid 65534 --python VENV/bin/python]
+The second form is the pod's mode: the server is not root and its children share its uid.
 Prints a markdown summary; writes bench/results/tool_sandbox_soak.json. Traffic goes only to the
 server it starts on 127.0.0.1; every loop is bounded in time."""
 
@@ -183,13 +185,22 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=600)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--out", default=str(HERE.parent / "results" / "tool_sandbox_soak.json"))
+    parser.add_argument("--as-uid", type=int, help="run the server as this uid (setpriv; needs root)")
+    parser.add_argument("--python", default=sys.executable, help="an interpreter that uid can read")
     args = parser.parse_args()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     work = tempfile.mkdtemp(prefix="toolrl-soak-")
+    prefix: list[str] = []
+    if args.as_uid is not None:
+        os.chmod(work, 0o755)
+        os.mkdir(os.path.join(work, "work"))
+        os.chown(os.path.join(work, "work"), args.as_uid, args.as_uid)
+        prefix = ["setpriv", f"--reuid={args.as_uid}", f"--regid={args.as_uid}", "--clear-groups"]
     server = subprocess.Popen(
         [
-            sys.executable,
+            *prefix,
+            args.python,
             "-m",
             "tool_sandbox",
             "serve",
