@@ -203,6 +203,7 @@ def test_verltool_get_observation(server: SandboxProcess) -> None:
         "observations": ["[error: trajectory 't1' was finished; use a new trajectory id]"],
         "dones": [True],
         "valids": [False],
+        "faults": ["code"],
     }
     bad = server.post("/get_observation", {"trajectory_ids": ["a"], "actions": ["x", "y"]})
     assert bad.status_code == 400 and "actions has 2" in bad.json()["error"]
