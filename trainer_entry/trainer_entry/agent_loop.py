@@ -3,6 +3,13 @@
 One assistant turn grows in place: generation stops at the protocol's closing marker, the call runs in
 the tool pool, and the observation is appended with response mask 0, until the model answers without
 a call or the turn limit (`multi_turn.max_user_turns` = spec.rollout.maxToolTurns) is reached.
+
+A trajectory whose call met an infrastructure failure (`CallResult.fault == "infra"`: the pool
+rejected it, was unreachable, lost the worker...) stops there and is returned as no output at all:
+verl's agent-loop worker then neither scores it nor stores it, so it is in no GRPO group and no
+update (verl 0.9.1, `AgentLoopWorkerTQ._agent_loop_postprocess` returns early on an empty list;
+`compute_advantage_for_multi_trajectories`: "sessions whose AgentLoop returns None simply do not
+appear in batch_keys"). It is counted in `toolrl_trajectories_excluded_total{reason}`.
 Registered with verl through the agent-loop YAML (`agent_loop_config_path`, see translate.agent_loops).
 """
 
@@ -14,6 +21,8 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, ToolListWrap
 from verl.utils.profiler import simple_timer
 
+from trainer_entry.hub import sink
+from trainer_entry.pool_client import FAULT_INFRA, CallResult
 from trainer_entry.protocols import Call, get_protocol
 from trainer_entry.tools import PoolTool
 
@@ -42,7 +51,7 @@ class TagAgentLoop(AgentLoopBase):
             (n for n, t in self.tools.items() if getattr(t, "tool_type", "") == "python"), None
         )
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list:
         messages = list(kwargs["raw_prompt"])
         tools_kwargs = kwargs.get("tools_kwargs") or {}
         metrics: dict[str, Any] = {}
@@ -58,6 +67,7 @@ class TagAgentLoop(AgentLoopBase):
         logprobs: list[float] = []
         generations = tool_turns = 0
         outcomes: list[str] = []
+        faults: list[str | None] = []
         # the policy versions the trajectory was sampled from, which verl's trainer reports (staleness)
         versions: dict[str, Any] = {}
         while True:
@@ -80,9 +90,15 @@ class TagAgentLoop(AgentLoopBase):
             if tool_turns >= self.max_tool_turns or generations >= self.max_generations:
                 break
             with simple_timer("tool_calls", metrics):
-                status, observation = await self._run_call(call, tools_kwargs)
+                result = await self._run_call(call, tools_kwargs)
             tool_turns += 1
-            outcomes.append(status)
+            outcomes.append(result.status)
+            faults.append(result.fault)
+            if result.fault == FAULT_INFRA:
+                # not the model's doing: this trajectory must neither be scored nor trained on
+                sink().trajectories([result.status])
+                return []
+            observation = result.observation()
             obs_text = self.protocol.observation(truncate_middle(observation, self.max_observation_chars))
             obs_ids = self.tokenizer.encode(obs_text, add_special_tokens=False)
             response_ids += obs_ids
@@ -98,25 +114,31 @@ class TagAgentLoop(AgentLoopBase):
             response_logprobs=logprobs[:n] if sampling_params.get("logprobs") else None,
             num_turns=generations + tool_turns + 1,
             metrics=metrics,
-            extra_fields={"tool_call_counts": tool_turns, "tool_outcomes": outcomes, **versions},
+            extra_fields={
+                "tool_call_counts": tool_turns,
+                "tool_outcomes": outcomes,
+                "tool_faults": faults,
+                **versions,
+            },
         )
 
-    async def _run_call(self, call: Call, tools_kwargs: dict[str, Any]) -> tuple[str, str]:
-        """(outcome, observation text) of one call; unknown tools and bad input are observations too."""
+    async def _run_call(self, call: Call, tools_kwargs: dict[str, Any]) -> CallResult:
+        """One call's result; unknown tools and bad input are the model's failures, shown to it."""
         if call.error:
-            return "invalid", f"Error: {call.error}"
+            return CallResult(status="invalid", error=call.error)
         tool = self.tools.get(call.name)
         if isinstance(tool, PoolTool):
             context = (tools_kwargs.get(call.name) or {}).get("create_kwargs", {}).get("context")
-            result = await tool.run(call.arguments, context)
-            return result.status, result.observation()
+            return await tool.run(call.arguments, context)
         for name, candidate in self.tools.items():
             route = _route((tools_kwargs.get(name) or {}).get("create_kwargs", {}), call.name)
             if isinstance(candidate, PoolTool) and route is not None:
-                result = await candidate.run({"arguments": call.arguments}, route)
-                return result.status, result.observation()
+                return await candidate.run({"arguments": call.arguments}, route)
         known = sorted(self.tools)
-        return "invalid", f"Error: unknown tool '{call.name}'. Available tools: {', '.join(known) or 'none'}"
+        return CallResult(
+            status="invalid",
+            error=f"unknown tool '{call.name}'. Available tools: {', '.join(known) or 'none'}",
+        )
 
 
 def _route(create_kwargs: dict[str, Any], function: str) -> dict[str, Any] | None:

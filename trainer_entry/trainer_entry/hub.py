@@ -65,6 +65,9 @@ class MetricsHub:
     def observe_tool_calls(self, batch: list[tuple[str, str, float]]) -> None:
         self.metrics.observe_tool_calls(batch)
 
+    def observe_trajectories(self, batch: list[str | None]) -> None:
+        self.metrics.observe_trajectories(batch)
+
     def observe_rewards(self, batch: list[dict[str, float]]) -> None:
         for components in batch:
             self.metrics.observe_reward(components)
@@ -115,6 +118,15 @@ class Sink:
         with self._lock:
             self._tool_calls.append((tool, outcome, seconds))
         self._maybe_flush()
+
+    def trajectories(self, excluded: list[str | None]) -> None:
+        """Finished rollout trajectories, each with why it was kept out of the update or None. Sent at
+        once: the agent loops report their exclusions as they happen, the trainer the trajectories
+        it trains on at each update, so a step's counts are complete when its metrics are recorded."""
+        if self.local is not None:
+            self.local.observe_trajectories(excluded)
+        else:
+            self.hub.observe_trajectories.remote(list(excluded))
 
     def reward(self, components: dict[str, float]) -> None:
         if self.local is not None:

@@ -68,6 +68,20 @@ class TrainerMetrics:
             ["tool", "reason"],
             registry=r,
         )
+        self.trajectories = Counter(
+            "toolrl_trajectories_total", "Rollout trajectories finished (trained on or excluded)", registry=r
+        )
+        self.trajectories_excluded = Counter(
+            "toolrl_trajectories_excluded_total",
+            "Trajectories kept out of scoring and the update: a tool call met an infrastructure failure",
+            ["reason"],
+            registry=r,
+        )
+        self.excluded_fraction = Gauge(
+            "toolrl_trainer_excluded_fraction",
+            "Share of the last step's trajectories excluded for infrastructure failures",
+            registry=r,
+        )
         self.current_phase = PHASES[0]
         r.register(_PhaseCollector(self))
         self.expected_tool_calls = Gauge(
@@ -78,6 +92,8 @@ class TrainerMetrics:
         self.trajectories_per_step = trajectories_per_step
         self._lock = threading.Lock()
         self._calls_this_step = 0
+        self._trajectories_this_step = 0
+        self._excluded_this_step = 0
         self._component_sums: dict[str, float] = defaultdict(float)
         self._component_counts: dict[str, int] = defaultdict(int)
         self._last_calls_per_trajectory: float | None = None
@@ -120,6 +136,20 @@ class TrainerMetrics:
         for tool, outcome, seconds in batch:
             self.observe_tool_call(tool, outcome, seconds)
 
+    def observe_trajectory(self, excluded: str | None) -> None:
+        """A finished trajectory; `excluded` is the status of the infrastructure failure that kept it
+        out of the update, or None when it was trained on."""
+        self.trajectories.inc()
+        if excluded is not None:
+            self.trajectories_excluded.labels(reason=excluded).inc()
+        with self._lock:
+            self._trajectories_this_step += 1
+            self._excluded_this_step += excluded is not None
+
+    def observe_trajectories(self, batch: list[str | None]) -> None:
+        for excluded in batch:
+            self.observe_trajectory(excluded)
+
     def observe_reward(self, components: dict[str, float]) -> None:
         """One scored trajectory's reward components (averaged per step)."""
         with self._lock:
@@ -148,6 +178,8 @@ class TrainerMetrics:
                 gauge.set(value)
         with self._lock:
             calls, self._calls_this_step = self._calls_this_step, 0
+            finished, self._trajectories_this_step = self._trajectories_this_step, 0
+            excluded, self._excluded_this_step = self._excluded_this_step, 0
             sums, counts = dict(self._component_sums), dict(self._component_counts)
             self._component_sums.clear()
             self._component_counts.clear()
@@ -159,6 +191,8 @@ class TrainerMetrics:
             self._last_calls_per_trajectory = per_trajectory
         for name, total in sums.items():
             self.reward_component.labels(component=name).set(total / counts[name])
+        if finished:
+            self.excluded_fraction.set(excluded / finished)
 
 
 class _PhaseCollector:

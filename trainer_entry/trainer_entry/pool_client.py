@@ -23,6 +23,12 @@ HTTP_GRACE_SECONDS = 5.0
 
 Recorder = Callable[[str, str, float], None]
 
+# Whose a failure is (docs/contracts.md, "Whose failure"): the same two values as the pool's `fault`.
+FAULT_CODE = "code"
+FAULT_INFRA = "infra"
+# statuses the client makes up itself; every one is the infrastructure's
+UNREACHABLE = "unreachable"
+
 
 def _no_record(tool: str, outcome: str, seconds: float) -> None:
     return None
@@ -30,9 +36,11 @@ def _no_record(tool: str, outcome: str, seconds: float) -> None:
 
 @dataclass
 class CallResult:
-    """A tool call as seen by the trainer; `status` is the pool's, or `unreachable` for client failures."""
+    """A tool call as seen by the trainer; `status` is the pool's, or `unreachable` for client failures;
+    `fault` is None when ok, else `code` (the model's) or `infra` (see `classify`)."""
 
     status: str
+    fault: str | None = None
     output: str = ""
     stdout: str = ""
     stderr: str = ""
@@ -43,9 +51,17 @@ class CallResult:
     error: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if self.fault is None:
+            self.fault = classify(self.status)
+
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def infra_failure(self) -> bool:
+        return self.fault == FAULT_INFRA
 
     def observation(self) -> str:
         """The text the model reads back: the output, or a clear account of what failed."""
@@ -67,6 +83,22 @@ class CallResult:
         if self.truncated:
             text += "\n[output truncated]"
         return text
+
+
+def classify(status: str, pool_fault: Any = None) -> str | None:
+    """Whose failure a pool answer is: the pool's own `fault` when it sent a valid one, else from the
+    status (an older pool): `rejected` and `unreachable` are the infrastructure's, other failures the
+    code's, `ok` nobody's."""
+    if pool_fault in (FAULT_CODE, FAULT_INFRA) and status != "ok":
+        return pool_fault
+    if status == "ok":
+        return None
+    return FAULT_INFRA if status in ("rejected", UNREACHABLE) else FAULT_CODE
+
+
+def transport_failure(status: str, error: str, attempts: int, **extra: Any) -> CallResult:
+    """A call that got no usable answer from the pool: always the infrastructure's failure."""
+    return CallResult(status=status, fault=FAULT_INFRA, error=error, attempts=attempts, **extra)
 
 
 def retry_after_seconds(header: str | None, default: float) -> float:
@@ -158,23 +190,25 @@ class PoolClient:
                         return _answer(await resp.text(), attempt + 1)
                     text = (await resp.text())[:300]
                     error = f"HTTP {resp.status}: {text}"
+                    if resp.status >= 500 and resp.status not in RETRYABLE_HTTP:
+                        return transport_failure(UNREACHABLE, error, attempt + 1)
                     if resp.status not in RETRYABLE_HTTP:
-                        return CallResult(status="error", error=error, attempts=attempt + 1)
+                        # the pool refused the call's input (400, 413, ...): the model's call is to blame
+                        return CallResult(status="error", fault=FAULT_CODE, error=error, attempts=attempt + 1)
                     if resp.status == 429:
                         wait = retry_after_seconds(resp.headers.get("Retry-After"), wait)
             except TimeoutError:
-                return CallResult(
-                    status="timeout",
-                    duration_seconds=limit,
-                    attempts=attempt + 1,
-                    error="no answer from the tool pool in time",
+                # the caller's deadline passed without an answer: queued or lost, never the code's own
+                # limit (the pool answers `timeout` itself for that, within HTTP_GRACE_SECONDS)
+                return transport_failure(
+                    "timeout", "no answer from the tool pool in time", attempt + 1, duration_seconds=limit
                 )
             except aiohttp.ClientError as exc:
                 error = f"{type(exc).__name__}: {exc}"
             if attempt < self.max_retries:
                 await self.sleep(wait)
-        status = "rejected" if error.startswith("HTTP 429") else "unreachable"
-        return CallResult(status=status, error=error, attempts=self.max_retries + 1)
+        status = "rejected" if error.startswith("HTTP 429") else UNREACHABLE
+        return transport_failure(status, error, self.max_retries + 1)
 
 
 def _answer(text: str, attempts: int) -> CallResult:
@@ -186,17 +220,19 @@ def _answer(text: str, attempts: int) -> CallResult:
             return _parse(doc, attempts)
     except (ValueError, TypeError):
         pass
-    return CallResult(
-        status="error",
-        error=f"the tool pool answered something unexpected (HTTP 200, not a result object): {text[:200]!r}",
-        attempts=attempts,
+    return transport_failure(
+        "error",
+        f"the tool pool answered something unexpected (HTTP 200, not a result object): {text[:200]!r}",
+        attempts,
     )
 
 
 def _parse(doc: dict[str, Any], attempts: int) -> CallResult:
     output = doc.get("output", "")
+    status = str(doc.get("status", "error"))
     return CallResult(
-        status=str(doc.get("status", "error")),
+        status=status,
+        fault=classify(status, doc.get("fault")),
         output=output if isinstance(output, str) else _json_text(output),
         stdout=str(doc.get("stdout") or ""),
         stderr=str(doc.get("stderr") or ""),

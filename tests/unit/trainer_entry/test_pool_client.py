@@ -182,3 +182,90 @@ def test_backoff_and_retry_after():
     assert retry_after_seconds("7", 1.0) == 7.0
     assert retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT", 1.5) == 1.5
     assert retry_after_seconds(None, 2.0) == 2.0
+
+
+# ---- whose failure (issue 16): every answer and every transport failure gets a `fault` ----------
+
+FAILED = {**OK, "status": "error", "exitCode": 1, "stderr": "ZeroDivisionError"}
+
+
+@pytest.mark.parametrize(
+    ("answer", "fault"),
+    [
+        (OK, None),
+        ({**FAILED, "fault": "code"}, "code"),
+        ({**OK, "status": "timeout", "exitCode": -9, "fault": "code"}, "code"),
+        ({**OK, "status": "killed", "exitCode": -9, "fault": "code"}, "code"),
+        ({**FAILED, "stderr": "", "sandboxError": True, "fault": "infra"}, "infra"),
+        # an older pool without the field: the status decides
+        (FAILED, "code"),
+        ({**OK, "status": "rejected"}, "infra"),
+        # a field the client does not know is not trusted
+        ({**FAILED, "fault": "cosmic rays"}, "code"),
+    ],
+)
+async def test_every_pool_status_is_classified(pool, answer, fault):
+    pool.script = [(200, {}, answer)]
+    c, _ = client(pool.url)
+    result = await c.execute("python", {"code": "1"})
+    await c.close()
+    assert result.fault == fault and result.infra_failure == (fault == "infra")
+
+
+@pytest.mark.parametrize(
+    ("script", "status", "fault"),
+    [
+        ([(429, {"Retry-After": "0"}, {"status": "rejected", "fault": "infra"})] * 3, "rejected", "infra"),
+        ([(503, {}, "unavailable")] * 3, "unreachable", "infra"),
+        ([(502, {}, "bad gateway")] * 3, "unreachable", "infra"),
+        ([(500, {}, "internal error")], "unreachable", "infra"),
+        ([(200, {}, "<html>not json</html>")], "error", "infra"),
+        ([(400, {}, {"error": "input of a python tool must be a string of code"})], "error", "code"),
+        ([(413, {}, {"error": "request body too large"})], "error", "code"),
+    ],
+)
+async def test_every_http_failure_is_classified(pool, script, status, fault):
+    pool.script = list(script)
+    c, _ = client(pool.url, max_retries=2)
+    result = await c.execute("python", {"code": "1"})
+    await c.close()
+    assert (result.status, result.fault) == (status, fault)
+
+
+async def test_refused_connection_is_infra():
+    c, _ = client(f"http://127.0.0.1:{free_port()}", max_retries=1)
+    result = await c.execute("python", {"code": "1"})
+    await c.close()
+    assert (result.status, result.fault) == ("unreachable", "infra")
+
+
+async def test_connection_reset_is_infra():
+    async def hang_up(reader, writer):
+        await reader.read(100)
+        writer.transport.abort()  # RST, no answer
+
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    c, _ = client(f"http://127.0.0.1:{port}", max_retries=1)
+    try:
+        result = await c.execute("python", {"code": "1"})
+    finally:
+        await c.close()
+        server.close()
+        await server.wait_closed()
+    assert (result.status, result.fault, result.attempts) == ("unreachable", "infra", 2)
+
+
+async def test_deadline_spent_before_an_answer_is_infra(pool, monkeypatch):
+    monkeypatch.setattr("trainer_entry.pool_client.HTTP_GRACE_SECONDS", 0.0)
+    pool.delay = 1.0  # queued in the pool (or lost) past the caller's deadline
+    c, _ = client(pool.url)
+    result = await c.execute("python", {"code": "1"}, timeout_seconds=0.1)
+    await c.close()
+    assert (result.status, result.fault) == ("timeout", "infra")
+
+
+def test_the_clients_own_results_are_classified():
+    assert CallResult(status="ok").fault is None
+    assert CallResult(status="invalid").fault == "code"  # the model's malformed call, never sent
+    assert CallResult(status="unreachable").fault == "infra"

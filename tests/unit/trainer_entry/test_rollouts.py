@@ -236,3 +236,69 @@ async def test_rollout_scored_by_our_rewards(tiny_model, sandbox, tmp_path, monk
     )
     assert failed == {"score": 0.0, "has_code": 1.0, "ran": 0.0, "passed": 0.0}
     assert json.dumps(failed)
+
+
+# ---- issue 16: an infrastructure failure keeps the trajectory out; the model's own error does not --
+
+
+async def one_trajectory(case, script, pool_url, tiny_model, tmp_path, monkeypatch):
+    """TagAgentLoop.run of one python-tags trajectory, built as verl's worker builds it."""
+    import hydra
+    from transformers import AutoTokenizer
+    from verl.experimental.agent_loop import AgentLoopWorker
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap, _agent_loop_registry
+
+    job = job_for("python-tags", tiny_model)
+    translation = translate(job, pool_url)
+    write_workdir(job, translation, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    config = verl_config.compose([*translation.overrides, "actor_rollout_ref.rollout.agent.num_workers=1"])
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    server = ScriptedServer(tokenizer, {case: script})
+    worker = AgentLoopWorker(config, llm_client=server)
+    loop = hydra.utils.instantiate(
+        config=_agent_loop_registry[agent_loop_name("python-tags")],
+        trainer_config=DictConfigWrap(config=worker.config),
+        server_manager=server,
+        tokenizer=worker.tokenizer,
+        processor=worker.processor,
+        hf_model_type=worker.hf_model_type,
+        dataset_cls=worker.dataset_cls,
+        data_config=DictConfigWrap(worker.config.data),
+        tools=ToolListWrap(worker.tools),
+    )
+    prompt = [{"role": "user", "content": f"case={case}"}]
+    return await loop.run({"temperature": 1.0, "logprobs": False}, raw_prompt=prompt, tools_kwargs={})
+
+
+async def test_infrastructure_failure_excludes_the_trajectory(tiny_model, tmp_path, monkeypatch):
+    from localcluster import free_port
+
+    metrics = TrainerMetrics()
+    use_sink(Sink(local=metrics))
+    dead_pool = f"http://127.0.0.1:{free_port()}"  # connection refused on every attempt
+    script = ["<PYTHON>\nprint(6 * 7)\n</PYTHON>", "#### 42"]
+    out = await one_trajectory("down", script, dead_pool, tiny_model, tmp_path, monkeypatch)
+    assert out == []  # verl's TQ worker neither scores nor stores an empty output
+    samples = metrics.trajectories_excluded.collect()[0].samples
+    excluded = {s.labels["reason"]: s.value for s in samples if s.name.endswith("_total")}
+    assert excluded == {"unreachable": 1.0}
+
+
+async def test_the_models_own_error_is_kept_and_scored(tiny_model, sandbox, tmp_path, monkeypatch):
+    metrics = TrainerMetrics()
+    use_sink(Sink(local=metrics))
+    script = ["<PYTHON>\nprint(1 / 0)\n</PYTHON>", "#### 0"]
+    out = await one_trajectory("raises", script, sandbox, tiny_model, tmp_path, monkeypatch)
+    assert out.extra_fields["tool_outcomes"] == ["error"] and out.extra_fields["tool_faults"] == ["code"]
+    assert not list(metrics.trajectories_excluded.collect()[0].samples)
+    text = tiny_model_text(out, tiny_model)
+    assert "ZeroDivisionError" in text
+    scored = await compute_score("gsm8k", text, "42", {}, preset="exact-match")
+    assert scored["score"] == 0.0  # the reward's verdict on a wrong answer, not an exclusion
+
+
+def tiny_model_text(out, model):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model).decode(out.response_ids, skip_special_tokens=True)
