@@ -28,6 +28,9 @@ from test_trainer_progress import mount_service_account
 from trainer_entry.tiny_model import build_tiny_model, warm_up, write_toy_data
 
 STEPS = 3
+# verl's start-up dominates a run (4-8 min on a loaded 2-core machine: imports, Ray, ~30 actors);
+# pytest's default of 900 s is for the rest of the suite.
+pytestmark = pytest.mark.timeout(3600)
 GRAD_NORM = re.compile(r"actor/grad_norm:(-?[\d.eE+-]+)")
 WEIGHTS = re.compile(r"L2 distance from the initial weights ([\d.eE+-]+)")
 

@@ -8,6 +8,7 @@ and hand the config to verl's `run_ppo` with our task runner.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
 import shutil
@@ -185,6 +186,7 @@ def start_ray(job: Job, runtime_env: dict[str, Any]) -> None:
             if "timed out during startup" not in str(exc):
                 raise
             ray.shutdown()
+            _stop_children()  # the failed attempt's GCS and raylet outlive ray.shutdown()
             if attempt == LOCAL_RAY_ATTEMPTS:
                 raise TrainingError(
                     f"a local Ray did not start in {LOCAL_RAY_ATTEMPTS} attempts (Ray waits 30 s for its "
@@ -237,6 +239,20 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     finally:
         ray.get(hub.finish.remote())
         ray.shutdown()
+
+
+def _stop_children(grace: float = 10.0) -> None:
+    """Stop every process this one started (here: what a failed local Ray start left behind)."""
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.terminate()
+    _, alive = psutil.wait_procs(children, timeout=grace)
+    for child in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
 
 
 class TrainingError(RuntimeError):
