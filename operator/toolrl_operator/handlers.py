@@ -82,7 +82,27 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 30
+    watch_only_owned(settings)
     runtime()
+
+
+# What the API server sends the operator's watches of children and pods: only its own objects.
+# (kopf's `labels=` filters of a handler are applied in the operator, after the whole resource
+# has been listed and watched: on a real cluster, every pod and ConfigMap.)
+OWNED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_JOB}"
+
+
+def watched_resources() -> list[tuple[str, ...]]:
+    """kopf resource selectors of the children's and pods' watches."""
+    kinds = [
+        (c.group, c.version, c.plural) if c.group else (c.version, c.plural) for c in CHILD_KINDS if c.watched
+    ]
+    return [*kinds, ("v1", "pods")]
+
+
+def watch_only_owned(settings: kopf.OperatorSettings) -> None:
+    for resource in watched_resources():
+        settings.watching.label_selectors[resource] = OWNED_SELECTOR
 
 
 @kopf.on.startup()

@@ -250,3 +250,21 @@ def test_views_keep_what_the_status_needs() -> None:
     }
     assert deployment_view(body) == {"metadata": {"name": "d", "generation": 2}, "spec": {"replicas": 3},
                                      "status": {"x": 1}}  # fmt: skip
+
+
+def test_the_api_server_sends_only_the_operators_children_and_pods() -> None:
+    import kopf
+    from kopf._cogs.structs.references import Resource
+    from toolrl_operator.handlers import OWNED_SELECTOR, watch_only_owned
+
+    settings = kopf.OperatorSettings()
+    watch_only_owned(settings)
+    watched = [("", "pods", "Pod"), ("", "configmaps", "ConfigMap"), ("apps", "deployments", "Deployment"),
+               ("ray.io", "rayjobs", "RayJob")]  # fmt: skip
+    for group, plural, kind in watched:
+        resource = Resource(group=group, version="v1", plural=plural, kind=kind, namespaced=True)
+        assert settings.watching.label_selectors.collect(resource) == [OWNED_SELECTOR], plural
+    jobs = Resource(
+        group="toolrl.dev", version="v1alpha1", plural="toolrljobs", kind="ToolRLJob", namespaced=True
+    )
+    assert settings.watching.label_selectors.collect(jobs) == [], "the jobs themselves: all of them"
