@@ -39,6 +39,8 @@ class ChildKind:
     plural: str
     build: Builder  # job (CRD defaults applied), settings, live -> manifests of this kind
     watched: bool = True  # events of these objects re-sync their job (drift, deletion, status)
+    # Applied after the others (which are applied in parallel), in list order: it refers to them.
+    after_others: bool = False
 
     @property
     def group(self) -> str:
@@ -85,7 +87,15 @@ def _network_policies(job: dict[str, Any], settings: Settings, live: Live) -> li
 CHILD_KINDS: tuple[ChildKind, ...] = (
     ChildKind("ServiceAccount", "v1", "serviceaccounts", _one(build_service_account)),
     ChildKind("Role", "rbac.authorization.k8s.io/v1", "roles", _one(build_role)),
-    ChildKind("RoleBinding", "rbac.authorization.k8s.io/v1", "rolebindings", _one(build_role_binding)),
+    # The API server checks a RoleBinding against its Role's rules unless the creator may `bind`
+    # (the operator may not): before the Role exists it answers 404 (seen with the chart's RBAC).
+    ChildKind(
+        "RoleBinding",
+        "rbac.authorization.k8s.io/v1",
+        "rolebindings",
+        _one(build_role_binding),
+        after_others=True,
+    ),
     ChildKind("ConfigMap", "v1", "configmaps", _one(build_configmap)),
     ChildKind("Service", "v1", "services", _one(build_service)),
     ChildKind("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets", _one(build_pdb)),
@@ -94,7 +104,7 @@ CHILD_KINDS: tuple[ChildKind, ...] = (
     # Only with `toolPool.autoscaler: keda`, and KEDA may not be installed: not watched (a watch
     # of a missing API would fail); the periodic resync repairs it.
     ChildKind("ScaledObject", "keda.sh/v1alpha1", "scaledobjects", _scaled_object, watched=False),
-    ChildKind("RayJob", "ray.io/v1", "rayjobs", _rayjob),
+    ChildKind("RayJob", "ray.io/v1", "rayjobs", _rayjob, after_others=True),
 )
 BY_KIND = {child.kind: child for child in CHILD_KINDS}
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from . import events
 from .apply import RETRIABLE, ApiError, Kube
-from .children import Live, build_children
+from .children import BY_KIND, Live, build_children
 from .keda import KedaConfigError, explain_api_error
 from .metrics import PHASES, RECONCILE_DURATION, RECONCILE_ERRORS
 from .naming import API_VERSION, COMPONENT_TOOL_POOL, COMPONENT_TRAINER, KIND
@@ -75,6 +75,8 @@ def classify(err: Exception) -> PermanentError | None:
             return PermanentError("Invalid", str(err))
         if err.status in RETRIABLE or (err.status == 403 and "quota" in err.message.lower()):
             return None
+        if err.status == 404 and "could not find the requested resource" not in err.message:
+            return None  # an object, not the API, is missing (an apply racing a deletion): retry
         if 400 <= err.status < 500:
             return PermanentError(err.reason or str(err.status), str(err))
     return None
@@ -231,6 +233,7 @@ class Reconciler:
                     raise
                 error = (permanent.reason, permanent.message)
                 if state.permanent is None or state.permanent[:3] != (generation, *error):
+                    log.warning("sync of %s/%s: %s (waits for a spec change)", *key, permanent)
                     RECONCILE_ERRORS.labels(permanent.reason).inc()
                     announcements = [(events.WARNING, events.RECONCILE_ERROR, permanent.message)]
                 state.permanent = (generation, *error, time.monotonic())
@@ -261,8 +264,8 @@ class Reconciler:
             if state.live.get((kind, name)) == DELETED and (kind, name) in state.applied:
                 message = f"re-created the deleted {kind} {name}"
                 announcements.append((events.WARNING, events.CHILD_DELETED, message))
-        others = [item for item in due if item[0][0] != "RayJob"]
-        # Independent objects go in parallel; the RayJob, whose pods use them, goes last.
+        others = [item for item in due if not BY_KIND[item[0][0]].after_others]
+        # Independent objects go in parallel; then, one by one, those that refer to them.
         futures = [self.apply_threads.submit(self._apply, manifest) for _, _, manifest in others]
         failure: Exception | None = None
         for (child, digest, _), future in zip(others, futures, strict=True):
@@ -272,9 +275,11 @@ class Reconciler:
                 failure = failure or err
         if failure is not None:
             raise failure
-        for child, digest, manifest in due[len(others) :]:
+        for child, digest, manifest in [item for item in due if BY_KIND[item[0][0]].after_others]:
             previous = state.applied.get(child)
             _remember(state, child, digest, self._apply(manifest))
+            if child[0] != "RayJob":
+                continue
             wanted = bool(manifest["spec"].get("suspend"))
             changed = previous is None or previous[0] != digest
             kueue = bool(job["spec"]["cluster"].get("queueName"))  # then Kueue suspends and resumes

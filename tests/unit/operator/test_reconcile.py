@@ -76,7 +76,7 @@ def test_a_sync_applies_every_child_writes_the_status_and_a_second_one_does_noth
         ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service", "PodDisruptionBudget",
          "NetworkPolicy", "NetworkPolicy", "Deployment", "RayJob"]
     )  # fmt: skip
-    assert kinds(kube)[-1] == "RayJob", "the RayJob, whose pods use the rest, goes last"
+    assert kinds(kube)[-2:] == ["RoleBinding", "RayJob"], "after what they refer to, which goes in parallel"
     assert len(kube.statuses) == 1 and kube.statuses[0]["observedGeneration"] == 3
     assert reasons(kube) == [events.CREATED, "PhasePending"]
     kube.applied.clear()
@@ -154,6 +154,11 @@ def test_transient_errors_raise_for_a_retry(world) -> None:
         with pytest.raises(type(err)):
             rec.sync(KEY)
     assert classify(ApiError(403, "Forbidden", "User cannot patch roles")) is not None
+    # an apply that races (a Role created in parallel with its binding): the object is missing
+    assert classify(ApiError(404, "NotFound", 'rolebindings.rbac.authorization.k8s.io "j" not found')) is None
+    # the API itself is missing (KubeRay not installed): no retry helps
+    missing_api = ApiError(404, "NotFound", "the server could not find the requested resource")
+    assert classify(missing_api) is not None
 
 
 @pytest.mark.parametrize(("status", "advice"), [(403, "keda.enabled=true"), (404, "install KEDA")])
