@@ -89,7 +89,7 @@ def recovered(server: SandboxProcess, ipc_before: int | None = None) -> None:
     if ipc_before is not None:
         assert _sysv_objects() == ipc_before
     assert _tree_bytes(_workdir(server)) < 4 << 20  # spares' empty directories only
-    deadline = time.monotonic() + 5  # no code runs outside a call: spares wait, sessions are stopped
+    deadline = time.monotonic() + 30  # no code runs outside a call: spares wait, sessions are stopped
     children = [p for p in _descendants(server.process.pid) if _comm(p) == "sandbox-child"]
     while running := [p for p in children if _state(p) == "R"]:
         assert time.monotonic() < deadline, f"sandboxed code still running after its call: {running}"
@@ -290,7 +290,7 @@ def test_healthz_fails_while_no_child_can_be_made(pod_server: SandboxProcess) ->
         for lease in leases:
             os.chown(lease, 65534, 65534)
             os.chmod(lease, 0o711)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 240
     while requests.get(pod_server.url + "/healthz", timeout=30).status_code != 200:
         assert time.monotonic() < deadline, "did not recover"
         time.sleep(0.5)
@@ -305,11 +305,11 @@ def test_no_zombies_when_the_server_is_pid_1(make_server: object) -> None:
     worker = next(p for p in _descendants(main) if _comm(p) == "sandbox-worker")
     assert server.execute("print(1)")["stdout"] == "1\n"
     os.kill(worker, 9)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while zombies := [p for p in _descendants(main) if _state(p) == "Z"]:
         assert time.monotonic() < deadline, f"zombies under the server: {zombies}"
         time.sleep(0.5)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 240  # a restart imports numpy and sympy: 60 s when loaded
     while requests.get(server.url + "/healthz", timeout=30).status_code != 200:
         assert time.monotonic() < deadline
         time.sleep(0.5)
