@@ -5,7 +5,7 @@ LOCALCLUSTER := PYTHONPATH=tests/e2e $(PY) -m localcluster
 # `make bench BENCH="tool_sandbox operator"` runs only those (directories of bench/)
 BENCH ?=
 
-.PHONY: setup cluster-up cluster-down demo test test-unit test-e2e bench lint chart-generate chart-check
+.PHONY: setup cluster-up cluster-down images demo test test-unit test-e2e bench lint chart-generate chart-check
 
 setup:
 	@scripts/setup.sh
@@ -15,6 +15,10 @@ cluster-up: setup
 
 cluster-down:
 	@if [ -x $(PY) ]; then $(LOCALCLUSTER) down; fi
+
+# build the three images (images/) with buildah on a locally made Debian base; cached by input
+images: setup
+	@$(LOCALCLUSTER) images
 
 demo: setup
 	$(PY) scripts/demo.py

@@ -6,7 +6,10 @@ cd "$(dirname "$0")/.."
 
 # gcc + libc6-dev: tool_sandbox's C extension (the forker) is compiled at install;
 # python3.11 + -dev: an interpreter another uid can run, for the tests of the pool's non-root mode
-APT_PACKAGES=(prometheus libseccomp2 gcc libc6-dev python3.11 python3.11-dev)
+# containerd .. conntrack: the local cluster's real node (tests/e2e/localcluster/node.py);
+# mmdebstrap + buildah: the images it runs (localcluster/images.py); ~350 MiB
+APT_PACKAGES=(prometheus libseccomp2 gcc libc6-dev python3.11 python3.11-dev
+  containerd runc containernetworking-plugins iptables nftables conntrack mmdebstrap buildah)
 export UV_PYTHON_DOWNLOADS=never
 
 missing=()
@@ -17,7 +20,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  # a policy-rc.d that says 101 keeps the packages' services (e.g. prometheus on :9090) stopped
+  # a policy-rc.d that says 101 keeps the packages' services (prometheus on :9090, the
+  # system containerd) stopped: the local cluster starts its own
   printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
   $SUDO chmod +x /usr/sbin/policy-rc.d
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"

@@ -24,8 +24,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """kwok's fake nodes only (4 GPU, 2 CPU), as these tests expect: `make cluster-up`'s cluster
+    if it runs without a real node, else a private one."""
     shared = LocalCluster.recorded(DEFAULT_ROOT)
-    if shared and shared.is_running() and not os.environ.get("TOOLRL_E2E_FRESH_CLUSTER"):
+    reuse = shared and not shared.real_node and not os.environ.get("TOOLRL_E2E_FRESH_CLUSTER")
+    if reuse and shared.is_running():
         yield shared
         return
     private = LocalCluster(tmp_path_factory.mktemp("cluster"))

@@ -1,4 +1,5 @@
-"""`python -m localcluster {build,up,down,status}`: the commands behind `make cluster-up/down`."""
+"""`python -m localcluster {build,up,down,status,images}`: the commands behind `make cluster-up/down`
+and `make images`."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from .build import BuildError, ensure_built
+from .build import BuildError, ensure_built, ensure_node_built
 from .cluster import ClusterError, LocalCluster
+from .images import ALL_IMAGES, ImageError, ensure_image
+from .node import NodeError
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_ROOT = REPO_ROOT / ".local-cluster"
@@ -15,17 +18,35 @@ DEFAULT_ROOT = REPO_ROOT / ".local-cluster"
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="localcluster", description=__doc__)
-    parser.add_argument("command", choices=["build", "up", "down", "status"])
+    parser.add_argument("command", choices=["build", "up", "down", "status", "images"])
+    parser.add_argument("names", nargs="*", help="images: which (default: all of images/)")
     parser.add_argument(
         "--root",
         type=Path,
         default=DEFAULT_ROOT,
         help="where the cluster keeps its state, logs and kubeconfig",
     )
+    parser.add_argument(
+        "--no-real-node",
+        dest="real_node",
+        action="store_false",
+        help="`up` without the real CPU node (kwok's fake CPU nodes instead; no root needed)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
             ensure_built()
+            if args.real_node:
+                ensure_node_built()
+            return 0
+        if args.command == "images":
+            for name in args.names or ALL_IMAGES:
+                image = ensure_image(name)
+                print(f"{image.ref}: {image.archive} ({image.archive.stat().st_size >> 20} MiB)")
+                running = LocalCluster.recorded(args.root)
+                if running and running.real_node and running.is_running():
+                    running.node.import_image(image.archive, image.ref)
+                    print(f"  imported into the real node of {args.root}")
             return 0
         recorded = LocalCluster.recorded(args.root)
         running = recorded if recorded and recorded.is_running() else None
@@ -35,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             if recorded:
                 recorded.down()
-            LocalCluster(args.root).up()
+            LocalCluster(args.root, real_node=args.real_node).up()
         elif args.command == "down":
             if recorded is None:
                 print("localcluster: no cluster recorded; nothing to stop")
@@ -45,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"localcluster: {'up, KUBECONFIG=' + str(running.kubeconfig) if running else 'down'}")
             return 0 if running else 1
-    except (BuildError, ClusterError) as exc:
+    except (BuildError, ClusterError, NodeError, ImageError) as exc:
         print(f"localcluster: {exc}", file=sys.stderr)
         return 1
     return 0

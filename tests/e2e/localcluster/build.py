@@ -26,6 +26,7 @@ ETCD = "v3.6.16"
 KWOK = "v0.8.0"
 KUBERAY = "v1.6.1"
 HELM = "v3.21.4"
+COREDNS = "v1.14.3"
 
 # binary name -> Go package to build. KubeRay builds in a wrapper module of its own: it pins
 # an older controller-runtime than kwok needs, and Go's MVS would otherwise lift it.
@@ -50,6 +51,43 @@ import (
 )
 
 func main() { etcdmain.Main(os.Args) }
+"""
+
+
+# The real node's binaries (node.py), cached apart from the control plane's so adding them
+# did not rebuild it. kubelet and kube-proxy build in the same wrapper module as the control
+# plane (same k8s.io libraries, shared Go build cache); CoreDNS in one of its own (it pins an
+# older client-go); `pause` is the sandbox's init: CRI needs an image and no registry is reachable.
+NODE_BINARIES: dict[str, str] = {
+    "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+    "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
+    "pause": "toolrl.dev/localcluster/cmd/pause",
+    "coredns": "github.com/coredns/coredns",
+}
+
+# What a pod sandbox's pause container does: hold the namespaces, reap zombies, exit on TERM/INT.
+PAUSE_MAIN = """package main
+
+import (
+\t"os"
+\t"os/signal"
+\t"syscall"
+)
+
+func main() {
+\tsigs := make(chan os.Signal, 8)
+\tsignal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGCHLD)
+\tfor s := range sigs {
+\t\tif s != syscall.SIGCHLD {
+\t\t\tos.Exit(0)
+\t\t}
+\t\tfor {
+\t\t\tif pid, _ := syscall.Wait4(-1, nil, syscall.WNOHANG, nil); pid <= 0 {
+\t\t\t\tbreak
+\t\t\t}
+\t\t}
+\t}
+}
 """
 
 
@@ -84,6 +122,20 @@ def cache_key() -> str:
         sort_keys=True,
     )
     return f"k8s-{KUBERNETES}-" + hashlib.sha256(spec.encode()).hexdigest()[:12]
+
+
+def node_cache_key() -> str:
+    spec = json.dumps(
+        {
+            "k8s": KUBERNETES,
+            "coredns": COREDNS,
+            "bins": NODE_BINARIES,
+            "pause": PAUSE_MAIN,
+            "go": _go_version(),
+        },
+        sort_keys=True,
+    )
+    return f"node-{KUBERNETES}-" + hashlib.sha256(spec.encode()).hexdigest()[:12]
 
 
 def _go_version() -> str:
@@ -179,13 +231,13 @@ def _run(cmd: list[str], cwd: Path, log: Path, env: dict[str, str]) -> None:
         raise BuildError(f"`{' '.join(cmd)}` failed (exit {rc}); last lines of {log}:\n{tail}")
 
 
-def _manifest_ok(bin_dir: Path) -> bool:
+def _manifest_ok(bin_dir: Path, binaries: dict[str, str] = BINARIES) -> bool:
     manifest = bin_dir / "manifest.json"
     try:
         recorded = json.loads(manifest.read_text())
     except (OSError, ValueError):
         return False
-    if set(recorded.get("binaries", {})) != set(BINARIES):
+    if set(recorded.get("binaries", {})) != set(binaries):
         return False
     for name, digest in recorded["binaries"].items():
         f = bin_dir / name
@@ -256,6 +308,64 @@ def _write_tools(src: Path, packages: list[str]) -> None:
     (src / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports})\n")
 
 
+def _build_env() -> dict[str, str]:
+    return dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false", GOTOOLCHAIN="local")
+
+
+def _write_k8s_wrapper(src: Path, packages: list[str], mains: dict[str, str]) -> str:
+    """The wrapper module over k8s.io/kubernetes (see the module docstring); returns its go line."""
+    src.mkdir(parents=True, exist_ok=True)
+    k8s_mod = _fetch_mod("k8s.io/kubernetes", KUBERNETES)
+    go_line = re.search(r"^go (\S+)", k8s_mod, re.M).group(1)  # type: ignore[union-attr]
+    replaces = staging_replaces(k8s_mod)
+    stubs = frozenset(
+        m for m, v in replaces.items() if m.startswith("k8s.io/sample") and not _published(m, v)
+    )
+    for name in stubs:
+        (src / "stubs" / name).mkdir(parents=True, exist_ok=True)
+        (src / "stubs" / name / "go.mod").write_text(f"module {name}\n\ngo {go_line}\n")
+    (src / "go.mod").write_text(wrapper_gomod(replaces, go_line, stubs))
+    for cmd, text in mains.items():
+        (src / "cmd" / cmd).mkdir(parents=True, exist_ok=True)
+        (src / "cmd" / cmd / "main.go").write_text(text)
+    _write_tools(src, packages)
+    return go_line
+
+
+def _write_single_wrapper(src: Path, module: str, version: str, go_line: str, package: str) -> None:
+    """A wrapper module requiring one module alone (its own dependency versions, not ours)."""
+    src.mkdir(parents=True, exist_ok=True)
+    name = "toolrl.dev/localcluster-" + src.name.removeprefix("src-")
+    (src / "go.mod").write_text(f"module {name}\n\ngo {go_line}\n\nrequire {module} {version}\n")
+    _write_tools(src, [package])
+
+
+def _build_all(
+    jobs: dict[str, tuple[str, Path, str]], bin_dir: Path, log: Path, verbose: bool, started: float
+) -> dict:
+    """`go build` each name -> (package, module dir, ldflags) into bin_dir, atomically (a
+    `.partial` directory renamed at the end, with a manifest of digests)."""
+    env = _build_env()
+    for src in sorted({d for _, d, _ in jobs.values()}):
+        _run(["go", "mod", "tidy"], src, log, env)
+    staging = bin_dir.with_name(bin_dir.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for name, (pkg, src, ldflags) in jobs.items():
+        t0 = time.monotonic()
+        _run(["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(staging / name), pkg], src, log, env)
+        if verbose:
+            print(f"localcluster: built {name} in {time.monotonic() - t0:.0f}s", flush=True)
+    manifest = {
+        "binaries": {n: _sha256(staging / n) for n in jobs},
+        "sizes": {n: (staging / n).stat().st_size for n in jobs},
+        "buildSeconds": round(time.monotonic() - started, 1),
+    }
+    (staging / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    staging.rename(bin_dir)
+    return manifest
+
+
 def ensure_built(verbose: bool = True) -> Toolchain:
     """Return the cached toolchain, building it first if missing, partial or corrupt."""
     root = cache_root()
@@ -269,73 +379,72 @@ def ensure_built(verbose: bool = True) -> Toolchain:
             print(f"localcluster: cache at {bin_dir} is partial or corrupt; rebuilding", flush=True)
         shutil.rmtree(bin_dir)
 
-    src = root / key / "src"
-    src.mkdir(parents=True, exist_ok=True)
     log = root / key / "build.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")
-    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false", GOTOOLCHAIN="local")
     started = time.monotonic()
-
-    k8s_mod = _fetch_mod("k8s.io/kubernetes", KUBERNETES)
-    go_line = re.search(r"^go (\S+)", k8s_mod, re.M).group(1)  # type: ignore[union-attr]
-    replaces = staging_replaces(k8s_mod)
-    stubs = frozenset(
-        m for m, v in replaces.items() if m.startswith("k8s.io/sample") and not _published(m, v)
+    src, kuberay_src = root / key / "src", root / key / "src-kuberay"
+    go_line = _write_k8s_wrapper(
+        src,
+        [p for n, p in BINARIES.items() if n != KUBERAY_BINARY and not p.startswith("toolrl.dev/")],
+        {"etcd": ETCD_MAIN},
     )
-    for name in stubs:
-        (src / "stubs" / name).mkdir(parents=True, exist_ok=True)
-        (src / "stubs" / name / "go.mod").write_text(f"module {name}\n\ngo {go_line}\n")
-    (src / "go.mod").write_text(wrapper_gomod(replaces, go_line, stubs))
-    (src / "cmd" / "etcd").mkdir(parents=True, exist_ok=True)
-    (src / "cmd" / "etcd" / "main.go").write_text(ETCD_MAIN)
-    _write_tools(
-        src, [p for n, p in BINARIES.items() if n != KUBERAY_BINARY and not p.startswith("toolrl.dev/")]
-    )
-    kuberay_src = root / key / "src-kuberay"
-    kuberay_src.mkdir(parents=True, exist_ok=True)
-    (kuberay_src / "go.mod").write_text(
-        f"module toolrl.dev/localcluster-kuberay\n\ngo {go_line}\n\n"
-        f"require github.com/ray-project/kuberay/ray-operator {KUBERAY}\n"
-    )
-    _write_tools(kuberay_src, [BINARIES[KUBERAY_BINARY]])
+    kuberay = BINARIES[KUBERAY_BINARY]  # the module is its main package
+    _write_single_wrapper(kuberay_src, kuberay, KUBERAY, go_line, kuberay)
     if verbose:
         print(
             f"localcluster: building {', '.join(BINARIES)} (log: {log}); "
             "the first build takes a while, later runs reuse the cache",
             flush=True,
         )
-    _run(["go", "mod", "tidy"], src, log, env)
-    _run(["go", "mod", "tidy"], kuberay_src, log, env)
-
-    staging = bin_dir.with_name("bin.partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    for name, pkg in BINARIES.items():
-        t0 = time.monotonic()
-        _run(
-            ["go", "build", "-trimpath", "-ldflags", _ldflags(), "-o", str(staging / name), pkg],
-            kuberay_src if name == KUBERAY_BINARY else src,
-            log,
-            env,
-        )
-        if verbose:
-            print(f"localcluster: built {name} in {time.monotonic() - t0:.0f}s", flush=True)
-
-    manifest = {
-        "binaries": {n: _sha256(staging / n) for n in BINARIES},
-        "sizes": {n: (staging / n).stat().st_size for n in BINARIES},
-        "buildSeconds": round(time.monotonic() - started, 1),
+    jobs = {
+        name: (pkg, kuberay_src if name == KUBERAY_BINARY else src, _ldflags())
+        for name, pkg in BINARIES.items()
     }
-    (staging / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    staging.rename(bin_dir)
-    _ensure_assets(bin_dir, env)
+    manifest = _build_all(jobs, bin_dir, log, verbose, started)
+    _ensure_assets(bin_dir, _build_env())
     if verbose:
         print(f"localcluster: toolchain ready in {bin_dir} ({manifest['buildSeconds']}s)", flush=True)
     return Toolchain(bin_dir, bin_dir / "crds")
 
 
+def ensure_node_built(verbose: bool = True) -> Path:
+    """The real node's binaries (NODE_BINARIES), cached like the control plane's; their directory."""
+    root = cache_root()
+    key = node_cache_key()
+    bin_dir = root / key / "bin"
+    if _manifest_ok(bin_dir, NODE_BINARIES):
+        return bin_dir
+    if bin_dir.exists():
+        shutil.rmtree(bin_dir)
+    log = root / key / "build.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    started = time.monotonic()
+    src, coredns_src = root / key / "src", root / key / "src-coredns"
+    go_line = _write_k8s_wrapper(
+        src, [NODE_BINARIES["kubelet"], NODE_BINARIES["kube-proxy"]], {"pause": PAUSE_MAIN}
+    )
+    _write_single_wrapper(coredns_src, NODE_BINARIES["coredns"], COREDNS, go_line, NODE_BINARIES["coredns"])
+    if verbose:
+        print(f"localcluster: building the real node's {', '.join(NODE_BINARIES)} (log: {log})", flush=True)
+    jobs = {
+        name: (
+            pkg,
+            coredns_src if name == "coredns" else src,
+            "-s -w" if name in ("coredns", "pause") else _ldflags(),
+        )
+        for name, pkg in NODE_BINARIES.items()
+    }
+    manifest = _build_all(jobs, bin_dir, log, verbose, started)
+    if verbose:
+        print(f"localcluster: node binaries ready in {bin_dir} ({manifest['buildSeconds']}s)", flush=True)
+    return bin_dir
+
+
 if __name__ == "__main__":
     try:
         ensure_built()
+        ensure_node_built()
     except BuildError as exc:
         sys.exit(f"localcluster build failed: {exc}")

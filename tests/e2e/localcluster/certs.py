@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+from collections.abc import Sequence
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from .node import SERVICE_CIDR
 
 VALIDITY = dt.timedelta(days=30)
 
@@ -49,8 +52,9 @@ def _builder(subject: x509.Name, issuer: x509.Name, public_key) -> x509.Certific
     )
 
 
-def write_pki(directory: Path) -> dict[str, Path]:
-    """Write every key and certificate into `directory`; return their paths by role."""
+def write_pki(directory: Path, extra_ips: Sequence[str] = ()) -> dict[str, Path]:
+    """Write every key and certificate into `directory`; return their paths by role. The
+    apiserver's cert also names `extra_ips` (where else it listens)."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_key = _key()
     ca_name = _name("toolrl-local-ca")
@@ -82,7 +86,9 @@ def write_pki(directory: Path) -> dict[str, Path]:
             x509.DNSName("kubernetes.default"),
             x509.DNSName("kubernetes.default.svc"),
             x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-            x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+            # the `kubernetes` Service's ClusterIP: the first address of the Service range
+            x509.IPAddress(next(ipaddress.ip_network(SERVICE_CIDR).hosts())),
+            *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in extra_ips),
         ],
     )
     admin_key, admin = leaf("toolrl-admin", "system:masters", ExtendedKeyUsageOID.CLIENT_AUTH)

@@ -1,9 +1,11 @@
 """Start, reuse and stop a real local control plane: etcd, kube-apiserver,
-kube-controller-manager, kube-scheduler, kwok (fake GPU/CPU nodes) and the KubeRay operator.
+kube-controller-manager, kube-scheduler, kwok (fake GPU/CPU nodes) and the KubeRay operator;
+with `real_node=True` also one real CPU node (node.py) in place of kwok's fake CPU nodes.
 
 Every process listens on 127.0.0.1 on a free port, so two clusters on one machine never
-collide. The state of a running cluster (pids, ports) lives in `<root>/state.json`, so a
-later command can reuse or stop it.
+collide. (With a real node the apiserver listens on the node's bridge address instead, so pods
+reach it; one real node runs per machine.) The state of a running cluster (pids, ports) lives
+in `<root>/state.json`, so a later command can reuse or stop it.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from pathlib import Path
 
 import yaml
 
-from .build import Toolchain, ensure_built
+from .build import Toolchain, ensure_built, ensure_node_built
 from .certs import write_pki
+from .node import BRIDGE_IP, NODE_NAME, PAUSE_IMAGE, SERVICE_CIDR, NodeError, RealNode
 
 GPU_NODES = 4
 GPUS_PER_NODE = 8
@@ -33,6 +36,10 @@ CPU_NODES = 2
 POD_CIDR = "127.65.0.0/16"
 NODE_IP = "127.0.0.1"
 START_ORDER = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kuberay"]
+NODE_ORDER = ["containerd", "kubelet", "kube-proxy", "coredns"]
+# fake GPU nodes carry this taint when a real node runs beside them, so only pods asking for a
+# GPU land there (the apiserver's ExtendedResourceToleration plugin adds the toleration)
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
 class ClusterError(RuntimeError):
@@ -45,8 +52,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def node_manifest(name: str, gpus: int) -> dict:
-    """A kwok-managed fake node; `gpus` > 0 makes it a GPU node."""
+def node_manifest(name: str, gpus: int, taint: bool = False) -> dict:
+    """A kwok-managed fake node; `gpus` > 0 makes it a GPU node (with GPU_TAINT if `taint`)."""
     capacity = {"cpu": "32", "memory": "256Gi", "pods": "110", "ephemeral-storage": "1Ti"}
     labels = {
         "type": "kwok",
@@ -66,7 +73,7 @@ def node_manifest(name: str, gpus: int) -> dict:
             "labels": labels,
             "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
         },
-        "spec": {},
+        "spec": {"taints": [dict(GPU_TAINT)]} if gpus and taint else {},
         "status": {"capacity": capacity, "allocatable": capacity},
     }
 
@@ -81,6 +88,30 @@ class LocalCluster:
     toolchain: Toolchain | None = None
     ports: dict[str, int] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
+    real_node: bool = False
+    node_bin_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.real_node:
+            self.cpu_nodes = 0  # the real node is the CPU node
+
+    @property
+    def components(self) -> list[str]:
+        return START_ORDER + (NODE_ORDER if self.real_node else [])
+
+    @property
+    def api_host(self) -> str:
+        """Where the apiserver listens: loopback, or the bridge address pods reach."""
+        return BRIDGE_IP if self.real_node else "127.0.0.1"
+
+    @property
+    def server(self) -> str:
+        return f"https://{self.api_host}:{self.ports['apiserver']}"
+
+    @property
+    def node(self) -> RealNode:
+        assert self.real_node and self.node_bin_dir is not None, "this cluster has no real node"
+        return RealNode(self.root, self.node_bin_dir)
 
     @property
     def kubeconfig(self) -> Path:
@@ -104,56 +135,78 @@ class LocalCluster:
         except (OSError, ValueError):
             return None
         bin_dir = Path(state["binDir"])
-        return cls(
+        node_bin = state.get("nodeBinDir")
+        cluster = cls(
             root,
             state["gpuNodes"],
             state["cpuNodes"],
             Toolchain(bin_dir, bin_dir / "crds"),
             state["ports"],
             state["pids"],
+            real_node=node_bin is not None,
+            node_bin_dir=Path(node_bin) if node_bin else None,
         )
+        cluster.cpu_nodes = state["cpuNodes"]
+        return cluster
 
     def is_running(self) -> bool:
         try:
-            return all(self._alive(n) for n in START_ORDER) and self._apiserver_ready()
+            return all(self._alive(n) for n in self.components) and self._apiserver_ready()
         except (OSError, ValueError, KeyError):
             return False
 
-    def up(self, timeout: float = 120.0, log: Callable[[str], None] = print) -> None:
-        """Start every component in order, waiting for each to be healthy."""
+    def up(self, timeout: float = 120.0, log: Callable[[str], None] = print, claim_wait: float = 0.0) -> None:
+        """Start every component in order, waiting for each to be healthy. With a real node,
+        `claim_wait` is how long to wait for another cluster's real node to go away."""
         self.toolchain = self.toolchain or ensure_built()
+        if self.real_node:
+            self.node_bin_dir = self.node_bin_dir or ensure_node_built()
         if self.root.exists():
             shutil.rmtree(self.root)
         for d in ("pki", "logs", "etcd"):
             (self.root / d).mkdir(parents=True)
-        pki = write_pki(self.root / "pki")
-        self.ports = {
-            n: free_port()
-            for n in (
-                "etcd",
-                "etcd-peer",
-                "apiserver",
-                "kcm",
-                "scheduler",
-                "kwok",
-                "kuberay-metrics",
-                "kuberay-health",
-            )
-        }
+        ports = [
+            "etcd",
+            "etcd-peer",
+            "apiserver",
+            "kcm",
+            "scheduler",
+            "kwok",
+            "kuberay-metrics",
+            "kuberay-health",
+        ]
+        if self.real_node:
+            ports += [
+                "kubelet",
+                "kubelet-healthz",
+                "kube-proxy-healthz",
+                "kube-proxy-metrics",
+                "coredns-ready",
+            ]
+        self.ports = {n: free_port() for n in ports}
+        started = time.monotonic()
+        if self.real_node:
+            # the node's bridge, sysctls and egress guard come first: the apiserver listens
+            # on the bridge, and no pod may start before the guard
+            self.node.claim(wait=claim_wait, is_alive=_cluster_alive)
+            self._save_state()
+            try:
+                self.node.prepare_host()
+            except BaseException:
+                self.down(remove=False)
+                raise
+        pki = write_pki(self.root / "pki", extra_ips=[BRIDGE_IP] if self.real_node else [])
         self._write_kubeconfig(pki)
         self._link_binaries()
-        started = time.monotonic()
         try:
-            for name in START_ORDER:
+            if self.real_node:
+                self.node.write_configs(self.kubeconfig, pki["ca.crt"], self.ports)
+            for name in self.components:
                 self.start_component(name, timeout=timeout)
                 log(f"localcluster: {name} ready ({time.monotonic() - started:.1f}s)")
             self._create_nodes()
-            self._wait(
-                lambda: self._ready_nodes() == self.gpu_nodes + self.cpu_nodes,
-                "kwok",
-                timeout,
-                f"{self.gpu_nodes + self.cpu_nodes} nodes Ready",
-            )
+            want = self.gpu_nodes + self.cpu_nodes + (1 if self.real_node else 0)
+            self._wait(lambda: self._ready_nodes() == want, "kwok", timeout, f"{want} nodes Ready")
             self._wait(
                 self._default_sa_exists,
                 "kube-controller-manager",
@@ -166,9 +219,14 @@ class LocalCluster:
         log(f"localcluster: all ready in {time.monotonic() - started:.1f}s; KUBECONFIG={self.kubeconfig}")
 
     def down(self, remove: bool = True) -> None:
-        """Stop every process this cluster started (by pid), newest first; remove its data."""
-        for name in reversed(START_ORDER):
-            self.stop_component(name)
+        """Stop every process this cluster started (by pid), newest first; with a real node,
+        kill its pods and put the host back as it was (node.RealNode.teardown); remove its data."""
+        for name in reversed(self.components):
+            if name == "containerd":
+                self.node.stop_workloads()  # kubelet is stopped: nothing restarts them now
+            self.stop_component(name, grace=10.0 if name in NODE_ORDER else 3.0)
+        if self.real_node:
+            self.node.teardown()
         if remove and self.root.exists():
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -259,9 +317,9 @@ class LocalCluster:
                     "--etcd-servers",
                     f"http://127.0.0.1:{p['etcd']}",
                     "--bind-address",
-                    "127.0.0.1",
+                    self.api_host,
                     "--advertise-address",
-                    "127.0.0.1",
+                    self.api_host,
                     "--secure-port",
                     str(p["apiserver"]),
                     "--cert-dir",
@@ -273,18 +331,30 @@ class LocalCluster:
                     "--client-ca-file",
                     str(pki / "ca.crt"),
                     "--service-account-issuer",
-                    f"https://127.0.0.1:{p['apiserver']}/",
+                    f"{self.server}/",
                     "--service-account-key-file",
                     str(pki / "sa.pub"),
                     "--service-account-signing-key-file",
                     str(pki / "sa.key"),
                     "--service-cluster-ip-range",
-                    "10.0.0.0/24",
+                    SERVICE_CIDR,
                     "--authorization-mode",
                     "RBAC",
                     "--allow-privileged=true",
+                    # with a real node, the `kubernetes` Service gets the apiserver as endpoint
+                    # (pods reach it); without one there is no pod to reach it
                     "--endpoint-reconciler-type",
-                    "none",
+                    "lease" if self.real_node else "none",
+                    "--enable-admission-plugins",
+                    "ExtendedResourceToleration",
+                    # logs/exec: dial the node's InternalIP (its name resolves nowhere), as
+                    # a client of the cluster's CA (kubelet trusts it)
+                    "--kubelet-preferred-address-types",
+                    "InternalIP",
+                    "--kubelet-client-certificate",
+                    str(pki / "admin.crt"),
+                    "--kubelet-client-key",
+                    str(pki / "admin.key"),
                     "--profiling=false",
                 ],
                 self._apiserver_ready,
@@ -368,7 +438,33 @@ class LocalCluster:
                 lambda: _get(f"http://127.0.0.1:{p['kuberay-health']}/readyz") == b"ok",
                 "GET /readyz",
             )
-        raise KeyError(f"unknown component {name!r}; known: {START_ORDER}")
+        if name in NODE_ORDER:
+            return self._node_component(name)
+        raise KeyError(f"unknown component {name!r}; known: {self.components}")
+
+    def _node_component(self, name: str) -> tuple[list[str], Callable[[], bool], str]:
+        node, p = self.node, self.ports
+        argv = node.argv(name, self.kubeconfig)
+        if name == "containerd":
+
+            def containerd_ready() -> bool:
+                try:
+                    node.ctr("version")
+                except NodeError:
+                    return False  # not listening yet
+                node.import_image(node.pause_archive(), PAUSE_IMAGE)
+                return True
+
+            return argv, containerd_ready, "its socket, and the pause image imported"
+        if name == "kubelet":
+            return argv, lambda: self._ready_nodes(NODE_NAME) == 1, f"node {NODE_NAME} Ready"
+        if name == "kube-proxy":
+            return (
+                argv,
+                lambda: _get(f"http://127.0.0.1:{p['kube-proxy-healthz']}/healthz").startswith(b"{"),
+                "GET /healthz",
+            )
+        return argv, lambda: _get(f"http://127.0.0.1:{p['coredns-ready']}/ready") == b"OK", "GET /ready"
 
     def _wait(
         self,
@@ -406,9 +502,9 @@ class LocalCluster:
         pki = self.root / "pki"
         ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
         ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
-        return _get(f"https://127.0.0.1:{self.ports['apiserver']}/readyz", context=ctx) == b"ok"
+        return _get(f"{self.server}/readyz", context=ctx) == b"ok"
 
-    def _ready_nodes(self) -> int:
+    def _ready_nodes(self, name: str | None = None) -> int:
         out = self.kubectl("get", "nodes", "-o", "json", check=False)
         if out.returncode:
             return 0
@@ -416,14 +512,16 @@ class LocalCluster:
             1
             for n in json.loads(out.stdout)["items"]
             for c in n.get("status", {}).get("conditions", [])
-            if c["type"] == "Ready" and c["status"] == "True"
+            if c["type"] == "Ready" and c["status"] == "True" and name in (None, n["metadata"]["name"])
         )
 
     def _default_sa_exists(self) -> bool:
         return self.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0
 
     def _create_nodes(self) -> None:
-        nodes = [node_manifest(f"gpu-node-{i}", GPUS_PER_NODE) for i in range(self.gpu_nodes)]
+        nodes = [
+            node_manifest(f"gpu-node-{i}", GPUS_PER_NODE, taint=self.real_node) for i in range(self.gpu_nodes)
+        ]
         nodes += [node_manifest(f"cpu-node-{i}", 0) for i in range(self.cpu_nodes)]
         self.apply(nodes)
 
@@ -440,7 +538,7 @@ class LocalCluster:
                 {
                     "name": "toolrl-local",
                     "cluster": {
-                        "server": f"https://127.0.0.1:{self.ports['apiserver']}",
+                        "server": self.server,
                         "certificate-authority-data": b64("ca.crt"),
                     },
                 }
@@ -480,6 +578,7 @@ class LocalCluster:
                     "binDir": str(self.toolchain.bin_dir),
                     "gpuNodes": self.gpu_nodes,
                     "cpuNodes": self.cpu_nodes,
+                    "nodeBinDir": str(self.node_bin_dir) if self.real_node else None,
                 },
                 indent=1,
             )
@@ -498,6 +597,11 @@ class LocalCluster:
             return False
         binary = "kuberay-operator" if name == "kuberay" else name
         return status != "Z" and Path(cmdline).name == binary
+
+
+def _cluster_alive(root: Path) -> bool:
+    recorded = LocalCluster.recorded(root)
+    return recorded is not None and recorded.is_running()
 
 
 def _reap(pid: int) -> None:

@@ -1,0 +1,205 @@
+"""Build the project's images (images/<name>/Dockerfile) with buildah on a Debian base made
+here with mmdebstrap (no container registry is reachable), keyed by their inputs.
+
+- The base is `mmdebstrap --variant=minbase` of bookworm with Python 3.11, packed as an OCI
+  archive; the Dockerfiles take it through their `BASE_IMAGE` build argument (elsewhere they
+  build on the registry's python:3.11-slim-bookworm unchanged).
+- Each image's key hashes its Dockerfile, every file its COPY lines bring in, the base's key and
+  the build arguments: an image whose key has an archive in the cache is never rebuilt.
+- The host's CA bundle is mounted read-only for the build only (pip behind this workplace's TLS
+  proxy needs it), never copied into a layer. The host's uv cache is mounted where the trainer's
+  Dockerfile points uv, so a rebuild downloads no torch again.
+- The result is an OCI archive named as the chart and the operator name the images by default
+  (`toolrl-<name>:<appVersion>`), which `RealNode.import_image` loads into the node's containerd:
+  kubelet then finds it and pulls nothing.
+
+`python -m localcluster images [NAME...]` builds them (make images).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .build import cache_root
+from .oci import write_oci_archive
+
+REPO = Path(__file__).resolve().parents[3]
+IMAGES_DIR = REPO / "images"
+SUITE = "bookworm"
+# the stand-in for python:3.11-slim-bookworm: an interpreter with venv, pip and the C headers
+# (tool_sandbox's extension: `Python.h: No such file` without them), and a CA store
+BASE_PACKAGES = [
+    "python3",
+    "python3-pip",
+    "python3-venv",
+    "python-is-python3",
+    "libpython3.11-dev",
+    "ca-certificates",
+]
+BASE_HOOKS = [
+    # pip installs system-wide in an image, as in python:3.11-slim (PEP 668 marker removed)
+    'rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED',
+    # apt in later layers keeps no package files (what the official images configure)
+    "printf 'DPkg::Post-Invoke { \"rm -f /var/cache/apt/archives/*.deb || true\"; };\\n'"
+    ' > "$1"/etc/apt/apt.conf.d/docker-clean',
+]
+BASE_REF = "localhost/toolrl/debian-python"
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+HOST_UV_CACHE = Path(os.environ.get("UV_CACHE_DIR", Path.home() / ".cache" / "uv"))
+# Debian packages the builds need (named in the error when one is missing)
+TOOLS = {"buildah": "buildah", "mmdebstrap": "mmdebstrap"}
+ALL_IMAGES = sorted(p.parent.name for p in IMAGES_DIR.glob("*/Dockerfile"))
+
+
+class ImageError(RuntimeError):
+    """An image could not be built; the message says which step and what to do."""
+
+
+@dataclass(frozen=True)
+class Image:
+    name: str  # the directory under images/
+    ref: str  # what the chart and the operator call it
+    archive: Path  # OCI archive in the cache
+    key: str
+
+
+def images_cache() -> Path:
+    return cache_root() / "images"
+
+
+def app_version() -> str:
+    return yaml.safe_load((REPO / "charts" / "toolrl-operator" / "Chart.yaml").read_text())["appVersion"]
+
+
+def image_ref(name: str) -> str:
+    """docker.io/library/... is how containerd's CRI names `toolrl-<name>:<tag>`."""
+    return f"docker.io/library/toolrl-{name}:{app_version()}"
+
+
+def _check_tools() -> None:
+    missing = [f"{cmd} (Debian package `{pkg}`)" for cmd, pkg in TOOLS.items() if shutil.which(cmd) is None]
+    if missing:
+        raise ImageError(f"cannot build images: missing {', '.join(missing)}; `make setup` installs them")
+
+
+def _run(cmd: list[str], log: Path) -> None:
+    with log.open("a") as fh:
+        fh.write(f"$ {' '.join(cmd)}\n")
+        fh.flush()
+        rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+    if rc:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        raise ImageError(f"`{' '.join(cmd[:3])} ...` failed (exit {rc}); last lines of {log}:\n{tail}")
+
+
+def base_key() -> str:
+    version = subprocess.run(["mmdebstrap", "--version"], capture_output=True, text=True).stdout.strip()
+    spec = json.dumps({"suite": SUITE, "packages": BASE_PACKAGES, "hooks": BASE_HOOKS, "mmdebstrap": version})
+    return hashlib.sha256(spec.encode()).hexdigest()[:12]
+
+
+def ensure_base(log_dir: Path) -> Path:
+    """The Debian base as an OCI archive (cached by its key)."""
+    _check_tools()
+    key = base_key()
+    out = images_cache() / f"base-{key}.tar"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rootfs = out.with_suffix(".rootfs.tar")
+    cmd = ["mmdebstrap", "--variant=minbase", "--include=" + ",".join(BASE_PACKAGES)]
+    cmd += [f"--customize-hook={hook}" for hook in BASE_HOOKS]
+    cmd += [SUITE, str(rootfs)]
+    _run(cmd, log_dir / "base.log")
+    config = {
+        "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"],
+        "Cmd": ["python3"],
+    }
+    write_oci_archive(rootfs, config, f"{BASE_REF}:{key}", out)
+    rootfs.unlink()
+    return out
+
+
+def _copy_sources(dockerfile: Path) -> list[Path]:
+    """Repository paths the Dockerfile's COPY lines bring in (not COPY --from=stage)."""
+    sources = []
+    for line in dockerfile.read_text().splitlines():
+        parts = line.split()
+        if parts[:1] == ["COPY"] and not any(p.startswith("--from") for p in parts):
+            sources += [REPO / p for p in parts[1:-1] if not p.startswith("--")]
+    return sources
+
+
+def _tree_digest(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for root in sorted(paths):
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for f in files:
+            rel = f.relative_to(REPO)
+            if any(
+                part in ("__pycache__", "build", "dist") or part.endswith(".egg-info") for part in rel.parts
+            ):
+                continue
+            h.update(str(rel).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def image_key(name: str, base: Path, build_args: dict[str, str]) -> str:
+    dockerfile = IMAGES_DIR / name / "Dockerfile"
+    spec = {
+        "dockerfile": dockerfile.read_text(),
+        "sources": _tree_digest(_copy_sources(dockerfile)),
+        "base": base.name,
+        "args": build_args,
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _buildah(*args: str) -> list[str]:
+    """buildah with its storage in the cache (not the host's /var/lib/containers)."""
+    store = images_cache() / "storage"
+    return ["buildah", "--root", str(store), "--runroot", str(images_cache() / "run"), *args]
+
+
+def ensure_image(name: str, log=print) -> Image:
+    """The image `name` (a directory of images/) as an OCI archive, built if its key changed."""
+    log_dir = images_cache() / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    base = ensure_base(log_dir)
+    build_args = {"BASE_IMAGE": f"oci-archive:{base}"}
+    key = image_key(name, base, {k: v for k, v in build_args.items() if k != "BASE_IMAGE"})
+    ref = image_ref(name)
+    out = images_cache() / f"{name}-{key}.tar"
+    if out.is_file():
+        return Image(name, ref, out, key)
+    log(f"images: building {name} (key {key}; log {log_dir / (name + '.log')})")
+    started = time.monotonic()
+    volumes = [f"{HOST_CA}:{HOST_CA}:ro"]
+    if name == "trainer":
+        HOST_UV_CACHE.mkdir(parents=True, exist_ok=True)
+        volumes.append(f"{HOST_UV_CACHE}:/root/.cache/uv")
+    cmd = _buildah("bud", "--isolation", "chroot", "--layers", "--pull-never", "-f")
+    cmd += [str(IMAGES_DIR / name / "Dockerfile"), "-t", f"{ref}-{key}"]
+    for k, v in build_args.items():
+        cmd += ["--build-arg", f"{k}={v}"]
+    for v in volumes:
+        cmd += ["-v", v]
+    cmd.append(str(REPO))
+    logfile = log_dir / f"{name}.log"
+    logfile.write_text("")
+    _run(cmd, logfile)
+    partial = out.with_suffix(".partial")
+    partial.unlink(missing_ok=True)
+    _run(_buildah("push", f"{ref}-{key}", f"oci-archive:{partial}:{ref}"), logfile)
+    partial.rename(out)
+    log(f"images: {name} built in {time.monotonic() - started:.0f}s, {out.stat().st_size >> 20} MiB")
+    return Image(name, ref, out, key)

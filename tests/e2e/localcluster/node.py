@@ -1,0 +1,707 @@
+"""One real CPU node beside kwok's fake GPU nodes: containerd + runc, kubelet, kube-proxy and
+CoreDNS, in the shape of Kubernetes' own `hack/local-up-cluster.sh`.
+
+The node lives in the host's network namespace, so only one runs per machine (a claim file
+under /run says whose it is). Everything it changes on the host is recorded first and put back
+by `teardown`: sysctls, iptables/ip6tables rules and chains (and nft tables iptables-nft
+created), the bridge, cgroups, mounts, files kubelet/containerd put in fixed host paths.
+
+Network rule: pods and Services use 198.18.0.0/15 only. Pods get no default route (only
+198.18.0.0/15 via the bridge's address) and the bridge is no gateway; an egress guard
+(iptables chain, installed before the first pod) drops anything from or to that range leaving
+through another interface than the bridge or loopback. `guard_drops()` reads its counters.
+Facts behind each setting: shared/docs/real-node-notes.md (measured on this machine kind).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .oci import single_file_layer, write_oci_archive
+
+NODE_NAME = "cpu-real-0"
+NETWORK = "198.18.0.0/15"  # pods and Services, nothing else (the workplace's network rule)
+BRIDGE = "toolrl0"
+BRIDGE_IP = "198.18.0.1"  # the host on the bridge: apiserver, kubelet, CoreDNS listen here
+POD_CIDR = "198.18.0.0/24"
+SERVICE_CIDR = "198.19.0.0/24"
+CNI_NETWORK = "toolrl-node"
+GUARD_CHAIN = "TOOLRL-EGRESS"
+CGROUP_ROOT = "toolrl-node"  # kubelet's --cgroup-root: every pod's cgroup is below it
+PAUSE_IMAGE = "localhost/toolrl/pause:1"
+NO_REGISTRY = "http://127.0.0.1:9"  # discard port, nothing listens: a pull fails at once, locally
+NODE_LABEL = "toolrl.dev/real-node"
+CLAIM_DIR = Path("/run/toolrl-localcluster")
+# Kubelet sets these (kernel defaults it wants); ip_forward is ours (pod -> ClusterIP -> pod).
+SYSCTLS = {
+    "net.ipv4.ip_forward": "1",
+    "vm.overcommit_memory": "1",
+    "kernel.panic": "10",
+    "kernel.panic_on_oops": "1",
+}
+# Fixed host paths containerd 1.6 and kubelet write to whatever their configured roots
+# (netns bind mounts, CNI's result cache, shim sockets, the container-log symlinks).
+HOST_PATHS = ["/run/netns", "/var/lib/cni", "/run/containerd", "/var/log/containers", "/opt/containerd"]
+IPTABLES_TABLES = ["filter", "nat", "mangle", "raw"]
+# Debian package of each command the node needs (the error names what to install)
+REQUIRED = {
+    "containerd": "containerd",
+    "containerd-shim-runc-v2": "containerd",
+    "ctr": "containerd",
+    "runc": "runc",
+    "iptables": "iptables",
+    "ip6tables": "iptables",
+    "iptables-restore": "iptables",
+    "nft": "nftables",
+    "ip": "iproute2",
+    "conntrack": "conntrack",
+}
+CNI_DIR = Path("/usr/lib/cni")
+CNI_PLUGINS = ["bridge", "host-local", "loopback"]
+
+
+class NodeError(RuntimeError):
+    """The real node cannot start here; the message names what is missing and what to do."""
+
+
+def archive_digest(archive: Path) -> str:
+    """The manifest digest an OCI archive's index names."""
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile("index.json")
+        assert member is not None
+        return json.load(member)["manifests"][0]["digest"]
+
+
+# ----- what the host must have -------------------------------------------------------------
+
+
+def missing_requirements() -> list[str]:
+    """Everything the host lacks for a real node, each with what to do; empty if nothing."""
+    problems = []
+    if os.geteuid() != 0:
+        problems.append("the real node needs root (kubelet, containerd, iptables); run as root")
+    by_package: dict[str, list[str]] = {}
+    for cmd, pkg in REQUIRED.items():
+        if shutil.which(cmd) is None:
+            by_package.setdefault(pkg, []).append(cmd)
+    absent = [p for p in CNI_PLUGINS if not (CNI_DIR / p).is_file()]
+    if absent:
+        by_package.setdefault("containernetworking-plugins", []).extend(f"{CNI_DIR}/{p}" for p in absent)
+    for pkg, what in sorted(by_package.items()):
+        problems.append(f"missing {', '.join(what)}: install the Debian package `{pkg}` (make setup does)")
+    filesystems = Path("/proc/filesystems").read_text()
+    if "overlay" not in filesystems:
+        problems.append("the kernel has no overlay filesystem (containerd's overlayfs snapshotter)")
+    if not Path("/proc/sys/net/bridge").is_dir():
+        problems.append("the kernel has no bridge netfilter (br_netfilter): pod -> Service -> pod needs it")
+    if not Path("/sys/fs/cgroup").is_dir() or not _cgroup_hierarchies():
+        problems.append("no cgroup filesystem is mounted under /sys/fs/cgroup")
+    return problems
+
+
+def check_host() -> None:
+    problems = missing_requirements()
+    if problems:
+        raise NodeError("cannot start the real node:\n  - " + "\n  - ".join(problems))
+
+
+def _cgroup_hierarchies() -> list[Path]:
+    """Mounted cgroup hierarchies (v1: one per controller set; v2: the single root)."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        sep = fields.index("-")
+        fstype, mountpoint = fields[sep + 1], fields[4]
+        if fstype in ("cgroup", "cgroup2") and mountpoint.startswith("/sys/fs/cgroup"):
+            found.append(Path(mountpoint))
+    return found
+
+
+# ----- a snapshot of what the node may change on the host ----------------------------------
+
+
+def _run(*cmd: str, check: bool = True, input: str | None = None) -> str:
+    res = subprocess.run(cmd, capture_output=True, text=True, input=input)
+    if check and res.returncode:
+        raise NodeError(f"`{' '.join(cmd)}` failed (exit {res.returncode}): {res.stderr.strip()}")
+    return res.stdout
+
+
+def iptables_rules(family: str = "ip") -> dict[str, list[str]]:
+    """Per table, its chain declarations (without counters) and rules, as iptables-save prints
+    them; tables that do not exist are absent."""
+    save = "iptables-save" if family == "ip" else "ip6tables-save"
+    out: dict[str, list[str]] = {}
+    table = None
+    for line in _run(save).splitlines():
+        if line.startswith("*"):
+            table = line[1:]
+            out[table] = []
+        elif line.startswith(":") and table:
+            out[table].append(line.split()[0] + " " + line.split()[1])
+        elif line.startswith("-A") and table:
+            out[table].append(line)
+    return out
+
+
+def nft_tables() -> list[str]:
+    return sorted(line.strip() for line in _run("nft", "list", "tables").splitlines() if line.strip())
+
+
+def mounts() -> list[str]:
+    return [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+
+
+def cgroup_dirs() -> list[str]:
+    """Every cgroup directory at the top level of each hierarchy (kubelet makes `kubepods`
+    there unless --cgroup-root moves it)."""
+    return sorted(str(d) for h in _cgroup_hierarchies() for d in h.iterdir() if d.is_dir())
+
+
+def host_path_entries() -> dict[str, list[str] | None]:
+    """For each of HOST_PATHS: its entries, or None if it does not exist."""
+    out: dict[str, list[str] | None] = {}
+    for p in HOST_PATHS:
+        path = Path(p)
+        out[p] = sorted(os.listdir(path)) if path.is_dir() else None
+    return out
+
+
+def sysctl(name: str) -> str:
+    return Path("/proc/sys", *name.split(".")).read_text().strip()
+
+
+def set_sysctl(name: str, value: str) -> None:
+    Path("/proc/sys", *name.split(".")).write_text(value)
+
+
+def host_snapshot() -> dict:
+    """What a node changes on this machine, in a comparable form (see teardown)."""
+    return {
+        "iptables": iptables_rules("ip"),
+        "ip6tables": iptables_rules("ip6"),
+        "nft": nft_tables(),
+        "links": sorted(os.listdir("/sys/class/net")),
+        "mounts": mounts(),
+        "cgroups": cgroup_dirs(),
+        "hostPaths": host_path_entries(),
+        "sysctls": {k: sysctl(k) for k in SYSCTLS},
+    }
+
+
+# ----- the machine-wide claim --------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _claim_lock() -> Iterator[None]:
+    CLAIM_DIR.mkdir(parents=True, exist_ok=True)
+    with (CLAIM_DIR / "real-node.lock").open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+CLAIM = CLAIM_DIR / "real-node.json"
+
+
+def claim_owner() -> Path | None:
+    """The cluster root whose real node holds this machine, if any."""
+    try:
+        return Path(json.loads(CLAIM.read_text())["root"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+# ----- the node ------------------------------------------------------------------------------
+
+
+@dataclass
+class RealNode:
+    """The real node of the cluster rooted at `cluster_root`; its files live in `<root>/node`."""
+
+    cluster_root: Path
+    bin_dir: Path
+
+    @property
+    def root(self) -> Path:
+        return self.cluster_root / "node"
+
+    @property
+    def socket(self) -> Path:
+        return self.root / "containerd.sock"
+
+    @property
+    def before_file(self) -> Path:
+        return self.root / "host-before.json"
+
+    def bin(self, name: str) -> str:
+        return str(self.bin_dir / name)
+
+    # --- claim, host network, guard (before the apiserver: it listens on the bridge) ---
+
+    def claim(self, wait: float = 0.0, is_alive=None) -> None:
+        """Take the machine's one real-node slot. A stale claim (its cluster is gone) is
+        cleaned up first; a live one is waited for up to `wait` seconds, then an error."""
+        deadline = time.monotonic() + wait
+        while True:
+            with _claim_lock():
+                owner = claim_owner()
+                if owner is None or owner == self.cluster_root:
+                    self.root.mkdir(parents=True, exist_ok=True)
+                    CLAIM.write_text(json.dumps({"root": str(self.cluster_root), "pid": os.getpid()}))
+                    return
+            if is_alive is not None and not is_alive(owner):
+                RealNode(owner, self.bin_dir).teardown()  # a crashed cluster's node: clean up
+                continue
+            if time.monotonic() >= deadline:
+                raise NodeError(
+                    f"another local cluster's real node holds this machine (cluster at {owner}); "
+                    "one real node runs per machine (it owns the host's iptables chains and bridge). "
+                    f"Stop it first: `make cluster-down` or `python -m localcluster down --root {owner}`."
+                )
+            time.sleep(2)
+
+    def prepare_host(self) -> None:
+        """Record the host, then: sysctls, the bridge, the egress guard. Before any pod."""
+        check_host()
+        self.root.mkdir(parents=True, exist_ok=True)
+        if not self.before_file.exists():
+            self.before_file.write_text(json.dumps(host_snapshot(), indent=1))
+        for name, value in SYSCTLS.items():
+            set_sysctl(name, value)
+        self._make_cgroup_root()
+        if BRIDGE not in os.listdir("/sys/class/net"):
+            _run("ip", "link", "add", BRIDGE, "type", "bridge")
+            _run("ip", "addr", "add", f"{BRIDGE_IP}/{POD_CIDR.split('/')[1]}", "dev", BRIDGE)
+            _run("ip", "link", "set", BRIDGE, "up")
+        self._install_guard()
+
+    def _make_cgroup_root(self) -> None:
+        """kubelet requires --cgroup-root to exist in every hierarchy; a v1 cpuset cgroup
+        takes no task until its cpus and mems are set (copied from the parent)."""
+        for h in _cgroup_hierarchies():
+            top = h / CGROUP_ROOT
+            top.mkdir(exist_ok=True)
+            for knob in ("cpuset.cpus", "cpuset.mems"):
+                if (h / knob).exists() and not (top / knob).read_text().strip():
+                    (top / knob).write_text((h / knob).read_text())
+
+    def _install_guard(self) -> None:
+        """mangle POSTROUTING sees every packet about to leave by any interface, forwarded or
+        local, after kube-proxy's DNAT, and kube-proxy's ACCEPT rules (filter) do not skip it."""
+        rules = [
+            f":{GUARD_CHAIN} - [0:0]",
+            f"-A POSTROUTING -j {GUARD_CHAIN}",
+            f"-A {GUARD_CHAIN} -o lo -j RETURN",
+            f"-A {GUARD_CHAIN} -o {BRIDGE} -j RETURN",
+            f"-A {GUARD_CHAIN} -s {NETWORK} -j DROP",
+            f"-A {GUARD_CHAIN} -d {NETWORK} -j DROP",
+        ]
+        if f":{GUARD_CHAIN}" in " ".join(iptables_rules("ip").get("mangle", [])):
+            return
+        _run("iptables-restore", "--noflush", input="*mangle\n" + "\n".join(rules) + "\nCOMMIT\n")
+
+    def guard_drops(self) -> int:
+        """Packets the egress guard dropped (each would have left the machine)."""
+        out = _run("iptables", "-t", "mangle", "-L", GUARD_CHAIN, "-v", "-x", "-n")
+        return sum(int(line.split()[0]) for line in out.splitlines()[2:] if "DROP" in line)
+
+    # --- the components ---
+
+    def write_configs(self, kubeconfig: Path, ca: Path, ports: dict[str, int]) -> None:
+        r = self.root
+        for d in ("cni", "cni-ipam", "kubelet", "pod-logs", "volume-plugins", "containerd"):
+            (r / d).mkdir(parents=True, exist_ok=True)
+        (r / "containerd.toml").write_text(self._containerd_config())
+        (r / "certs.d" / "_default").mkdir(parents=True, exist_ok=True)
+        (r / "certs.d" / "_default" / "hosts.toml").write_text(f'server = "{NO_REGISTRY}"\n')
+        (r / "cni" / "10-toolrl.conflist").write_text(json.dumps(self._cni_config(), indent=1))
+        (r / "kubelet.yaml").write_text(yaml.safe_dump(self._kubelet_config(ca, ports)))
+        (r / "kube-proxy.yaml").write_text(yaml.safe_dump(self._kube_proxy_config(kubeconfig, ports)))
+        (r / "Corefile").write_text(self._corefile(kubeconfig, ports))
+        # pods with dnsPolicy Default get this, not the host's (no upstream resolver: nothing
+        # outside the cluster resolves, by the network rule)
+        (r / "resolv.conf").write_text(f"nameserver {BRIDGE_IP}\n")
+
+    def _containerd_config(self) -> str:
+        r = self.root
+        cri = 'plugins."io.containerd.grpc.v1.cri"'
+        return f"""version = 2
+root = "{r}/containerd/root"
+state = "{r}/containerd/state"
+# the opt plugin would create /opt/containerd
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.aufs"]
+
+[grpc]
+  address = "{self.socket}"
+
+[ttrpc]
+  address = "{r}/containerd.ttrpc.sock"
+
+[{cri}]
+  sandbox_image = "{PAUSE_IMAGE}"
+  # root here lacks CAP_SYS_RESOURCE: without this every sandbox fails in runc
+  # ("nsexec: failed to update /proc/self/oom_score_adj: Permission denied")
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  [{cri}.containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [{cri}.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [{cri}.containerd.runtimes.runc.options]
+        Root = "{r}/runc"
+        SystemdCgroup = false
+  # every registry resolves to a closed loopback port: the node pulls nothing from anywhere
+  # (images are imported); hosts.toml's `_default` is read by containerd >= 1.6.12
+  [{cri}.registry]
+    config_path = "{r}/certs.d"
+  [{cri}.cni]
+    bin_dir = "{CNI_DIR}"
+    conf_dir = "{r}/cni"
+    max_conf_num = 1
+"""
+
+    def _cni_config(self) -> dict:
+        net = POD_CIDR.rsplit(".", 1)[0]
+        return {
+            "cniVersion": "1.0.0",
+            "name": CNI_NETWORK,
+            "plugins": [
+                {
+                    "type": "bridge",
+                    "bridge": BRIDGE,
+                    "isGateway": False,
+                    "ipMasq": False,
+                    "hairpinMode": True,
+                    "ipam": {
+                        "type": "host-local",
+                        "dataDir": str(self.root / "cni-ipam"),
+                        "ranges": [[{"subnet": POD_CIDR, "rangeStart": f"{net}.10", "gateway": BRIDGE_IP}]],
+                        # no default route: a pod reaches 198.18.0.0/15 (pods, Services, the
+                        # host's bridge address) and nothing else
+                        "routes": [{"dst": NETWORK, "gw": BRIDGE_IP}],
+                    },
+                },
+                {"type": "loopback"},
+            ],
+        }
+
+    def _kubelet_config(self, ca: Path, ports: dict[str, int]) -> dict:
+        return {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "address": BRIDGE_IP,
+            "port": ports["kubelet"],
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": ports["kubelet-healthz"],
+            "cgroupDriver": "cgroupfs",
+            "cgroupRoot": f"/{CGROUP_ROOT}",
+            "failSwapOn": False,
+            "failCgroupV1": False,  # 1.36 refuses cgroup v1 otherwise; this VM has v1
+            "containerRuntimeEndpoint": f"unix://{self.socket}",
+            "podLogsDir": str(self.root / "pod-logs"),
+            "volumePluginDir": str(self.root / "volume-plugins"),
+            "resolvConf": str(self.root / "resolv.conf"),
+            "clusterDNS": [BRIDGE_IP],
+            "clusterDomain": "cluster.local",
+            "maxPods": 40,
+            "serializeImagePulls": False,
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": False},
+                "x509": {"clientCAFile": str(ca)},
+            },
+            # the apiserver authenticates with a cert from the cluster's CA (logs/exec)
+            "authorization": {"mode": "AlwaysAllow"},
+            "evictionHard": {
+                "memory.available": "200Mi",
+                "nodefs.available": "2%",
+                "imagefs.available": "2%",
+                "nodefs.inodesFree": "2%",
+            },
+            "imageGCHighThresholdPercent": 99,
+            "imageGCLowThresholdPercent": 98,
+            "rotateCertificates": False,
+            "serverTLSBootstrap": False,
+            "protectKernelDefaults": False,
+            "nodeStatusReportFrequency": "10s",
+        }
+
+    def _kube_proxy_config(self, kubeconfig: Path, ports: dict[str, int]) -> dict:
+        return {
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+            "kind": "KubeProxyConfiguration",
+            "clientConnection": {"kubeconfig": str(kubeconfig)},
+            "hostnameOverride": NODE_NAME,
+            "mode": "iptables",
+            "clusterCIDR": POD_CIDR,
+            "bindAddress": BRIDGE_IP,
+            "healthzBindAddress": f"127.0.0.1:{ports['kube-proxy-healthz']}",
+            "metricsBindAddress": f"127.0.0.1:{ports['kube-proxy-metrics']}",
+            "nodePortAddresses": [f"{BRIDGE_IP}/32"],
+            # 0 = leave the host's conntrack sysctls as they are
+            "conntrack": {
+                "maxPerCore": 0,
+                "min": 0,
+                "tcpEstablishedTimeout": "0s",
+                "tcpCloseWaitTimeout": "0s",
+            },
+            # true would set net.ipv4.conf.all.route_localnet=1
+            "iptables": {"localhostNodePorts": False, "masqueradeAll": False},
+        }
+
+    def _corefile(self, kubeconfig: Path, ports: dict[str, int]) -> str:
+        return f""".:53 {{
+    bind {BRIDGE_IP}
+    errors
+    ready 127.0.0.1:{ports["coredns-ready"]}
+    kubernetes cluster.local in-addr.arpa ip6.arpa {{
+        kubeconfig {kubeconfig} toolrl-local
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+    }}
+    cache 30
+}}
+"""
+
+    def argv(self, name: str, kubeconfig: Path) -> list[str]:
+        r = self.root
+        if name == "containerd":
+            return ["containerd", "--config", str(r / "containerd.toml"), "--log-level", "warn"]
+        if name == "kubelet":
+            return [
+                self.bin("kubelet"),
+                "--config",
+                str(r / "kubelet.yaml"),
+                "--kubeconfig",
+                str(kubeconfig),
+                "--root-dir",
+                str(r / "kubelet"),
+                "--hostname-override",
+                NODE_NAME,
+                "--node-ip",
+                BRIDGE_IP,
+                "--node-labels",
+                f"{NODE_LABEL}=true,node.kubernetes.io/instance-type=real-cpu",
+                "--v",
+                "1",
+            ]
+        if name == "kube-proxy":
+            return [self.bin("kube-proxy"), "--config", str(r / "kube-proxy.yaml"), "--v", "1"]
+        if name == "coredns":
+            return [self.bin("coredns"), "-conf", str(r / "Corefile")]
+        raise KeyError(name)
+
+    # --- images ---
+
+    def ctr(self, *args: str) -> str:
+        return _run("ctr", "--address", str(self.socket), "--namespace", "k8s.io", *args)
+
+    def images(self) -> dict[str, str]:
+        """Image name -> manifest digest, as the node's containerd has them."""
+        rows = [line.split() for line in self.ctr("images", "ls").splitlines()[1:] if line.strip()]
+        return {row[0]: row[2] for row in rows}
+
+    def import_image(self, archive: Path, ref: str) -> None:
+        """Import an OCI archive into the node's containerd (kubelet then pulls nothing),
+        unless the node has that very image (same manifest digest) already."""
+        if self.images().get(ref) == archive_digest(archive):
+            return
+        self.ctr("images", "import", str(archive))
+        if self.images().get(ref) != archive_digest(archive):
+            raise NodeError(f"importing {archive} did not yield the image {ref}: {self.images()}")
+
+    def pause_archive(self) -> Path:
+        out = self.bin_dir / "pause-image.tar"
+        if not out.is_file():
+            layer = single_file_layer(self.bin_dir / "pause", "pause", self.bin_dir / "pause-layer.tar")
+            write_oci_archive(layer, {"Entrypoint": ["/pause"], "User": "65535:65535"}, PAUSE_IMAGE, out)
+            layer.unlink()
+        return out
+
+    # --- teardown ---
+
+    def owns_machine(self) -> bool:
+        """True unless another cluster's node holds the claim (its pods are not ours to kill)."""
+        return claim_owner() in (None, self.cluster_root)
+
+    def stop_workloads(self) -> None:
+        """After kubelet stopped: kill every pod process (all below our cgroup root), then the
+        containerd shims serving our socket (they outlive containerd by design)."""
+        if not self.owns_machine():
+            return
+        for _ in range(50):
+            pids = self._cgroup_pids()
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
+        for pid in self._shim_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while self._shim_pids() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def _cgroup_pids(self) -> set[int]:
+        pids: set[int] = set()
+        for h in _cgroup_hierarchies():
+            top = h / CGROUP_ROOT
+            if top.is_dir():
+                for procs in top.rglob("cgroup.procs"):
+                    with contextlib.suppress(OSError):
+                        pids.update(int(p) for p in procs.read_text().split())
+        return pids
+
+    def _shim_pids(self) -> list[int]:
+        found = []
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                argv = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv and argv[0].endswith(b"containerd-shim-runc-v2") and str(self.socket).encode() in argv:
+                found.append(int(d.name))
+        return found
+
+    def teardown(self) -> None:
+        """Put the host back as `host-before.json` recorded it. Idempotent; processes must be
+        stopped first (LocalCluster.down does)."""
+        if not self.owns_machine():
+            return
+        self.stop_workloads()
+        try:
+            before = json.loads(self.before_file.read_text())
+        except (OSError, ValueError):
+            before = None
+        errors: list[str] = []
+        if before is not None:
+            for step in (
+                self._unmount,
+                self._remove_cgroups,
+                self._restore_iptables,
+                self._restore_host_paths,
+            ):
+                try:
+                    step(before)
+                except (OSError, NodeError) as exc:
+                    errors.append(f"{step.__name__}: {exc}")
+            if BRIDGE in os.listdir("/sys/class/net") and BRIDGE not in before["links"]:
+                _run("ip", "link", "del", BRIDGE, check=False)
+            for name, value in before["sysctls"].items():
+                with contextlib.suppress(OSError):
+                    set_sysctl(name, value)
+        with _claim_lock():
+            if claim_owner() == self.cluster_root:
+                CLAIM.unlink(missing_ok=True)
+        if errors:
+            raise NodeError("the real node's teardown left something behind:\n" + "\n".join(errors))
+        self.before_file.unlink(missing_ok=True)
+
+    def _unmount(self, before: dict) -> None:
+        ours = (str(self.root), "/run/netns/", "/run/containerd/")
+        for _ in range(3):
+            new = [m for m in mounts() if m not in before["mounts"] and m.startswith(ours)]
+            if not new:
+                return
+            for m in reversed(new):
+                subprocess.run(["umount", "--lazy", m], capture_output=True)
+        raise NodeError(f"still mounted: {new}")
+
+    def _remove_cgroups(self, before: dict) -> None:
+        for h in _cgroup_hierarchies():
+            top = h / CGROUP_ROOT
+            if not top.is_dir() or str(top) in before["cgroups"]:
+                continue
+            dirs = sorted((d for d in top.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts))
+            for d in [*dirs, top]:
+                deadline = time.monotonic() + 10
+                while True:
+                    try:
+                        d.rmdir()
+                        break
+                    except FileNotFoundError:
+                        break
+                    except OSError:
+                        if time.monotonic() > deadline:
+                            raise
+                        time.sleep(0.1)
+
+    def _restore_iptables(self, before: dict) -> None:
+        ours = ("KUBE-", GUARD_CHAIN)
+        for family, key in (("ip", "iptables"), ("ip6", "ip6tables")):
+            now, then = iptables_rules(family), before[key]
+            for table, lines in now.items():
+                old = set(then.get(table, []))
+                new_chains = [ln.split()[0][1:] for ln in lines if ln.startswith(":") and ln not in old]
+                ours_new = [c for c in new_chains if c.startswith(ours)]
+                deletes = [
+                    "-D" + ln[2:]
+                    for ln in lines
+                    if ln.startswith("-A")
+                    and ln not in old
+                    and ln.split()[1] not in ours_new
+                    and any(o in ln for o in ours)
+                ]
+                script = [f"*{table}", *deletes]
+                script += [f"-F {c}" for c in ours_new] + [f"-X {c}" for c in ours_new] + ["COMMIT", ""]
+                if len(script) > 3:
+                    restore = "iptables-restore" if family == "ip" else "ip6tables-restore"
+                    _run(restore, "--noflush", input="\n".join(script))
+        # iptables-nft created tables the host did not have: drop them once they hold no rule
+        for table in nft_tables():
+            if table in before["nft"]:
+                continue
+            _, fam, name = table.split()
+            listing = json.loads(_run("nft", "--json", "list", "table", fam, name))["nftables"]
+            if not any("rule" in item for item in listing):
+                _run("nft", "delete", "table", fam, name)
+        left = [
+            f"{key} {table}: {ln}"
+            for family, key in (("ip", "iptables"), ("ip6", "ip6tables"))
+            for table, lines in iptables_rules(family).items()
+            for ln in lines
+            if ln not in before[key].get(table, []) and any(o in ln for o in ours)
+        ]
+        if left:
+            raise NodeError("iptables still has: " + "; ".join(left[:10]))
+
+    def _restore_host_paths(self, before: dict) -> None:
+        for p, entries in before["hostPaths"].items():
+            path = Path(p)
+            if not path.exists():
+                continue
+            if entries is None:
+                shutil.rmtree(path, ignore_errors=True)
+                if path.exists():
+                    raise NodeError(f"cannot remove {path}")
+                continue
+            for name in set(os.listdir(path)) - set(entries):
+                child = path / name
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)

@@ -1,0 +1,296 @@
+"""The local cluster's real node (localcluster/node.py) runs the project's own images: real pods
+beside kwok's fake GPU nodes, the API and cluster DNS reachable from pods, `kubectl logs/exec`,
+the operator's hardened tool pool under Pod Security `restricted` (Landlock and seccomp active,
+hostile code contained), the egress guard, and a host put back as it was by `down`.
+
+One real node runs per machine, so the tests share one cluster (module scope) and run in file
+order; the last one stops it and compares the host with what it was before `up`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from localcluster import LocalCluster
+from localcluster.build import ensure_node_built
+from localcluster.images import Image, ensure_image
+from localcluster.node import (
+    BRIDGE,
+    BRIDGE_IP,
+    GUARD_CHAIN,
+    NODE_LABEL,
+    NODE_NAME,
+    SERVICE_CIDR,
+    missing_requirements,
+)
+from operator_process import OperatorProcess, delete_jobs, get_json, install_crd, small_job, wait_until
+
+# another session's real node may hold this machine (it is shared); CI has none
+CLAIM_WAIT = 1800
+# counters and ids that change by themselves (measured: two `sysctl -a` 5 s apart)
+VOLATILE_SYSCTLS = re.compile(
+    r"^(fs\.(dentry-state|file-nr|inode-nr|inode-state|aio-nr)|kernel\.(ns_last_pid|random\.|pty\.nr)"
+    r"|net\.netfilter\.nf_conntrack_count)"
+)
+OUR_BINARIES = {"containerd", "containerd-shim-runc-v2", "kubelet", "kube-proxy", "coredns", "pause", "runc"}
+
+
+def machine_state() -> dict:
+    """What a real node may change on this machine, read with the host's own tools."""
+
+    def run(*cmd: str) -> str:
+        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+
+    def no_counters(save: str) -> list[str]:
+        return sorted(re.sub(r"\[\d+:\d+\]", "", ln) for ln in save.splitlines() if not ln.startswith("#"))
+
+    sysctls = sorted(ln for ln in run("sysctl", "-a").splitlines() if not VOLATILE_SYSCTLS.match(ln))
+    processes = []
+    for d in Path("/proc").iterdir():
+        try:
+            exe = (d / "cmdline").read_bytes().split(b"\0")[0].decode()
+        except (OSError, ValueError):
+            continue
+        if Path(exe).name in OUR_BINARIES:
+            processes.append(f"{d.name} {exe}")
+    return {
+        "sysctls": sysctls,
+        "iptables": no_counters(run("iptables-save")),
+        "ip6tables": no_counters(run("ip6tables-save")),
+        "nft": run("nft", "list", "tables").split("\n"),
+        "links": sorted(Path("/sys/class/net").iterdir()),
+        "routes": run("ip", "route", "show", "table", "all").splitlines(),
+        "mounts": [ln.split()[4] for ln in Path("/proc/self/mountinfo").read_text().splitlines()],
+        "cgroups": sorted(str(d) for d in Path("/sys/fs/cgroup").glob("*/*") if d.is_dir()),
+        "processes": sorted(processes),
+    }
+
+
+@pytest.fixture(scope="module")
+def images() -> dict[str, Image]:
+    """The images the tests run, built (or taken from the cache, keyed by their inputs)."""
+    return {name: ensure_image(name) for name in ("tool-sandbox",)}
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory, images: dict[str, Image]) -> Iterator[LocalCluster]:
+    problems = missing_requirements()
+    assert not problems, "this machine cannot host the real node (`make setup` installs it):\n" + "\n".join(
+        problems
+    )
+    cluster = LocalCluster(tmp_path_factory.mktemp("real"), real_node=True)
+    cluster.node_bin_dir = ensure_node_built()
+    cluster.node.claim(wait=CLAIM_WAIT)  # before reading the host: nobody else's node changes it
+    cluster.before = machine_state()  # type: ignore[attr-defined]
+    cluster.up(claim_wait=CLAIM_WAIT)
+    try:
+        for image in images.values():
+            cluster.node.import_image(image.archive, image.ref)
+        yield cluster
+    finally:
+        cluster.down()
+
+
+def pod(name: str, image: Image, command: list[str], **spec: object) -> dict:
+    """A pod pinned to the real node that passes Pod Security `restricted`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {NODE_LABEL: "true"},
+            "restartPolicy": "Never",
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 65534,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image.ref,
+                    "imagePullPolicy": "Never",
+                    "command": command,
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "readOnlyRootFilesystem": True,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+            **spec,
+        },
+    }
+
+
+def restricted_namespace(cluster: LocalCluster) -> str:
+    name = f"real-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", name)
+    cluster.kubectl("label", "namespace", name, "pod-security.kubernetes.io/enforce=restricted")
+    return name
+
+
+def pod_phase(cluster: LocalCluster, ns: str, name: str) -> str:
+    return get_json(cluster, "pod", name, "-n", ns)["status"].get("phase", "")
+
+
+def test_real_node_is_ready_beside_the_fake_gpu_nodes(real: LocalCluster) -> None:
+    nodes = {n["metadata"]["name"]: n for n in get_json(real, "nodes")["items"]}
+    node = nodes[NODE_NAME]
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.36.3"
+    assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://1.")
+    assert node["status"]["addresses"][0] == {"type": "InternalIP", "address": BRIDGE_IP}
+    gpu = [n for n in nodes.values() if "nvidia.com/gpu" in n["status"]["allocatable"]]
+    assert len(gpu) == 4 and all(n["spec"]["taints"][0]["key"] == "nvidia.com/gpu" for n in gpu)
+    assert "nvidia.com/gpu" not in node["status"]["allocatable"]
+    # the egress guard is hooked where every leaving packet passes
+    save = subprocess.run(["iptables-save", "-t", "mangle"], capture_output=True, text=True).stdout
+    assert f"-A POSTROUTING -j {GUARD_CHAIN}" in save and f"-A {GUARD_CHAIN} -o {BRIDGE} -j RETURN" in save
+
+
+def test_a_pod_reaches_the_api_server_and_cluster_dns(real: LocalCluster, images: dict[str, Image]) -> None:
+    ns = restricted_namespace(real)
+    script = (
+        "import json, socket, ssl, urllib.request\n"
+        "sa = '/var/run/secrets/kubernetes.io/serviceaccount'\n"
+        "addr = socket.getaddrinfo('kubernetes.default.svc.cluster.local', 443)[0][4][0]\n"
+        "ctx = ssl.create_default_context(cafile=sa + '/ca.crt')\n"
+        "req = urllib.request.Request('https://kubernetes.default.svc/version',"
+        " headers={'Authorization': 'Bearer ' + open(sa + '/token').read()})\n"
+        "version = json.load(urllib.request.urlopen(req, context=ctx, timeout=30))['gitVersion']\n"
+        "print(json.dumps({'dns': addr, 'version': version}))\n"
+    )
+    real.apply(pod("api", images["tool-sandbox"], ["python", "-c", script]), "-n", ns)
+    wait_until(lambda: pod_phase(real, ns, "api") in ("Succeeded", "Failed"), 180, "the pod to finish")
+    out = real.kubectl("logs", "api", "-n", ns).stdout
+    assert pod_phase(real, ns, "api") == "Succeeded", out
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert seen == {"dns": SERVICE_CIDR.rsplit(".", 1)[0] + ".1", "version": "v1.36.3"}
+    slices = get_json(real, "endpointslices", "-n", "default", "-l", "kubernetes.io/service-name=kubernetes")
+    assert slices["items"][0]["endpoints"][0]["addresses"] == [BRIDGE_IP]
+
+
+def test_kubectl_exec_runs_in_a_pod(real: LocalCluster, images: dict[str, Image]) -> None:
+    ns = restricted_namespace(real)
+    real.apply(
+        pod("sleeper", images["tool-sandbox"], ["python", "-c", "import time; time.sleep(600)"]), "-n", ns
+    )
+    wait_until(lambda: pod_phase(real, ns, "sleeper") == "Running", 180, "the pod Running")
+    out = real.kubectl("exec", "sleeper", "-n", ns, "--", "python", "-c", "import os; print(os.getuid())")
+    assert out.stdout.strip() == "65534"
+    real.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+@pytest.fixture(scope="module")
+def pool(real: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """A ToolRLJob reconciled by the real operator (a host process here) in a namespace that
+    enforces Pod Security `restricted`; its tool pool's one pod, Ready on the real node."""
+    install_crd(real)
+    ns = restricted_namespace(real)
+    job = small_job("pool")
+    job["spec"]["toolPool"].update(
+        {
+            "replicas": {"min": 1, "max": 1},
+            "capacityPerReplica": 4,
+            "maxSessionsPerReplica": 4,
+            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        }
+    )
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    with OperatorProcess(real.kubeconfig, namespaces=[ns], log_path=log) as op:
+        real.apply(job, "-n", ns)
+
+        def ready_pod() -> dict | None:
+            pods = get_json(real, "pods", "-n", ns, "-l", "app.kubernetes.io/component=tool-pool")["items"]
+            for p in pods:
+                conditions = {c["type"]: c["status"] for c in p["status"].get("conditions", [])}
+                if conditions.get("Ready") == "True":
+                    return p
+            return None
+
+        try:
+            found = wait_until(ready_pod, 300, "the tool pool's pod Ready")
+        except AssertionError:
+            print(op.log_tail(60))
+            print(real.kubectl("describe", "pods", "-n", ns).stdout[-4000:])
+            raise
+        yield {"namespace": ns, "pod": found, "url": f"http://{found['status']['podIP']}:8080"}
+        delete_jobs(real, ns)
+
+
+def _http(url: str, body: dict | None = None, timeout: float = 60) -> tuple[int, dict]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def test_hardened_tool_pool_pod_is_ready_with_landlock_and_seccomp(real: LocalCluster, pool: dict) -> None:
+    spec = pool["pod"]["spec"]
+    assert spec["nodeName"] == NODE_NAME
+    assert spec["automountServiceAccountToken"] is False
+    container = spec["containers"][0]["securityContext"]
+    assert container["readOnlyRootFilesystem"] and container["capabilities"] == {"drop": ["ALL"]}
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    status, body = _http(pool["url"] + "/readyz")
+    assert status == 200 and body["ready"] is True, body
+    layers = body["sandbox"]
+    print("readyz sandbox layers:", layers)
+    assert layers.get("landlock") and layers.get("seccomp"), layers
+
+
+def test_hostile_code_is_contained_inside_the_pool_pod(real: LocalCluster, pool: dict) -> None:
+    cases = [
+        ("import os\nwhile True:\n    os.fork()", "PermissionError"),
+        ("print(open('/etc/passwd').read())", "PermissionError"),
+        ("import socket\nsocket.socket().connect(('198.18.0.1', 53))", "PermissionError"),
+        ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)", "PermissionError"),
+        ("import os\nos.execv('/bin/sh', ['sh', '-c', 'echo escaped'])", "PermissionError"),
+        ("x = bytearray(1 << 34)", "MemoryError"),
+    ]
+    for code, text in cases:
+        status, result = _http(
+            pool["url"] + "/v1/execute", {"tool": "python", "input": code, "timeoutSeconds": 5}
+        )
+        assert status == 200, result
+        assert (
+            result["status"] == "error" and text in result["stdout"] + result["stderr"] + result["message"]
+        ), (
+            code,
+            result,
+        )
+    _, result = _http(pool["url"] + "/v1/execute", {"tool": "python", "input": "print(6 * 7)"})
+    assert (result["status"], result["stdout"]) == ("ok", "42\n")
+    name = pool["pod"]["metadata"]["name"]
+    after = get_json(real, "pod", name, "-n", pool["namespace"])
+    assert after["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+def test_nothing_left_the_machine(real: LocalCluster) -> None:
+    """Every packet from or to 198.18.0.0/15 that tried another interface than the bridge or
+    loopback was dropped and counted by the guard: there were none."""
+    assert real.node.guard_drops() == 0
+
+
+def test_down_puts_the_host_back(real: LocalCluster) -> None:
+    real.down()
+    after = machine_state()
+    before = real.before  # type: ignore[attr-defined]
+    for key in before:
+        assert after[key] == before[key], f"{key} differs after down: " + json.dumps(
+            {
+                "gone": sorted(set(map(str, before[key])) - set(map(str, after[key]))),
+                "new": sorted(set(map(str, after[key])) - set(map(str, before[key]))),
+            },
+            indent=1,
+        )
