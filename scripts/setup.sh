@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 # containerd .. conntrack: the local cluster's real node (tests/e2e/localcluster/node.py);
 # mmdebstrap + buildah: the images it runs (localcluster/images.py); ~350 MiB
 APT_PACKAGES=(prometheus libseccomp2 gcc libc6-dev python3.11 python3.11-dev
-  containerd runc containernetworking-plugins iptables nftables conntrack mmdebstrap buildah)
+  containerd runc containernetworking-plugins iptables nftables nfacct conntrack mmdebstrap buildah)
 export UV_PYTHON_DOWNLOADS=never
 
 missing=()

@@ -68,6 +68,7 @@ REQUIRED = {
     "nft": "nftables",
     "ip": "iproute2",
     "conntrack": "conntrack",
+    "nfacct": "nfacct",
 }
 CNI_DIR = Path("/usr/lib/cni")
 CNI_PLUGINS = ["bridge", "host-local", "loopback"]
@@ -157,6 +158,13 @@ def iptables_rules(family: str = "ip") -> dict[str, list[str]]:
     return out
 
 
+def nfacct_objects() -> list[str]:
+    """netfilter accounting objects (kube-proxy makes two for its metrics), by name."""
+    return sorted(
+        line.rsplit("=", 1)[1].strip(" ;") for line in _run("nfacct", "list").splitlines() if "=" in line
+    )
+
+
 def nft_tables() -> list[str]:
     return sorted(line.strip() for line in _run("nft", "list", "tables").splitlines() if line.strip())
 
@@ -194,6 +202,7 @@ def host_snapshot() -> dict:
         "iptables": iptables_rules("ip"),
         "ip6tables": iptables_rules("ip6"),
         "nft": nft_tables(),
+        "nfacct": nfacct_objects(),
         "links": sorted(os.listdir("/sys/class/net")),
         "mounts": mounts(),
         "cgroups": cgroup_dirs(),
@@ -679,6 +688,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             listing = json.loads(_run("nft", "--json", "list", "table", fam, name))["nftables"]
             if not any("rule" in item for item in listing):
                 _run("nft", "delete", "table", fam, name)
+        for name in set(nfacct_objects()) - set(before["nfacct"]):
+            _run("nfacct", "delete", name)  # unreferenced now that the rules are gone
         left = [
             f"{key} {table}: {ln}"
             for family, key in (("ip", "iptables"), ("ip6", "ip6tables"))
