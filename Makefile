@@ -32,8 +32,9 @@ test-unit: setup
 test-e2e: setup
 	$(PY) -m pytest tests/e2e
 
-# the operator benchmark needs a running cluster; the others start what they measure
-bench: cluster-up
+# the operator benchmark needs a running cluster of kwok nodes; the others start what they measure
+bench: setup
+	@$(LOCALCLUSTER) up --no-real-node
 	$(PY) -m bench $(BENCH)
 
 lint: setup

@@ -25,6 +25,7 @@ from operator_process import OperatorProcess, get_json, install_crd, wait_until 
 from sandbox_process import SandboxProcess  # noqa: E402
 
 NAMESPACE = "toolrl-demo"
+DEMO_ROOT = DEFAULT_ROOT.with_name(".local-cluster-demo")
 EXAMPLE = REPO / "examples" / "toolrljob.yaml"
 
 
@@ -38,12 +39,15 @@ def show(cluster: LocalCluster, *args: str) -> None:
 
 def main() -> int:
     recorded = LocalCluster.recorded(DEFAULT_ROOT)
-    cluster = recorded if recorded and recorded.is_running() else None
+    running = recorded if recorded and recorded.is_running() else None
+    # the demo's Ray cluster runs on kwok's fake nodes; `make cluster-up`'s real node (2 CPUs
+    # here) fits no 4-CPU Ray head, so beside one the demo starts a kwok-only cluster of its own
+    cluster = running if running and not running.real_node else None
     started_here = cluster is None
     if started_here:
-        if recorded:
+        if recorded and not running:
             recorded.down()
-        cluster = LocalCluster(DEFAULT_ROOT)
+        cluster = LocalCluster(DEMO_ROOT if running else DEFAULT_ROOT)
         cluster.up()
     try:
         return run(cluster)

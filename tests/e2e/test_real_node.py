@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -31,6 +32,10 @@ from localcluster.node import (
     missing_requirements,
 )
 from operator_process import OperatorProcess, delete_jobs, get_json, install_crd, small_job, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "charts"))
+from chartgen.helm import chart_with_stub_dependencies, helm  # noqa: E402
 
 # another session's real node may hold this machine (it is shared); CI has none
 CLAIM_WAIT = 1800
@@ -77,7 +82,7 @@ def machine_state() -> dict:
 @pytest.fixture(scope="module")
 def images() -> dict[str, Image]:
     """The images the tests run, built (or taken from the cache, keyed by their inputs)."""
-    return {name: ensure_image(name) for name in ("tool-sandbox",)}
+    return {name: ensure_image(name) for name in ("tool-sandbox", "operator")}
 
 
 @pytest.fixture(scope="module")
@@ -189,13 +194,9 @@ def test_kubectl_exec_runs_in_a_pod(real: LocalCluster, images: dict[str, Image]
     real.kubectl("delete", "namespace", ns, "--wait=false")
 
 
-@pytest.fixture(scope="module")
-def pool(real: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """A ToolRLJob reconciled by the real operator (a host process here) in a namespace that
-    enforces Pod Security `restricted`; its tool pool's one pod, Ready on the real node."""
-    install_crd(real)
-    ns = restricted_namespace(real)
-    job = small_job("pool")
+def pool_job(name: str) -> dict:
+    """The example job with a one-replica pool small enough for the real node (2 CPUs here)."""
+    job = small_job(name)
     job["spec"]["toolPool"].update(
         {
             "replicas": {"min": 1, "max": 1},
@@ -205,20 +206,29 @@ def pool(real: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         }
     )
+    return job
+
+
+def ready_pool_pod(cluster: LocalCluster, ns: str) -> dict | None:
+    pods = get_json(cluster, "pods", "-n", ns, "-l", "app.kubernetes.io/component=tool-pool")["items"]
+    for p in pods:
+        conditions = {c["type"]: c["status"] for c in p["status"].get("conditions", [])}
+        if conditions.get("Ready") == "True":
+            return p
+    return None
+
+
+@pytest.fixture(scope="module")
+def pool(real: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """A ToolRLJob reconciled by the real operator (a host process here) in a namespace that
+    enforces Pod Security `restricted`; its tool pool's one pod, Ready on the real node."""
+    install_crd(real)
+    ns = restricted_namespace(real)
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     with OperatorProcess(real.kubeconfig, namespaces=[ns], log_path=log) as op:
-        real.apply(job, "-n", ns)
-
-        def ready_pod() -> dict | None:
-            pods = get_json(real, "pods", "-n", ns, "-l", "app.kubernetes.io/component=tool-pool")["items"]
-            for p in pods:
-                conditions = {c["type"]: c["status"] for c in p["status"].get("conditions", [])}
-                if conditions.get("Ready") == "True":
-                    return p
-            return None
-
+        real.apply(pool_job("pool"), "-n", ns)
         try:
-            found = wait_until(ready_pod, 300, "the tool pool's pod Ready")
+            found = wait_until(lambda: ready_pool_pod(real, ns), 300, "the tool pool's pod Ready")
         except AssertionError:
             print(op.log_tail(60))
             print(real.kubectl("describe", "pods", "-n", ns).stdout[-4000:])
@@ -276,6 +286,55 @@ def test_hostile_code_is_contained_inside_the_pool_pod(real: LocalCluster, pool:
     name = pool["pod"]["metadata"]["name"]
     after = get_json(real, "pod", name, "-n", pool["namespace"])
     assert after["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+def test_helm_chart_runs_the_operator_in_a_pod_that_reconciles_a_job(
+    real: LocalCluster, images: dict[str, Image], tmp_path: Path
+) -> None:
+    """The chart from the repository, its image imported (pulling nothing), only its RBAC: the
+    operator pod reconciles a job whose pool pod runs on the real node."""
+    install_crd(real)  # as the chart's crds/ would; helm leaves an existing CRD alone
+    op_ns, job_ns = restricted_namespace(real), restricted_namespace(real)
+    chart = chart_with_stub_dependencies(tmp_path)
+    base = ["--kubeconfig", str(real.kubeconfig), "--namespace", op_ns]
+    release = "op"
+    helm(real.bin("helm"), "install", release, str(chart), *base, "--set", f"watchNamespaces={{{job_ns}}}")
+    try:
+        deployment = f"{release}-toolrl-operator"
+
+        def running_operator() -> dict | None:
+            pods = get_json(real, "pods", "-n", op_ns)["items"]
+            ok = [p for p in pods if p["status"].get("phase") == "Running" and p["spec"].get("nodeName")]
+            return ok[0] if ok else None
+
+        try:
+            op_pod = wait_until(running_operator, 240, "the operator pod Running")
+        except AssertionError:
+            print(real.kubectl("describe", "pods", "-n", op_ns).stdout[-4000:])
+            raise
+        assert op_pod["spec"]["nodeName"] == NODE_NAME
+        assert op_pod["spec"]["serviceAccountName"] == deployment
+        assert (
+            op_pod["spec"]["containers"][0]["image"]
+            == "toolrl-operator:" + images["operator"].ref.rsplit(":", 1)[1]
+        )
+        pulled = get_json(real, "events", "-n", op_ns, "--field-selector", "reason=Pulled")["items"]
+        assert pulled and all("already present on machine" in e["message"] for e in pulled), pulled
+
+        real.apply(pool_job("helm-job"), "-n", job_ns)
+        try:
+            found = wait_until(lambda: ready_pool_pod(real, job_ns), 300, "the job's pool pod Ready")
+        except AssertionError:
+            print(real.kubectl("logs", "-n", op_ns, f"deployment/{deployment}", "--tail", "60").stdout)
+            raise
+        assert found["spec"]["nodeName"] == NODE_NAME
+        job = get_json(real, "toolrljob", "helm-job", "-n", job_ns)
+        assert job.get("status", {}).get("phase"), job.get("status")  # the pod's operator wrote it
+        logs = real.kubectl("logs", "-n", op_ns, f"deployment/{deployment}").stdout
+        assert "helm-job" in logs
+        delete_jobs(real, job_ns)
+    finally:
+        helm(real.bin("helm"), "uninstall", release, *base, "--wait", "--timeout", "120s", check=False)
 
 
 def test_nothing_left_the_machine(real: LocalCluster) -> None:

@@ -12,6 +12,9 @@ from .cluster import ClusterError, LocalCluster
 from .images import ALL_IMAGES, ImageError, ensure_image
 from .node import NodeError
 
+# imported by `up` (the trainer's ~6 GB only by `make images`: it is built on demand)
+NODE_IMAGES = ["tool-sandbox", "operator"]
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_ROOT = REPO_ROOT / ".local-cluster"
 
@@ -51,12 +54,26 @@ def main(argv: list[str] | None = None) -> int:
         recorded = LocalCluster.recorded(args.root)
         running = recorded if recorded and recorded.is_running() else None
         if args.command == "up":
+            if running and running.real_node != args.real_node:
+                have = "with" if running.real_node else "without"
+                print(
+                    f"localcluster: a cluster {have} a real node is up at {args.root}; "
+                    "`make cluster-down` first to start the other kind",
+                    file=sys.stderr,
+                )
+                return 1
             if running:
                 print(f"localcluster: already up; reusing it (KUBECONFIG={running.kubeconfig})")
                 return 0
             if recorded:
                 recorded.down()
-            LocalCluster(args.root, real_node=args.real_node).up()
+            cluster = LocalCluster(args.root, real_node=args.real_node)
+            cluster.up()
+            if args.real_node:  # what the operator's pods run, so the node is of use at once
+                for name in NODE_IMAGES:
+                    image = ensure_image(name)
+                    cluster.node.import_image(image.archive, image.ref)
+                    print(f"localcluster: {image.ref} imported into the real node")
         elif args.command == "down":
             if recorded is None:
                 print("localcluster: no cluster recorded; nothing to stop")

@@ -58,6 +58,14 @@ HOST_UV_CACHE = Path(os.environ.get("UV_CACHE_DIR", Path.home() / ".cache" / "uv
 # Debian packages the builds need (named in the error when one is missing)
 TOOLS = {"buildah": "buildah", "mmdebstrap": "mmdebstrap"}
 ALL_IMAGES = sorted(p.parent.name for p in IMAGES_DIR.glob("*/Dockerfile"))
+# Build arguments beyond BASE_IMAGE ({base}: the base's archive). The trainer's CPU variant (the
+# hf engine) builds on the same Debian base and installs through uv with the host's cache.
+EXTRA_BUILD_ARGS = {
+    "trainer": {"VARIANT": "cpu", "BUILD_IMAGE": "oci-archive:{base}", "UV_NO_CACHE": "0"},
+}
+# uncompressed layers: containerd imports them without gunzip, and the trainer's ~6 GB of torch
+# and CUDA libraries compress little for minutes of the 2 cores
+PUSH_FLAGS = ["--disable-compression"]
 
 
 class ImageError(RuntimeError):
@@ -175,8 +183,9 @@ def ensure_image(name: str, log=print) -> Image:
     log_dir = images_cache() / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     base = ensure_base(log_dir)
-    build_args = {"BASE_IMAGE": f"oci-archive:{base}"}
-    key = image_key(name, base, {k: v for k, v in build_args.items() if k != "BASE_IMAGE"})
+    extra = EXTRA_BUILD_ARGS.get(name, {})
+    build_args = {"BASE_IMAGE": f"oci-archive:{base}", **{k: v.format(base=base) for k, v in extra.items()}}
+    key = image_key(name, base, {**extra, "push": PUSH_FLAGS})
     ref = image_ref(name)
     out = images_cache() / f"{name}-{key}.tar"
     if out.is_file():
@@ -184,7 +193,7 @@ def ensure_image(name: str, log=print) -> Image:
     log(f"images: building {name} (key {key}; log {log_dir / (name + '.log')})")
     started = time.monotonic()
     volumes = [f"{HOST_CA}:{HOST_CA}:ro"]
-    if name == "trainer":
+    if build_args.get("UV_NO_CACHE") == "0":
         HOST_UV_CACHE.mkdir(parents=True, exist_ok=True)
         volumes.append(f"{HOST_UV_CACHE}:/root/.cache/uv")
     cmd = _buildah("bud", "--isolation", "chroot", "--layers", "--pull-never", "-f")
@@ -199,7 +208,7 @@ def ensure_image(name: str, log=print) -> Image:
     _run(cmd, logfile)
     partial = out.with_suffix(".partial")
     partial.unlink(missing_ok=True)
-    _run(_buildah("push", f"{ref}-{key}", f"oci-archive:{partial}:{ref}"), logfile)
+    _run(_buildah("push", *PUSH_FLAGS, f"{ref}-{key}", f"oci-archive:{partial}:{ref}"), logfile)
     partial.rename(out)
     log(f"images: {name} built in {time.monotonic() - started:.0f}s, {out.stat().st_size >> 20} MiB")
     return Image(name, ref, out, key)
