@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from localcluster import LocalCluster
 from localcluster.build import ensure_node_built
+from localcluster.cluster import cluster_alive
 from localcluster.images import Image, ensure_image
 from localcluster.node import (
     BRIDGE,
@@ -93,7 +94,8 @@ def real(tmp_path_factory: pytest.TempPathFactory, images: dict[str, Image]) -> 
     )
     cluster = LocalCluster(tmp_path_factory.mktemp("real"), real_node=True)
     cluster.node_bin_dir = ensure_node_built()
-    cluster.node.claim(wait=CLAIM_WAIT)  # before reading the host: nobody else's node changes it
+    # before reading the host, so no other cluster's node changes it meanwhile
+    cluster.node.claim(wait=CLAIM_WAIT, is_alive=cluster_alive)
     cluster.before = machine_state()  # type: ignore[attr-defined]
     cluster.up(claim_wait=CLAIM_WAIT)
     try:

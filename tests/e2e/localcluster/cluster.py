@@ -188,7 +188,7 @@ class LocalCluster:
         if self.real_node:
             # the node's bridge, sysctls and egress guard come first: the apiserver listens
             # on the bridge, and no pod may start before the guard
-            self.node.claim(wait=claim_wait, is_alive=_cluster_alive)
+            self.node.claim(wait=claim_wait, is_alive=cluster_alive)
             self._save_state()
             try:
                 self.node.prepare_host()
@@ -599,7 +599,8 @@ class LocalCluster:
         return status != "Z" and Path(cmdline).name == binary
 
 
-def _cluster_alive(root: Path) -> bool:
+def cluster_alive(root: Path) -> bool:
+    """True if the cluster recorded under `root` still runs (a claim of a dead one is stale)."""
     recorded = LocalCluster.recorded(root)
     return recorded is not None and recorded.is_running()
 

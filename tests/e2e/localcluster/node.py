@@ -24,7 +24,7 @@ import signal
 import subprocess
 import tarfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -263,7 +263,7 @@ class RealNode:
 
     # --- claim, host network, guard (before the apiserver: it listens on the bridge) ---
 
-    def claim(self, wait: float = 0.0, is_alive=None) -> None:
+    def claim(self, wait: float = 0.0, is_alive: Callable[[Path], bool] | None = None) -> None:
         """Take the machine's one real-node slot. A stale claim (its cluster is gone) is
         cleaned up first; a live one is waited for up to `wait` seconds, then an error."""
         deadline = time.monotonic() + wait
