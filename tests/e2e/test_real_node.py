@@ -330,8 +330,9 @@ def test_helm_chart_runs_the_operator_in_a_pod_that_reconciles_a_job(
             print(real.kubectl("logs", "-n", op_ns, f"deployment/{deployment}", "--tail", "60").stdout)
             raise
         assert found["spec"]["nodeName"] == NODE_NAME
-        job = get_json(real, "toolrljob", "helm-job", "-n", job_ns)
-        assert job.get("status", {}).get("phase"), job.get("status")  # the pod's operator wrote it
+        status = get_json(real, "toolrljob", "helm-job", "-n", job_ns).get("status", {})
+        # written by the operator in the pod (the only operator watching job_ns)
+        assert status.get("conditions") and status["toolPool"]["desiredReplicas"] == 1, status
         logs = real.kubectl("logs", "-n", op_ns, f"deployment/{deployment}").stdout
         assert "helm-job" in logs
         delete_jobs(real, job_ns)
