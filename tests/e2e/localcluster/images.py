@@ -210,5 +210,8 @@ def ensure_image(name: str, log=print) -> Image:
     partial.unlink(missing_ok=True)
     _run(_buildah("push", *PUSH_FLAGS, f"{ref}-{key}", f"oci-archive:{partial}:{ref}"), logfile)
     partial.rename(out)
+    for old in images_cache().glob(f"{name}-*.tar"):  # earlier inputs' archives (the trainer's is 3 GiB)
+        if old != out:
+            old.unlink()
     log(f"images: {name} built in {time.monotonic() - started:.0f}s, {out.stat().st_size >> 20} MiB")
     return Image(name, ref, out, key)
