@@ -39,6 +39,7 @@ DEFAULT_POOL_WAIT_SECONDS = 600.0
 # Ray gives a starting node a fixed 30 s to register; on an overloaded machine that fails (seen
 # at load 15 on 2 cores), and a second start usually succeeds.
 LOCAL_RAY_ATTEMPTS = 3
+LOCAL_RAY_REGISTER_SECONDS = 180
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,9 @@ def start_ray(job: Job, runtime_env: dict[str, Any]) -> None:
         # verl schedules its actors by logical CPUs; the processes themselves share the machine
         kwargs.update(num_cpus=max(16, os.cpu_count() or 1), num_gpus=workers * gpus_per_node(job))
     print("trainer_entry: RAY_ADDRESS is unset: starting a local Ray for this run", flush=True)
+    # How long Ray's core waits for a starting node to register (its own error names this setting);
+    # the default 30 s is missed on a loaded machine.
+    os.environ.setdefault("RAY_raylet_start_wait_time_s", str(LOCAL_RAY_REGISTER_SECONDS))
     for attempt in range(1, LOCAL_RAY_ATTEMPTS + 1):
         try:
             ray.init(**kwargs)
@@ -189,8 +193,9 @@ def start_ray(job: Job, runtime_env: dict[str, Any]) -> None:
             _stop_children()  # the failed attempt's GCS and raylet outlive ray.shutdown()
             if attempt == LOCAL_RAY_ATTEMPTS:
                 raise TrainingError(
-                    f"a local Ray did not start in {LOCAL_RAY_ATTEMPTS} attempts (Ray waits 30 s for its "
-                    "node to register; the machine is too loaded): retry when it is quieter"
+                    f"a local Ray did not start in {LOCAL_RAY_ATTEMPTS} attempts (its node did not register "
+                    "in time; the machine is too loaded): retry when it is quieter, or raise "
+                    "RAY_raylet_start_wait_time_s"
                 ) from exc
             print(f"trainer_entry: local Ray start {attempt} timed out; retrying", flush=True)
 
