@@ -82,8 +82,8 @@ class SandboxProcess:
 
     def ready(self) -> bool:
         try:
-            return requests.get(self.url + "/readyz", timeout=1).status_code == 200
-        except requests.ConnectionError:
+            return requests.get(self.url + "/readyz", timeout=5).status_code == 200
+        except requests.RequestException:  # refused while starting, or slow on a loaded machine
             return False
 
     def post(self, path: str, body: object, timeout: float = 60) -> requests.Response:
