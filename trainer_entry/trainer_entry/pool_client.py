@@ -248,12 +248,14 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-_CLIENTS: dict[tuple[str, int], PoolClient] = {}
+_CLIENTS: dict[tuple[str, int, frozenset[tuple[str, Any]]], PoolClient] = {}
 
 
 def shared_client(base_url: str, **options: Any) -> PoolClient:
-    """The client of this process and running event loop for `base_url` (created on first use)."""
-    key = (base_url, id(asyncio.get_running_loop()))
+    """The client of this process and running event loop for `base_url` with these `options` (created
+    on first use). Options are part of the key: the tools' call policy (timeouts, retries, concurrency)
+    must not depend on whether a tool or a reward made the process's first call."""
+    key = (base_url, id(asyncio.get_running_loop()), frozenset(options.items()))
     client = _CLIENTS.get(key)
     if client is None:
         client = _CLIENTS[key] = PoolClient(base_url, **options)

@@ -64,7 +64,12 @@ class TagProtocol(Protocol):
 
 
 ACTION = re.compile(r"Action:\s*(?P<name>[^\n]+?)\s*\n\s*Action Input:\s*(?P<input>.*)", re.DOTALL)
-FINISH_ACTIONS = ("Finish", "finish")
+FINISH_ACTION = "Finish"
+
+
+def is_finish(name: str) -> bool:
+    """ReAct's episode-ending action, in any letter case (models write `finish` as often as `Finish`)."""
+    return name.strip().lower() == FINISH_ACTION.lower()
 
 
 @dataclass(frozen=True)
@@ -93,7 +98,7 @@ class ReactProtocol(Protocol):
         return f"\nObservation: {text}\n"
 
     def is_final(self, call: Call) -> bool:
-        return call.name in FINISH_ACTIONS
+        return is_finish(call.name)
 
 
 PROTOCOLS: dict[str, Protocol] = {

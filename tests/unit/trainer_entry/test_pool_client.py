@@ -269,3 +269,15 @@ def test_the_clients_own_results_are_classified():
     assert CallResult(status="ok").fault is None
     assert CallResult(status="invalid").fault == "code"  # the model's malformed call, never sent
     assert CallResult(status="unreachable").fault == "infra"
+
+
+async def test_the_shared_client_keeps_each_callers_policy():
+    """A reward's call made first must not give the tools its (default) retry policy."""
+    from trainer_entry.pool_client import shared_client
+
+    url = f"http://127.0.0.1:{free_port()}"
+    reward = shared_client(url)
+    tool = shared_client(url, max_retries=7, request_timeout_seconds=3.0)
+    assert tool is not reward
+    assert tool is shared_client(url, max_retries=7, request_timeout_seconds=3.0)
+    assert reward is shared_client(url)

@@ -205,3 +205,18 @@ async def test_custom_preset_is_loaded_by_verl_from_the_workdir(tmp_path, monkey
     )
     fn = get_custom_reward_fn(cfg)
     assert fn(data_source="d", solution_str="it is 42", ground_truth="42") == {"score": 2.0, "hit": 1.0}
+
+
+@pytest.mark.parametrize("spelling", ["Finish", "finish", "FINISH"])
+def test_toolbench_knows_finish_in_any_case_as_the_protocol_does(spelling):
+    from trainer_entry.protocols import Call, get_protocol
+
+    assert get_protocol("react").is_final(Call(name=spelling, arguments={}))
+    text = react_text(
+        [
+            ("b_for_t", '{"q": 2}', '{"error": "", "response": "fine"}'),
+            (spelling, '{"return_type": "give_answer", "final_answer": "fine"}', None),
+        ]
+    )
+    result = toolbench.score(text, WEIGHTS)
+    assert (result["finish"], result["answered"], result["function_call"]) == (1.0, 1.0, 1.0)

@@ -15,10 +15,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from trainer_entry.protocols import is_finish
 from trainer_entry.spec import DEFAULTS
 
 DEFAULT_WEIGHTS = DEFAULTS["reward"]["toolbench"]  # the CRD's, from the spec's one table
-FINISH = "Finish"
 
 REACT_STEP = re.compile(
     r"Action:\s*(?P<name>[^\n]+?)\s*\n\s*Action Input:\s*(?P<input>.*?)"
@@ -96,8 +96,8 @@ def failed(observation: str | None) -> bool:
 
 def score_steps(steps: list[Step], weights: dict[str, float] | None = None) -> dict[str, float]:
     w = {**DEFAULT_WEIGHTS, **(weights or {})}
-    calls = [s for s in steps if s.name != FINISH]
-    finishes = [s for s in steps if s.name == FINISH]
+    calls = [s for s in steps if not is_finish(s.name)]
+    finishes = [s for s in steps if is_finish(s.name)]
     well_formed = bool(steps) and all(s.arguments is not None for s in steps)
     failures = sum(1 for s in calls if s.arguments is None or failed(s.observation))
     function_call = (len(calls) - failures) / len(calls) if calls else 0.0
