@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,12 +109,13 @@ class MetricsWatch:
         return max(values) if values else None
 
 
-def pool_calls(pool: SandboxProcess) -> float:
+def pool_calls(pool: SandboxProcess, outcome: str = "") -> float:
+    """Calls the pool counted (with `outcome`: only those), from its own /metrics."""
     text = requests.get(pool.url + "/metrics", timeout=5).text
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith("toolrl_tool_calls_total{")
+        if line.startswith("toolrl_tool_calls_total{") and f'outcome="{outcome}"' in line
     )
 
 
@@ -125,11 +127,16 @@ def train(
     toy: dict[str, Path],
     name: str,
     spec: dict[str, Any] | None = None,
+    pool_args: tuple[str, ...] = (),
+    tool_call: dict[str, Any] | None = None,
+    load: Callable[[SandboxProcess], contextlib.AbstractContextManager[Any]] | None = None,
     **algorithm: Any,
-) -> str:
-    """Run the job to its end; returns the trainer's output."""
+) -> tuple[str, MetricsWatch, float]:
+    """Run the job to its end; returns the trainer's output, its scraped metrics and the calls the
+    pool rejected. `load(pool)` is entered around the trainer's run (other traffic on the pool)."""
     job = cpu_job(name, toy, **algorithm)
     job["spec"].update(spec or {})
+    job["spec"]["rollout"]["toolCall"].update(tool_call or {})
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(job))
     wait_until(
         lambda: get_json(cluster, "trj", name, "-n", namespace).get("status", {}).get("phase"),
@@ -141,7 +148,8 @@ def train(
     spec_file = tmp_path / "job.json"
     spec_file.write_text(json.dumps({**job, "metadata": {"name": name, "namespace": namespace}}))
     metrics_port = free_port()
-    with SandboxProcess.start(tmp_path / "pool", tools=[{"name": "python", "type": "python"}]) as pool:
+    tools = [{"name": "python", "type": "python"}]
+    with SandboxProcess.start(tmp_path / "pool", *pool_args, tools=tools) as pool:
         calls_before = pool_calls(pool)
         env = {
             **os.environ,
@@ -156,7 +164,7 @@ def train(
         env.pop("RAY_ADDRESS", None)
         watch = MetricsWatch(f"http://127.0.0.1:{metrics_port}/metrics")
         log = tmp_path / "trainer.log"
-        with log.open("wb") as out:
+        with log.open("wb") as out, load(pool) if load else contextlib.nullcontext():
             rc = subprocess.run(
                 [
                     sys.executable,
@@ -178,6 +186,7 @@ def train(
         output = log.read_text(errors="replace")
         assert rc == 0, f"trainer exited {rc}:\n{output[-6000:]}"
         served = pool_calls(pool) - calls_before
+        rejected = pool_calls(pool, "rejected")
 
     grad_norms = [float(v) for v in GRAD_NORM.findall(output)]
     assert len(grad_norms) >= STEPS, f"verl logged {len(grad_norms)} actor updates:\n{output[-3000:]}"
@@ -192,7 +201,7 @@ def train(
     assert (watch.max_value("toolrl_trainer_tool_call_duration_seconds_count") or 0) > 0, "no tool latency"
     assert watch.max_value("toolrl_trainer_reward_mean") is not None, "no reward exposed"
     assert (watch.max_value("toolrl_trainer_step") or 0) >= 1
-    return output
+    return output, watch, rejected
 
 
 def test_grpo_trains_on_cpu_with_the_tool_pool(cluster, namespace, operator, tmp_path, toy) -> None:
@@ -223,6 +232,72 @@ def test_ppo_with_critic_and_kl_loss_trains_on_cpu_and_checkpoints(
     saved = checkpoints / f"global_step_{STEPS}"
     assert (saved / "actor").is_dir() and (saved / "critic").is_dir(), sorted(checkpoints.rglob("*"))[:20]
     assert any((saved / "actor").iterdir()), "the actor's checkpoint is empty"
+
+
+class Hog:
+    """Other traffic: one 1-second call after another, for as long as it runs."""
+
+    def __init__(self) -> None:
+        self.calls = self.rejected = 0
+
+    @contextlib.contextmanager
+    def run(self, pool: SandboxProcess) -> Iterator[None]:
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.is_set():
+                body = {"tool": "python", "input": "import time\ntime.sleep(1.0)"}
+                with contextlib.suppress(requests.RequestException):
+                    answer = pool.post("/v1/execute", body, timeout=60)
+                    self.calls += 1
+                    self.rejected += answer.status_code == 429
+                    if answer.status_code == 429:
+                        stop.wait(0.2)
+
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+
+TRAINED = re.compile(r"toolrl/trajectories_trained:([\d.]+)")
+TAINTED = re.compile(r"toolrl/infra_failures_in_update:([\d.]+)")
+
+
+def test_infrastructure_failures_are_excluded_from_the_update(
+    cluster, namespace, operator, tmp_path, toy
+) -> None:
+    """Issue 16 with a real fault: a saturated pool. It runs one call at a time and queues one; other
+    traffic keeps its slot busy (one 1-second call after another), so a trainer call arriving while
+    another waits in the queue is rejected (429), and the client does not retry: every rejected
+    trainer call is one excluded trajectory (maxToolTurns 1). The queued call always gets through, so
+    no step loses every trajectory. The run must train on the others only."""
+    hog = Hog()
+    output, watch, rejected = train(
+        cluster,
+        namespace,
+        operator,
+        tmp_path,
+        toy,
+        "cpu-infra",
+        pool_args=("--capacity", "1", "--queue-size", "1", "--workers", "1"),
+        tool_call={"maxRetries": 0},
+        load=hog.run,
+    )
+    injected = rejected - hog.rejected  # the trainer's calls the pool rejected
+    assert hog.calls > 0 and injected > 0, f"no trainer call was rejected ({rejected}, hog {hog.__dict__})"
+    excluded = watch.max_value('toolrl_trajectories_excluded_total{reason="rejected"}') or 0
+    assert excluded == injected, f"pool rejected {injected} trainer calls; trainer excluded {excluded}"
+    trained = [int(float(v)) for v in TRAINED.findall(output)]
+    tainted = [int(float(v)) for v in TAINTED.findall(output)]
+    assert len(trained) == len(tainted) == STEPS, f"updates logged: {trained}, {tainted}"
+    assert tainted == [0] * STEPS, f"trajectories with an infrastructure failure were trained on: {tainted}"
+    rollouts = STEPS * 2 * 4  # steps x trainBatchSize x rolloutsPerPrompt
+    assert sum(trained) + excluded == rollouts, f"trained {trained} + excluded {excluded} != {rollouts}"
+    assert (watch.max_value("toolrl_trajectories_total") or 0) == rollouts
 
 
 def test_a_run_that_cannot_start_names_the_cause(tmp_path, toy) -> None:

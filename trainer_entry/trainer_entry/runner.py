@@ -3,20 +3,37 @@
 - `ToolRLTrainer` is verl's synchronous v1 trainer registered under its own `trainer.v1.trainer_mode`;
   its `on_*` hooks mark the rollout phase and, once verl has built its `Tracking`, add our backend
   next to verl's own ones.
+- `ToolRLTrainer._compute_advantage` counts the trajectories each update trains on and checks that
+  none met an infrastructure failure (the agent loop returns those as no output, so verl never
+  stores them: see agent_loop.py); verl's console log shows `toolrl/trajectories_trained` and
+  `toolrl/infra_failures_in_update` per step.
 - `ToolRLTaskRunner` is verl's task runner (the `task_runner_class` argument of `run_ppo`) defined in
   this module, so Ray imports this module, and with it the trainer registration, wherever it runs.
 """
 
 from __future__ import annotations
 
+import logging
+
 import ray
+import transfer_queue as tq
 from verl.trainer.main_ppo import TaskRunnerV1
 from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
 
 from trainer_entry.hub import TrackingBackend, sink
+from trainer_entry.pool_client import FAULT_INFRA
 from trainer_entry.translate import TRAINER_MODE
 
+log = logging.getLogger(__name__)
+
 BACKEND_NAME = "toolrl"
+TRAINED_METRIC = "toolrl/trajectories_trained"
+TAINTED_METRIC = "toolrl/infra_failures_in_update"
+
+
+def infra_tainted(extra_fields: list[dict]) -> int:
+    """How many trajectories (their verl `extra_fields`) met an infrastructure failure."""
+    return sum(FAULT_INFRA in ((extra or {}).get("tool_faults") or []) for extra in extra_fields)
 
 
 @register_trainer(TRAINER_MODE)
@@ -41,6 +58,22 @@ class ToolRLTrainer(PPOTrainerSync):
     def _balance_batch(self, *args, **kwargs):
         sink().phase("training")
         return super()._balance_batch(*args, **kwargs)
+
+    def _compute_advantage(self, batch, metrics: dict):
+        keys = [k for k, tag in zip(batch.keys, batch.tags, strict=True) if not tag.get("is_padding", False)]
+        data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+        tainted = infra_tainted(data["extra_fields"].tolist()) if keys else 0
+        metrics[TRAINED_METRIC] = len(keys)
+        metrics[TAINTED_METRIC] = tainted
+        if tainted:
+            log.error(
+                "%d of %d trajectories in this update met an infrastructure failure (an agent loop that"
+                " does not exclude them, e.g. verl's own tool_agent for the hermes protocol)",
+                tainted,
+                len(keys),
+            )
+        sink().trajectories([None] * len(keys))
+        return super()._compute_advantage(batch, metrics)
 
 
 class _ToolRLTaskRunner(TaskRunnerV1.__ray_actor_class__):

@@ -111,3 +111,24 @@ def test_a_scrape_never_sees_two_phases_or_none() -> None:
         stop.set()
         flipper.join()
         sys.setswitchinterval(interval)
+
+
+def test_excluded_trajectories_are_counted_by_reason_with_the_steps_fraction():
+    m = TrainerMetrics()
+    m.observe_trajectories(["rejected", "unreachable", "rejected"])
+    m.observe_trajectories([None] * 5)
+    m.record_step({"timing_s/step": 1.0}, step=1)
+    assert value(m, "toolrl_trajectories_excluded_total", {"reason": "rejected"}) == 2
+    assert value(m, "toolrl_trajectories_excluded_total", {"reason": "unreachable"}) == 1
+    assert value(m, "toolrl_trajectories_total") == 8
+    assert value(m, "toolrl_trainer_excluded_fraction") == pytest.approx(3 / 8)
+    m.observe_trajectories([None] * 4)
+    m.record_step({"timing_s/step": 1.0}, step=2)
+    assert value(m, "toolrl_trainer_excluded_fraction") == 0.0
+
+
+def test_infra_tainted_counts_trajectories_with_an_infra_call():
+    from trainer_entry.runner import infra_tainted
+
+    fields = [{"tool_faults": ["code", "infra"]}, {"tool_faults": ["code"]}, {"tool_faults": []}, {}, None]
+    assert infra_tainted(fields) == 1
