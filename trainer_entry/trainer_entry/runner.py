@@ -33,7 +33,10 @@ TAINTED_METRIC = "toolrl/infra_failures_in_update"
 
 def infra_tainted(extra_fields: list[dict]) -> int:
     """How many trajectories (their verl `extra_fields`) met an infrastructure failure."""
-    return sum(FAULT_INFRA in ((extra or {}).get("tool_faults") or []) for extra in extra_fields)
+    return sum(
+        FAULT_INFRA in ((extra if isinstance(extra, dict) else {}).get("tool_faults") or [])
+        for extra in extra_fields
+    )
 
 
 @register_trainer(TRAINER_MODE)
@@ -62,7 +65,8 @@ class ToolRLTrainer(PPOTrainerSync):
     def _compute_advantage(self, batch, metrics: dict):
         keys = [k for k, tag in zip(batch.keys, batch.tags, strict=True) if not tag.get("is_padding", False)]
         data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
-        tainted = infra_tainted(data["extra_fields"].tolist()) if keys else 0
+        # a tensordict LinkedList (a list) of the trajectories' extra_fields dicts
+        tainted = infra_tainted(list(data["extra_fields"])) if keys else 0
         metrics[TRAINED_METRIC] = len(keys)
         metrics[TAINTED_METRIC] = tainted
         if tainted:
