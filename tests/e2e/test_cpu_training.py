@@ -115,7 +115,7 @@ def pool_calls(pool: SandboxProcess, outcome: str = "") -> float:
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith("toolrl_tool_calls_total{") and f'outcome="{outcome}"' in line
+        if line.startswith("toolrl_tool_calls_total{") and f'outcome="{outcome}' in line
     )
 
 
