@@ -159,7 +159,7 @@ def _platform_class() -> type:
 
 
 def _patch_verl() -> None:
-    """The two accelerator assumptions of verl 0.9.1 that no extension point reaches.
+    """The three accelerator assumptions of verl 0.9.1 that no extension point reaches.
 
     1. Process groups are created with the backend `cpu:gloo,<device>:<backend>`; for device cpu
        that is `cpu:gloo,cpu:gloo`, which torch rejects (a device type given twice). Every verl
@@ -167,9 +167,13 @@ def _patch_verl() -> None:
        runs while `import verl` loads plugins, before any worker module binds the name.
     2. The FSDP2 reference model is built with `CPUOffloadPolicy(pin_memory=True)`; pinning needs
        a CUDA driver. On a CPU there is nothing to pin, so the policy is made unpinned.
+    3. The critic (GAE) is loaded as a token-classification model with `flash_attention_2`, which
+       exists only on GPUs (verl then falls back to trl, which it does not depend on). On a CPU it is
+       loaded the same way with torch's `sdpa` attention. verl imports the loader at call time.
     """
     import verl.utils.distributed as distributed
     import verl.utils.fsdp_utils as fsdp_utils
+    import verl.utils.model as model_utils
 
     original = distributed.initialize_global_process_group_ray
     if not getattr(original, "toolrl_cpu", False):
@@ -192,6 +196,22 @@ def _patch_verl() -> None:
                 super().__init__(pin_memory=False, **kwargs)
 
         fsdp_utils.CPUOffloadPolicy = UnpinnedCPUOffloadPolicy
+
+    if not getattr(model_utils.load_valuehead_model, "toolrl_cpu", False):
+
+        def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
+            from transformers import AutoModelForTokenClassification
+
+            return AutoModelForTokenClassification.from_pretrained(
+                pretrained_model_name_or_path=local_path,
+                torch_dtype=torch_dtype,
+                config=model_config,
+                attn_implementation="sdpa",
+                trust_remote_code=trust_remote_code,
+            )
+
+        load_valuehead_model.toolrl_cpu = True
+        model_utils.load_valuehead_model = load_valuehead_model
 
 
 def install() -> None:
