@@ -72,6 +72,13 @@ TRAINING = Row("Training", (
     Panel("Tool calls per trajectory", "short", (
         Target(f"max(toolrl_trainer_tool_calls_per_trajectory{{{JOB}}})", "calls per trajectory"),
     ), "Mean number of tool calls in a rollout trajectory of the last step."),
+    Panel("Trajectories excluded for infrastructure failures", "percentunit", (
+        Target(f"max(toolrl_trainer_excluded_fraction{{{JOB}}})", "excluded share of the last step"),
+        Target(f"sum by (reason) (increase(toolrl_trajectories_excluded_total{{{JOB}}}[{RATE}]))"
+               f" / scalar(sum(increase(toolrl_trajectories_total{{{JOB}}}[{RATE}])))", "{{reason}}"),
+    ), "Trajectories kept out of scoring and the update because a tool call failed by the pool's doing "
+       "(rejected, unreachable, no answer in time, sandbox error), as a share of all trajectories: "
+       "they are not scored 0, they are not trained on (docs/contracts.md, Whose failure).", width=24),
 ))
 
 OPERATOR = Row("Operator", (

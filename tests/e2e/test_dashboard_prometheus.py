@@ -142,6 +142,8 @@ def _train(sandbox: str, trainer: TrainerMetrics, touch_job: Any, stop: threadin
             ok = sum(status == "ok" for status, _ in results) / len(results)
             for status, _ in results:
                 trainer.observe_reward({"correct": 1.0 if status == "ok" else 0.0, "format": 0.1})
+            # one of four trajectories excluded for an infrastructure failure (issue 16)
+            trainer.observe_trajectories([None, None, None, "rejected"])
             trainer.set_phase("training")
             trainer.record_step({"critic/score/mean": ok, "timing_s/step": time.monotonic() - started,
                                  "response_length/mean": 180.0 + step,
