@@ -22,6 +22,7 @@ ESTIMATORS = ("grpo", "gae", "rloo", "reinforce_plus_plus", "remax", "grpo_passk
 GROUP_ESTIMATORS = ("grpo", "rloo", "grpo_passk", "opo")
 PRESETS = ("code-execution", "exact-match", "toolbench", "custom")
 TOOL_TYPES = ("python", "search", "http")
+LOGGERS = ("console", "wandb", "mlflow", "tensorboard")
 
 DEFAULTS: dict[str, Any] = {
     "data": {"maxPromptLength": 1024, "maxResponseLength": 2048},
@@ -54,7 +55,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "cluster": {"workers": {"replicas": 1, "gpusPerWorker": 8}},
     "checkpoint": {"saveFreq": 20, "resume": "auto"},
-    "trainer": {},
+    "trainer": {"loggers": ["console"]},
 }
 TOOL_DEFAULTS: dict[str, Any] = {"timeoutSeconds": 10}
 """CRD defaults of each `spec.tools[]` entry."""
@@ -257,6 +258,12 @@ def check_spec(spec: dict[str, Any]) -> None:
     _check_tools(spec)
     _check_reward(spec)
     _check_checkpoint(spec)
+    loggers = _get(spec, "trainer.loggers")
+    _need(
+        isinstance(loggers, list) and all(name in LOGGERS for name in loggers),
+        "trainer.loggers",
+        f"must be a list of {', '.join(LOGGERS)}, got {loggers!r}",
+    )
     extra = _get(spec, "trainer.extraArgs")
     _need(
         extra is None or (isinstance(extra, list) and all(isinstance(a, str) and "=" in a for a in extra)),

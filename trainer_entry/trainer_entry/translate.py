@@ -225,7 +225,7 @@ def _overrides(job: Job, pool_url: str) -> list[str]:
         f"trainer.n_gpus_per_node={gpus_per_node(job)}",
         f"trainer.project_name={v(job.namespace)}",
         f"trainer.experiment_name={v(job.name)}",
-        "trainer.logger=['console']",
+        f"trainer.logger={v(list(s['trainer']['loggers']))}",
         f"trainer.v1.trainer_mode={TRAINER_MODE}",
     ]
     if algo.get("totalTrainingSteps") is not None:

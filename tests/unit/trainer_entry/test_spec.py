@@ -89,6 +89,7 @@ def test_given_values_win_over_defaults_deeply():
             "spec.rollout.tensorParallelSize",
         ),
         ({"trainer": {"extraArgs": ["--verbose"]}}, "spec.trainer.extraArgs"),
+        ({"trainer": {"loggers": ["neptune"]}}, "spec.trainer.loggers"),
     ],
 )
 def test_bad_values_name_the_field(spec, field):

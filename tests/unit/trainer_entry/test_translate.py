@@ -261,3 +261,11 @@ def test_dry_run_without_the_model_still_checks_the_rest():
     )
     with pytest.raises(InstantiationException, match="ppo_micro_batch_size"):
         verl_config.check(verl_config.compose(translate(broken, POOL).overrides))
+
+
+def test_loggers_become_verls_tracking_backends():
+    default = translate(job(), POOL).overrides
+    assert "trainer.logger=[console]" in default
+    chosen = translate(job(trainer={"loggers": ["console", "wandb"]}), POOL).overrides
+    assert "trainer.logger=[console,wandb]" in chosen
+    assert composed(job(trainer={"loggers": ["tensorboard"]})).trainer.logger == ["tensorboard"]
