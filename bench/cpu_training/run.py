@@ -179,8 +179,6 @@ def main() -> int:
         "steps",
         "reward_first",
         "reward_last",
-        "tool_calls_first",
-        "tool_calls_last",
     ):
         print(f"| {key} | {result[key]} |")
     print(
