@@ -35,7 +35,9 @@ if ! .venv/bin/python -c 'import os, sysconfig, sys; sys.exit(not os.path.exists
   echo "       Install them (Debian: apt-get install python3.11-dev) and run 'make setup' again." >&2
   exit 1
 fi
-uv pip install --quiet --python .venv \
+# tool_sandbox's C extension is compiled at install; uv would reuse an editable build whose .c
+# changed since (seen: a stale _spawner.so failed every call with stdin), so it is rebuilt each time.
+uv pip install --quiet --python .venv --reinstall-package toolrl-tool-sandbox \
   -e operator -e tool_sandbox -e trainer_entry -r requirements-dev.txt
 
 if ! command -v go >/dev/null; then
