@@ -24,6 +24,10 @@ from typing import Any
 
 import aiohttp
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "e2e"))
+from localcluster import free_port
+from sandbox_process import descendants
+
 HERE = Path(__file__).resolve().parent
 FORGE = (
     "import json, os, struct\nframe = json.dumps({'done': True, 'exitCode': 0}).encode()\n"
@@ -58,34 +62,11 @@ HOSTILE: list[tuple[str, str, Any]] = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def tree(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, pending = [pid], [pid]
-    while pending:
-        for child in children.get(pending.pop(), []):
-            found.append(child)
-            pending.append(child)
-    return found
-
-
 def sample(server: int) -> dict[str, Any]:
     """RSS and descriptors of the server and its workers (not of sandboxed children)."""
     rss = fds = 0
     workers = []
-    for pid in tree(server):
+    for pid in [server, *descendants(server)]:
         try:
             comm = Path(f"/proc/{pid}/comm").read_text().strip()
             if pid != server and comm != "sandbox-worker":

@@ -21,6 +21,24 @@ from localcluster.cluster import free_port
 PYTHON_TOOL = {"name": "python", "type": "python"}
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (children first, breadth by /proc's order), read from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, pending = [], [pid]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            found.append(child)
+            pending.append(child)
+    return found
+
+
 @dataclass
 class SandboxProcess:
     url: str

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from sandbox_process import SandboxProcess
+from sandbox_process import SandboxProcess, descendants
 
 
 @pytest.fixture(scope="module", params=["root", "pod"])
@@ -42,23 +42,6 @@ def _sysv_objects() -> int:
     return sum(
         len(Path(f"/proc/sysvipc/{kind}").read_text().splitlines()) - 1 for kind in ("shm", "msg", "sem")
     )
-
-
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, pending = [], [pid]
-    while pending:
-        for child in children.get(pending.pop(), []):
-            found.append(child)
-            pending.append(child)
-    return found
 
 
 def _state(pid: int) -> str:
@@ -90,7 +73,7 @@ def recovered(server: SandboxProcess, ipc_before: int | None = None) -> None:
         assert _sysv_objects() == ipc_before
     assert _tree_bytes(_workdir(server)) < 4 << 20  # spares' empty directories only
     deadline = time.monotonic() + 30  # no code runs outside a call: spares wait, sessions are stopped
-    children = [p for p in _descendants(server.process.pid) if _comm(p) == "sandbox-child"]
+    children = [p for p in descendants(server.process.pid) if _comm(p) == "sandbox-child"]
     while running := [p for p in children if _state(p) == "R"]:
         assert time.monotonic() < deadline, f"sandboxed code still running after its call: {running}"
         time.sleep(0.2)
@@ -175,7 +158,7 @@ def test_forged_end_of_cell_cannot_keep_code_running(any_server: SandboxProcess)
     )
     answer = any_server.execute(forge, session=session, timeoutSeconds=3)
     assert answer["status"] == "ok", answer  # the forged frame ends the cell...
-    children = [p for p in _descendants(any_server.process.pid) if _comm(p) == "sandbox-child"]
+    children = [p for p in descendants(any_server.process.pid) if _comm(p) == "sandbox-child"]
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:  # ...but nothing of it runs after that
         running = [p for p in children if _state(p) == "R"]
@@ -301,12 +284,12 @@ def test_no_zombies_when_the_server_is_pid_1(make_server: object) -> None:
     """Class 10: a dead worker's forker and children were left as zombies under pid 1."""
     pid_1 = ("unshare", "--pid", "--fork", "--kill-child", "--mount-proc")
     server = make_server("--workers", "1", prefix=pid_1)
-    main = _descendants(server.process.pid)[0]  # the server, pid 1 in its namespace
-    worker = next(p for p in _descendants(main) if _comm(p) == "sandbox-worker")
+    main = descendants(server.process.pid)[0]  # the server, pid 1 in its namespace
+    worker = next(p for p in descendants(main) if _comm(p) == "sandbox-worker")
     assert server.execute("print(1)")["stdout"] == "1\n"
     os.kill(worker, 9)
     deadline = time.monotonic() + 60
-    while zombies := [p for p in _descendants(main) if _state(p) == "Z"]:
+    while zombies := [p for p in descendants(main) if _state(p) == "Z"]:
         assert time.monotonic() < deadline, f"zombies under the server: {zombies}"
         time.sleep(0.5)
     deadline = time.monotonic() + 240  # a restart imports numpy and sympy: 60 s when loaded
