@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 from collections.abc import Generator
 from typing import Any
 
@@ -246,8 +247,6 @@ class HFServerAdapter(BaseRollout):
 
     def __init__(self, config: RolloutConfig, model_config: HFModelConfig, device_mesh: Any, **kwargs: Any):
         super().__init__(config, model_config, device_mesh)
-        import os
-
         rank = int(os.environ.get("RANK", 0))
         world = int(self.config.tensor_model_parallel_size) or 1
         self.replica_rank = rank // world

@@ -32,6 +32,7 @@ from trainer_entry.translate import (
     gpus_per_node,
     translate,
 )
+from trainer_entry.verl_config import first_line
 
 CUSTOM_REWARD_DIR = Path("/etc/toolrl/reward")
 DEFAULT_METRICS_PORT = 9400
@@ -155,12 +156,7 @@ def check_model(path: str) -> None:
         AutoConfig.from_pretrained(path)
     except (OSError, ValueError) as exc:
         where = "the directory holds no loadable model" if local else "a hub id needs access to the hub"
-        raise SpecError(f"spec.model.path: cannot load {path!r} ({where}): {_first_line(exc)}") from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
+        raise SpecError(f"spec.model.path: cannot load {path!r} ({where}): {first_line(exc)}") from exc
 
 
 def start_ray(job: Job, runtime_env: dict[str, Any]) -> None:
@@ -273,16 +269,16 @@ def explain_ray_failure(exc: BaseException) -> str:
         return (
             "out of memory: Ray killed a worker to protect the node; give the Ray pods more memory "
             "(cluster.head/workers.resources) or shrink the batch, the sequence lengths or the model. "
-            + _first_line(exc)
+            + first_line(exc)
         )
     if isinstance(exc, ray.exceptions.ActorDiedError | ray.exceptions.WorkerCrashedError):
-        return "a Ray worker died (its log above says why; out of memory is the usual cause): " + _first_line(
+        return "a Ray worker died (its log above says why; out of memory is the usual cause): " + first_line(
             exc
         )
     if isinstance(exc, ray.exceptions.RayTaskError):
         cause = exc.cause if getattr(exc, "cause", None) is not None else exc
         return f"training failed in a Ray worker: {type(cause).__name__}: {_last_line(cause)}"
-    return f"{type(exc).__name__}: {_first_line(exc)}"
+    return f"{type(exc).__name__}: {first_line(exc)}"
 
 
 def _last_line(exc: BaseException) -> str:

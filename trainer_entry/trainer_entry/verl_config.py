@@ -60,7 +60,7 @@ def check(config: DictConfig) -> list[str]:
         if cause is None:
             raise
         notes.append(
-            f"model {config.critic.model.path!r} cannot be loaded here ({_first_line(cause)}); "
+            f"model {config.critic.model.path!r} cannot be loaded here ({first_line(cause)}); "
             "verl's critic checks, which read the model's config, were skipped"
         )
         validate_config(config, use_reference_policy=use_reference, use_critic=False)
@@ -76,6 +76,7 @@ def check(config: DictConfig) -> list[str]:
     return notes
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message (or its type), for messages that name a cause."""
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
