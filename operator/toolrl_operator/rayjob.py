@@ -37,6 +37,10 @@ WORKER_GROUP = "gpu-workers"
 # sets trainer.n_gpus_per_node to the same number (translate.LOGICAL_GPUS_PER_CPU_WORKER; a test
 # checks they agree).
 LOGICAL_GPUS_PER_CPU_WORKER = 1
+# ... and offers Ray logical CPUs beyond its pod's request: verl's placement groups ask for 3 CPUs
+# per GPU bundle plus its agent-loop, reward and storage actors, which would never schedule on a
+# 1-CPU worker (translate.LOGICAL_CPUS_PER_CPU_WORKER; a test checks they agree).
+LOGICAL_CPUS_PER_CPU_WORKER = 16
 ENTRYPOINT = f"python -m trainer_entry run --spec {CONFIG_MOUNT}/{JOB_KEY}"
 RAY_UID = 1000  # the trainer image's user (images/trainer/Dockerfile)
 CONTAINER_SECURITY: dict[str, Any] = {
@@ -183,7 +187,7 @@ def _worker_resources(workers: dict[str, Any]) -> dict[str, Any]:
 def _worker_start_params(workers: dict[str, Any]) -> dict[str, str]:
     if workers["gpusPerWorker"]:
         return {}
-    return {"num-gpus": str(LOGICAL_GPUS_PER_CPU_WORKER)}
+    return {"num-gpus": str(LOGICAL_GPUS_PER_CPU_WORKER), "num-cpus": str(LOGICAL_CPUS_PER_CPU_WORKER)}
 
 
 def build_rayjob(

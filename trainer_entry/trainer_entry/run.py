@@ -27,6 +27,7 @@ from trainer_entry.spec import Job, SpecError, cpu_only
 from trainer_entry.translate import (
     AGENT_LOOPS_FILE,
     CUSTOM_REWARD_FILE,
+    LOGICAL_CPUS_PER_CPU_WORKER,
     TOOL_CONFIG_FILE,
     Translation,
     gpus_per_node,
@@ -173,7 +174,8 @@ def start_ray(job: Job, runtime_env: dict[str, Any]) -> None:
     if cpu_only(job.spec):
         workers = job.spec["cluster"]["workers"]["replicas"]
         # verl schedules its actors by logical CPUs; the processes themselves share the machine
-        kwargs.update(num_cpus=max(16, os.cpu_count() or 1), num_gpus=workers * gpus_per_node(job))
+        num_cpus = max(LOGICAL_CPUS_PER_CPU_WORKER, os.cpu_count() or 1)
+        kwargs.update(num_cpus=num_cpus, num_gpus=workers * gpus_per_node(job))
     print("trainer_entry: RAY_ADDRESS is unset: starting a local Ray for this run", flush=True)
     # How long Ray's core waits for a starting node to register (its own error names this setting);
     # the default 30 s is missed on a loaded machine.

@@ -40,6 +40,10 @@ CPU_OVERRIDES = (
     "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
 )
 LOGICAL_GPUS_PER_CPU_WORKER = 1
+# Logical CPUs a CPU worker offers Ray: verl asks for 3 per GPU bundle (its resource pools'
+# max_colocate_count) plus one for each agent-loop, reward and data-storage actor; the processes
+# share the pod's real CPUs. The operator's RayJob says the same (`num-cpus`; a test checks).
+LOGICAL_CPUS_PER_CPU_WORKER = 16
 # Strings Hydra reads back unchanged without quotes (must not start with a digit: 1e-6 is a float).
 PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_\-./]*")
 

@@ -18,6 +18,7 @@ here with mmdebstrap (no container registry is reachable), keyed by their inputs
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -147,17 +148,28 @@ def _copy_sources(dockerfile: Path) -> list[Path]:
     return sources
 
 
+def _ignored(rel: Path) -> bool:
+    """Whether the repository's .dockerignore keeps `rel` out of the build context (its `**/name`
+    and `path` lines, the forms it uses). A host-built `_spawner.so` changed the tool-sandbox key
+    on every `make setup` before."""
+    patterns = [ln for ln in (REPO / ".dockerignore").read_text().splitlines() if ln and ln[0] != "#"]
+    for i, part in enumerate(rel.parts, 1):
+        prefix = "/".join(rel.parts[:i])
+        for pattern in patterns:
+            anywhere = pattern.startswith("**/")
+            if fnmatch.fnmatch(part if anywhere else prefix, pattern.removeprefix("**/")):
+                return True
+    return False
+
+
 def _tree_digest(paths: list[Path]) -> str:
     h = hashlib.sha256()
     for root in sorted(paths):
         files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
         for f in files:
             rel = f.relative_to(REPO)
-            if any(
-                part in ("__pycache__", "build", "dist") or part.endswith(".egg-info") for part in rel.parts
-            ):
-                continue
-            h.update(str(rel).encode() + b"\0" + f.read_bytes() + b"\0")
+            if not _ignored(rel):
+                h.update(str(rel).encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()
 
 

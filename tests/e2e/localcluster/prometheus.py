@@ -1,9 +1,14 @@
 """A real Prometheus (Debian's `prometheus` package) with a generated scrape config, for e2e
-tests and the demo. Each instance has its own port and data directory."""
+tests and the demo. Each instance has its own port and data directory.
+
+`monitor_scrape_configs` does for the chart's PodMonitors and ServiceMonitor what prometheus-operator does: it
+turns each into a scrape job that discovers pods through the Kubernetes API, so a Prometheus
+beside the local cluster scrapes the real pods' IPs as one in the cluster would."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -37,6 +42,106 @@ def scrape_config(
     }
 
 
+# PodMonitor relabeling fields (camelCase) and Prometheus' names for them
+RELABEL_FIELDS = {
+    "sourceLabels": "source_labels",
+    "targetLabel": "target_label",
+    "separator": "separator",
+    "regex": "regex",
+    "replacement": "replacement",
+    "action": "action",
+    "modulus": "modulus",
+}
+
+
+def _meta_label(label: str) -> str:
+    """A label's name in service discovery: `app.kubernetes.io/name` -> `app_kubernetes_io_name`."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", label)
+
+
+@dataclass(frozen=True)
+class _MonitorKind:
+    role: str  # kubernetes_sd role
+    endpoints: str  # the spec field listing the scraped ports
+    labels: str  # meta label prefix the selector matches
+    port: str  # meta label naming the port
+    prefix: str  # job_name prefix prometheus-operator uses
+
+
+MONITOR_KINDS = {
+    "PodMonitor": _MonitorKind(
+        "pod",
+        "podMetricsEndpoints",
+        "__meta_kubernetes_pod_label_",
+        "__meta_kubernetes_pod_container_port_name",
+        "podMonitor",
+    ),
+    "ServiceMonitor": _MonitorKind(
+        "endpoints",
+        "endpoints",
+        "__meta_kubernetes_service_label_",
+        "__meta_kubernetes_endpoint_port_name",
+        "serviceMonitor",
+    ),
+}
+
+
+def monitor_scrape_configs(monitors: list[dict], kubeconfig: Path) -> list[dict]:
+    """Scrape jobs for PodMonitor and ServiceMonitor objects (monitoring.coreos.com/v1), as
+    prometheus-operator generates them: targets found through the API server, kept by the
+    monitor's label selector and port name, labelled namespace/pod/container (and service) and
+    job, then the endpoint's relabelings. Supported: `selector.matchLabels`, `namespaceSelector`
+    (`any`, `matchNames`) and each endpoint's `port`, `path`, `interval`, `honorLabels` and
+    `relabelings`; anything else is refused rather than ignored."""
+    jobs = []
+    for monitor in monitors:
+        kind = MONITOR_KINDS[monitor["kind"]]
+        meta, spec = monitor["metadata"], monitor["spec"]
+        unsupported = set(spec) - {"selector", "namespaceSelector", kind.endpoints}
+        unsupported |= set(spec.get("selector", {})) - {"matchLabels"}
+        for endpoint in spec[kind.endpoints]:
+            unsupported |= set(endpoint) - {"port", "path", "interval", "honorLabels", "relabelings"}
+        if unsupported:
+            what = f"{monitor['kind']} {meta['name']}"
+            raise PrometheusError(f"{what}: fields not translated: {sorted(unsupported)}")
+        sd: dict = {"role": kind.role, "kubeconfig_file": str(kubeconfig)}
+        namespaces = spec.get("namespaceSelector", {})
+        if not namespaces.get("any"):
+            sd["namespaces"] = {"names": namespaces.get("matchNames") or [meta["namespace"]]}
+        keep = [
+            {"action": "keep", "source_labels": [kind.labels + _meta_label(k)], "regex": re.escape(v)}
+            for k, v in spec.get("selector", {}).get("matchLabels", {}).items()
+        ]
+        named = [
+            {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+            {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+            {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
+        ]
+        if kind.role == "endpoints":
+            service = ["__meta_kubernetes_service_name"]
+            named += [
+                {"source_labels": service, "target_label": "service"},
+                {"source_labels": service, "target_label": "job"},
+            ]
+        else:
+            named.append({"target_label": "job", "replacement": f"{meta['namespace']}/{meta['name']}"})
+        for i, endpoint in enumerate(spec[kind.endpoints]):
+            port = {"action": "keep", "source_labels": [kind.port], "regex": re.escape(endpoint["port"])}
+            relabel = [*keep, port, *named]
+            relabel += [{RELABEL_FIELDS[k]: v for k, v in r.items()} for r in endpoint.get("relabelings", [])]
+            job = {
+                "job_name": f"{kind.prefix}/{meta['namespace']}/{meta['name']}/{i}",
+                "metrics_path": endpoint.get("path", "/metrics"),
+                "honor_labels": bool(endpoint.get("honorLabels")),
+                "kubernetes_sd_configs": [sd],
+                "relabel_configs": relabel,
+            }
+            if endpoint.get("interval"):
+                job["scrape_interval"] = endpoint["interval"]
+            jobs.append(job)
+    return jobs
+
+
 @dataclass
 class Prometheus:
     root: Path
@@ -44,10 +149,12 @@ class Prometheus:
     rule_files: list[Path] = field(default_factory=list)
     port: int = 0
     proc: subprocess.Popen | None = None
+    # where it listens: loopback, or the real node's bridge address for pods to reach it
+    host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> Prometheus:
         binary = shutil.which("prometheus") or PROMETHEUS_BINARY
@@ -66,7 +173,7 @@ class Prometheus:
                 binary,
                 f"--config.file={self.root / 'prometheus.yml'}",
                 f"--storage.tsdb.path={self.root / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
+                f"--web.listen-address={self.host}:{self.port}",
                 "--web.enable-lifecycle",
                 "--storage.tsdb.retention.time=1d",
             ],
@@ -97,16 +204,24 @@ class Prometheus:
                 self.proc.kill()
                 self.proc.wait()
 
-    def query(self, promql: str) -> list[dict]:
-        """Instant query; raises PrometheusError with Prometheus' message if the query is bad."""
-        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    def query(self, promql: str, at: float | None = None) -> list[dict]:
+        """Instant query (now, or at unix time `at`); raises PrometheusError with Prometheus'
+        message if the query is bad."""
+        return self._api("query", {"query": promql, **({"time": at} if at is not None else {})})
+
+    def query_range(self, promql: str, start: float, end: float, step: float) -> list[dict]:
+        """Range query (unix seconds): one series of [t, "value"] pairs per label set."""
+        return self._api("query_range", {"query": promql, "start": start, "end": end, "step": step})
+
+    def _api(self, endpoint: str, params: dict) -> list[dict]:
+        url = f"{self.url}/api/v1/{endpoint}?" + urllib.parse.urlencode(params)
         try:
-            with urllib.request.urlopen(url, timeout=10) as r:
+            with urllib.request.urlopen(url, timeout=30) as r:
                 body = json.load(r)
         except urllib.error.HTTPError as exc:
             body = json.load(exc)
         if body.get("status") != "success":
-            raise PrometheusError(f"query {promql!r} failed: {body.get('error')}")
+            raise PrometheusError(f"query {params['query']!r} failed: {body.get('error')}")
         return body["data"]["result"]
 
     def targets_up(self) -> bool:

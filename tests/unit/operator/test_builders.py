@@ -12,6 +12,7 @@ from toolrl_operator.configmap import build_configmap
 from toolrl_operator.rayjob import (
     ENTRYPOINT,
     GPU_RESOURCE,
+    LOGICAL_CPUS_PER_CPU_WORKER,
     LOGICAL_GPUS_PER_CPU_WORKER,
     build_ray_network_policy,
     build_rayjob,
@@ -470,7 +471,10 @@ def test_cpu_workers_ask_for_no_gpu_and_advertise_one_logical_ray_gpu(make_job) 
     group = build_rayjob(job, SETTINGS)["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
     worker = group["template"]["spec"]["containers"][0]
     assert worker["resources"] == {"requests": {"memory": "6Gi"}}
-    assert group["rayStartParams"] == {"num-gpus": str(LOGICAL_GPUS_PER_CPU_WORKER)}
+    assert group["rayStartParams"] == {
+        "num-gpus": str(LOGICAL_GPUS_PER_CPU_WORKER),
+        "num-cpus": str(LOGICAL_CPUS_PER_CPU_WORKER),
+    }
     gpu_group = build_rayjob(make_job(), SETTINGS)["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
     assert gpu_group["rayStartParams"] == {}, "GPU workers advertise their real GPUs"
 

@@ -239,10 +239,12 @@ def test_cpu_job_runs_verls_cpu_platform_with_logical_gpus(tiny_model):
     assert not set(CPU_OVERRIDES) & set(gpu), "hf on GPUs keeps verl's GPU settings"
 
 
-def test_operator_and_trainer_agree_on_logical_gpus_of_a_cpu_worker():
+def test_operator_and_trainer_agree_on_logical_gpus_and_cpus_of_a_cpu_worker():
     from toolrl_operator import rayjob
+    from trainer_entry.translate import LOGICAL_CPUS_PER_CPU_WORKER
 
     assert rayjob.LOGICAL_GPUS_PER_CPU_WORKER == LOGICAL_GPUS_PER_CPU_WORKER
+    assert rayjob.LOGICAL_CPUS_PER_CPU_WORKER == LOGICAL_CPUS_PER_CPU_WORKER
 
 
 def test_dry_run_without_the_model_still_checks_the_rest():
