@@ -27,6 +27,10 @@ KWOK = "v0.8.0"
 KUBERAY = "v1.6.1"
 HELM = "v3.21.4"
 COREDNS = "v1.14.3"
+# Prometheus with Kubernetes service discovery (Debian's package is built without it), for what
+# scrapes the real node's pods as the chart's monitors say; v0.316.0 is Prometheus 3.16.0
+PROMETHEUS = "v0.316.0"
+PROMETHEUS_PACKAGE = "github.com/prometheus/prometheus/cmd/prometheus"
 
 # binary name -> Go package to build. KubeRay builds in a wrapper module of its own: it pins
 # an older controller-runtime than kwok needs, and Go's MVS would otherwise lift it.
@@ -440,6 +444,33 @@ def ensure_node_built(verbose: bool = True) -> Path:
     if verbose:
         print(f"localcluster: node binaries ready in {bin_dir} ({manifest['buildSeconds']}s)", flush=True)
     return bin_dir
+
+
+def ensure_prometheus_built(verbose: bool = True) -> Path:
+    """Prometheus built from its Go module (in a wrapper of its own: it pins its own client-go),
+    cached by version; the binary's path. Without the `builtinassets` tag it serves its API and
+    no web UI, which is all the tests and the demo use."""
+    root = cache_root()
+    spec = json.dumps({"prometheus": PROMETHEUS, "package": PROMETHEUS_PACKAGE, "go": _go_version()})
+    key = f"prometheus-{PROMETHEUS}-" + hashlib.sha256(spec.encode()).hexdigest()[:12]
+    binaries = {"prometheus": PROMETHEUS_PACKAGE}
+    bin_dir = root / key / "bin"
+    if _manifest_ok(bin_dir, binaries):
+        return bin_dir / "prometheus"
+    shutil.rmtree(bin_dir, ignore_errors=True)
+    log = root / key / "build.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    src = root / key / "src"
+    module = PROMETHEUS_PACKAGE.removesuffix("/cmd/prometheus")
+    _write_single_wrapper(src, module, PROMETHEUS, _go_version().removeprefix("go"), PROMETHEUS_PACKAGE)
+    if verbose:
+        print(f"localcluster: building Prometheus {PROMETHEUS} (log: {log}); a few minutes, once", flush=True)
+    jobs = {"prometheus": (PROMETHEUS_PACKAGE, src, "-s -w")}
+    manifest = _build_all(jobs, bin_dir, log, verbose, time.monotonic())
+    if verbose:
+        print(f"localcluster: Prometheus ready in {bin_dir} ({manifest['buildSeconds']}s)", flush=True)
+    return bin_dir / "prometheus"
 
 
 if __name__ == "__main__":

@@ -190,6 +190,21 @@ def _buildah(*args: str) -> list[str]:
     return ["buildah", "--root", str(store), "--runroot", str(images_cache() / "run"), *args]
 
 
+def _remove_older(name: str, archive: Path, tag: str) -> None:
+    """Drop what earlier inputs of `name` left: their archives and their images in buildah's
+    storage (the trainer's final layer is a 6.5 GB copy of its venv per build; storage reached
+    46 GB after a day of builds here). The untagged build-stage layers stay: they are the cache."""
+    for old in images_cache().glob(f"{name}-*.tar"):
+        if old != archive:
+            old.unlink()
+    names = _buildah("images", "--format", "{{.Name}}:{{.Tag}}")
+    listed = subprocess.run(names, capture_output=True, text=True)
+    stem = tag.rsplit("-", 1)[0] + "-"
+    for ref in listed.stdout.split():
+        if ref.startswith(stem) and ref != tag:
+            subprocess.run(_buildah("rmi", ref), capture_output=True)
+
+
 def ensure_image(name: str, log=print) -> Image:
     """The image `name` (a directory of images/) as an OCI archive, built if its key changed."""
     log_dir = images_cache() / "logs"
@@ -208,7 +223,8 @@ def ensure_image(name: str, log=print) -> Image:
     if build_args.get("UV_NO_CACHE") == "0":
         HOST_UV_CACHE.mkdir(parents=True, exist_ok=True)
         volumes.append(f"{HOST_UV_CACHE}:/root/.cache/uv")
-    cmd = _buildah("bud", "--isolation", "chroot", "--layers", "--pull-never", "-f")
+    # --force-rm: a failed build's working containers would otherwise pin their layers (GBs)
+    cmd = _buildah("bud", "--isolation", "chroot", "--layers", "--force-rm", "--pull-never", "-f")
     cmd += [str(IMAGES_DIR / name / "Dockerfile"), "-t", f"{ref}-{key}"]
     for k, v in build_args.items():
         cmd += ["--build-arg", f"{k}={v}"]
@@ -222,8 +238,7 @@ def ensure_image(name: str, log=print) -> Image:
     partial.unlink(missing_ok=True)
     _run(_buildah("push", *PUSH_FLAGS, f"{ref}-{key}", f"oci-archive:{partial}:{ref}"), logfile)
     partial.rename(out)
-    for old in images_cache().glob(f"{name}-*.tar"):  # earlier inputs' archives (the trainer's is 3 GiB)
-        if old != out:
-            old.unlink()
+    _remove_older(name, out, f"{ref}-{key}")
+
     log(f"images: {name} built in {time.monotonic() - started:.0f}s, {out.stat().st_size >> 20} MiB")
     return Image(name, ref, out, key)

@@ -447,8 +447,11 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
                 "imagefs.available": "2%",
                 "nodefs.inodesFree": "2%",
             },
-            "imageGCHighThresholdPercent": 99,
-            "imageGCLowThresholdPercent": 98,
+            # 100: never collect images. They are imported, no registry can give them back, and
+            # at 99 a disk filled by an image build made kubelet delete the pause image: every
+            # pod then failed to start (FailedCreatePodSandBox, seen here)
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
             "rotateCertificates": False,
             "serverTLSBootstrap": False,
             "protectKernelDefaults": False,

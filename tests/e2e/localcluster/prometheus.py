@@ -151,13 +151,15 @@ class Prometheus:
     proc: subprocess.Popen | None = None
     # where it listens: loopback, or the real node's bridge address for pods to reach it
     host: str = "127.0.0.1"
+    # Debian's package by default; kubernetes_sd_configs need build.ensure_prometheus_built()'s
+    binary: str = ""
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> Prometheus:
-        binary = shutil.which("prometheus") or PROMETHEUS_BINARY
+        binary = self.binary or shutil.which("prometheus") or PROMETHEUS_BINARY
         if not Path(binary).exists():
             raise PrometheusError(
                 "prometheus is not installed: run `make setup` (it installs Debian's "
