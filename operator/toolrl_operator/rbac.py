@@ -1,4 +1,5 @@
-"""The trainer's identity: a ServiceAccount allowed only to patch its own job's status."""
+"""The trainer's identity: a ServiceAccount allowed only to patch its own job's status (progress, and
+its ToolPoolDegraded condition) and to post Events about it (trajectories excluded, the pool degraded)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ def build_role(job: dict[str, Any]) -> dict[str, Any]:
                 "resources": [f"{PLURAL}/status"],
                 "resourceNames": [name],
                 "verbs": ["patch"],
-            }
+            },
+            # Events cannot be scoped to an involved object by RBAC: create in the job's namespace
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
         ],
     }
 

@@ -10,6 +10,7 @@ verl's agent-loop worker then neither scores it nor stores it, so it is in no GR
 update (verl 0.9.1, `AgentLoopWorkerTQ._agent_loop_postprocess` returns early on an empty list;
 `compute_advantage_for_multi_trajectories`: "sessions whose AgentLoop returns None simply do not
 appear in batch_keys"). It is counted in `toolrl_trajectories_excluded_total{reason}`.
+`HermesAgentLoop` does the same for the hermes protocol, around verl's own `tool_agent` loop.
 Registered with verl through the agent-loop YAML (`agent_loop_config_path`, see translate.agent_loops).
 """
 
@@ -19,12 +20,13 @@ from typing import Any
 from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, ToolListWrap
+from verl.experimental.agent_loop.tool_agent_loop import AgentData, AgentState, ToolAgentLoop
 from verl.utils.profiler import simple_timer
 
 from trainer_entry.hub import sink
 from trainer_entry.pool_client import FAULT_INFRA, CallResult
 from trainer_entry.protocols import Call, get_protocol
-from trainer_entry.tools import PoolTool
+from trainer_entry.tools import TOOL_FAULTS, TOOL_OUTCOMES, PoolTool
 
 
 def truncate_middle(text: str, limit: int) -> str:
@@ -116,8 +118,8 @@ class TagAgentLoop(AgentLoopBase):
             metrics=metrics,
             extra_fields={
                 "tool_call_counts": tool_turns,
-                "tool_outcomes": outcomes,
-                "tool_faults": faults,
+                TOOL_OUTCOMES: outcomes,
+                TOOL_FAULTS: faults,
                 **versions,
             },
         )
@@ -139,6 +141,33 @@ class TagAgentLoop(AgentLoopBase):
             status="invalid",
             error=f"unknown tool '{call.name}'. Available tools: {', '.join(known) or 'none'}",
         )
+
+
+def infra_failure(extra_fields: dict[str, Any]) -> str | None:
+    """The status of the first call of a trajectory that failed for the infrastructure, or None."""
+    outcomes = extra_fields.get(TOOL_OUTCOMES) or []
+    for i, fault in enumerate(extra_fields.get(TOOL_FAULTS) or []):
+        if fault == FAULT_INFRA:
+            return outcomes[i] if i < len(outcomes) else FAULT_INFRA
+    return None
+
+
+class HermesAgentLoop(ToolAgentLoop):
+    """verl's `tool_agent` (the hermes protocol), whose trajectories are excluded as TagAgentLoop's are:
+    our PoolTool records each call's fault in the trajectory (tools.PoolTool.execute); after a round of
+    calls with an infrastructure failure the loop stops, and the trajectory is returned as no output."""
+
+    async def _handle_processing_tools_state(self, agent_data: AgentData) -> AgentState:
+        state = await super()._handle_processing_tools_state(agent_data)
+        return AgentState.TERMINATED if infra_failure(agent_data.extra_fields) else state
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list:
+        output = await super().run(sampling_params, **kwargs)
+        status = infra_failure(output.extra_fields)
+        if status is not None:
+            sink().trajectories([status])
+            return []
+        return output
 
 
 def _route(create_kwargs: dict[str, Any], function: str) -> dict[str, Any] | None:

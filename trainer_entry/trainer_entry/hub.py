@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from trainer_entry import job_status
+from trainer_entry.job_status import JobStatusWriter
 from trainer_entry.metrics import TrainerMetrics
 from trainer_entry.progress import SA_DIR, ApiTarget, ProgressReporter
 
@@ -34,6 +36,8 @@ class HubSettings:
     report_progress: bool
     service_account_dir: str = SA_DIR
     """Where the pod's ServiceAccount token and CA are mounted (TOOLRL_SERVICE_ACCOUNT_DIR)."""
+    job_uid: str = ""
+    """metadata.uid of the job (job.json), for its Events."""
 
 
 class MetricsHub:
@@ -45,22 +49,66 @@ class MetricsHub:
         self.metrics.serve(settings.port)
         self.total_steps = 0
         self.progress: ProgressReporter | None = None
+        self.job: JobStatusWriter | None = None
         if settings.report_progress:
             try:
-                self.progress = ProgressReporter(
-                    ApiTarget.in_cluster(settings.service_account_dir), settings.namespace, settings.job_name
-                )
+                target = ApiTarget.in_cluster(settings.service_account_dir)
             except (RuntimeError, OSError) as exc:
                 log.warning("progress reporting is off, the run goes on: %s", exc)
+            else:
+                self.progress = ProgressReporter(target, settings.namespace, settings.job_name)
+                self.job = JobStatusWriter(target, settings.namespace, settings.job_name, settings.job_uid)
 
     def set_total_steps(self, total: int) -> None:
         self.total_steps = total
         self.metrics.set_total_steps(total)
 
     def record_step(self, data: dict[str, Any], step: int) -> None:
+        reasons = self.metrics.step_exclusions()
         self.metrics.record_step(data, step)
-        if self.progress is not None and self.metrics.last_step == step:
-            self.progress.update(step, self.total_steps, self.metrics.last_reward_mean)
+        if self.metrics.last_step != step:
+            return  # not a training step (validation)
+        counts = self.metrics.trajectory_counts()
+        if self.progress is not None:
+            self.progress.update(step, self.total_steps, self.metrics.last_reward_mean, trajectories=counts)
+        if self.job is not None and reasons:
+            message = job_status.excluded_message(step, reasons, counts)
+            self.job.event(job_status.WARNING, job_status.TRAJECTORIES_EXCLUDED, message)
+
+    def breaker_open(self, step: int, excluded: int, expected: int, ratio: float, discarded: int) -> None:
+        """The circuit breaker threw away a batch of `step` (`discarded` trajectories without a failure of
+        their own) and waits for the pool; the first time in a step, the job says so."""
+        reasons = self.metrics.step_exclusions()
+        first = self.metrics.breaker_open(discarded)  # else a regenerated batch of the held step failed too
+        by_reason = (
+            ", ".join(f"{reason} {count}" for reason, count in sorted(reasons.items())) or "no reason seen"
+        )
+        message = (
+            f"step {step}: {excluded} of {expected} trajectories excluded for infrastructure failures"
+            f" ({by_reason}), above rollout.toolCall.maxInfraFailureRatio {ratio:g}: training waits for the"
+            " tool pool and then generates the batch again"
+        )
+        if self.job is not None:
+            self.job.set_degraded(True, job_status.INFRA_FAILURE_RATIO_EXCEEDED, message)
+            if first:
+                self.job.event(job_status.WARNING, job_status.TOOL_POOL_DEGRADED, message)
+
+    def breaker_closed(self, step: int, excluded: int, expected: int, waited: float) -> None:
+        """A batch of `step` passed after the breaker held it for `waited` seconds."""
+        self.metrics.breaker_closed()
+        message = (
+            f"step {step} resumed after {waited:.0f}s on a new batch with {excluded} of {expected}"
+            " trajectories excluded"
+        )
+        if self.job is not None:
+            self.job.set_degraded(False, job_status.RECOVERED, message)
+            self.job.event(job_status.NORMAL, job_status.TOOL_POOL_RECOVERED, message)
+
+    def breaker_failed(self, message: str) -> None:
+        """The pool did not recover in time: the run fails with `message`."""
+        if self.job is not None:
+            self.job.set_degraded(True, job_status.POOL_NOT_RECOVERED, message)
+            self.job.event(job_status.WARNING, job_status.POOL_NOT_RECOVERED, message)
 
     def observe_tool_calls(self, batch: list[tuple[str, str, float]]) -> None:
         self.metrics.observe_tool_calls(batch)
@@ -135,6 +183,26 @@ class Sink:
         with self._lock:
             self._rewards.append(components)
         self._maybe_flush()
+
+    def breaker_open(self, step: int, excluded: int, expected: int, ratio: float, discarded: int) -> None:
+        """The circuit breaker holds `step` (breaker.py); the hub sets the condition and posts the Event."""
+        if self.local is not None:
+            self.local.breaker_open(discarded)
+        else:
+            self.hub.breaker_open.remote(step, excluded, expected, ratio, discarded)
+
+    def breaker_closed(self, step: int, excluded: int, expected: int, waited: float) -> None:
+        if self.local is not None:
+            self.local.breaker_closed()
+        else:
+            self.hub.breaker_closed.remote(step, excluded, expected, waited)
+
+    def breaker_failed(self, message: str) -> None:
+        """Waits for the hub: the run fails right after, and the job must say why first."""
+        if self.hub is not None:
+            import ray
+
+            ray.get(self.hub.breaker_failed.remote(message))
 
     def phase(self, phase: str) -> None:
         if self.local is not None:

@@ -7,6 +7,7 @@ functions, the trainer hooks) calls its methods, locally or through the Ray acto
 from __future__ import annotations
 
 import threading
+from collections import Counter as Tally
 from collections import defaultdict
 from typing import Any
 
@@ -69,12 +70,24 @@ class TrainerMetrics:
             registry=r,
         )
         self.trajectories = Counter(
-            "toolrl_trajectories_total", "Rollout trajectories finished (trained on or excluded)", registry=r
+            "toolrl_trajectories_total",
+            "Rollout trajectories finished (trained on, excluded, or discarded by the circuit breaker)",
+            registry=r,
         )
         self.trajectories_excluded = Counter(
             "toolrl_trajectories_excluded_total",
             "Trajectories kept out of scoring and the update: a tool call met an infrastructure failure",
             ["reason"],
+            registry=r,
+        )
+        self.trajectories_discarded = Counter(
+            "toolrl_trajectories_discarded_total",
+            "Trajectories without a failure thrown away with a batch the circuit breaker stopped",
+            registry=r,
+        )
+        self.tool_pool_degraded = Gauge(
+            "toolrl_trainer_tool_pool_degraded",
+            "1 while the circuit breaker holds a step (too many infrastructure failures), else 0",
             registry=r,
         )
         self.excluded_fraction = Gauge(
@@ -94,6 +107,11 @@ class TrainerMetrics:
         self._calls_this_step = 0
         self._trajectories_this_step = 0
         self._excluded_this_step = 0
+        self._reasons_this_step: Tally[str] = Tally()
+        self.excluded_by_reason: Tally[str] = Tally()
+        self.total_trajectories = 0
+        self.total_discarded = 0
+        self.degraded = False
         self._component_sums: dict[str, float] = defaultdict(float)
         self._component_counts: dict[str, int] = defaultdict(int)
         self._last_calls_per_trajectory: float | None = None
@@ -143,12 +161,48 @@ class TrainerMetrics:
         if excluded is not None:
             self.trajectories_excluded.labels(reason=excluded).inc()
         with self._lock:
+            self.total_trajectories += 1
             self._trajectories_this_step += 1
-            self._excluded_this_step += excluded is not None
+            if excluded is not None:
+                self._excluded_this_step += 1
+                self._reasons_this_step[excluded] += 1
+                self.excluded_by_reason[excluded] += 1
 
     def observe_trajectories(self, batch: list[str | None]) -> None:
         for excluded in batch:
             self.observe_trajectory(excluded)
+
+    def breaker_open(self, discarded: int) -> bool:
+        """The circuit breaker threw away a batch (`discarded` trajectories that met no failure themselves)
+        and holds the step; returns whether it was not already holding it."""
+        self.trajectories.inc(discarded)
+        self.trajectories_discarded.inc(discarded)
+        with self._lock:
+            self.total_trajectories += discarded
+            self.total_discarded += discarded
+            self._trajectories_this_step += discarded
+            first, self.degraded = not self.degraded, True
+        self.tool_pool_degraded.set(1)
+        return first
+
+    def breaker_closed(self) -> None:
+        with self._lock:
+            self.degraded = False
+        self.tool_pool_degraded.set(0)
+
+    def step_exclusions(self) -> dict[str, int]:
+        """Exclusions of the current step so far, by reason."""
+        with self._lock:
+            return dict(self._reasons_this_step)
+
+    def trajectory_counts(self) -> dict[str, int | dict[str, int]]:
+        """The run's trajectory counts as `status.progress` shows them (docs/contracts.md)."""
+        with self._lock:
+            return {
+                "trajectories": self.total_trajectories,
+                "trajectoriesExcluded": dict(self.excluded_by_reason),
+                "trajectoriesDiscarded": self.total_discarded,
+            }
 
     def observe_reward(self, components: dict[str, float]) -> None:
         """One scored trajectory's reward components (averaged per step)."""
@@ -180,6 +234,7 @@ class TrainerMetrics:
             calls, self._calls_this_step = self._calls_this_step, 0
             finished, self._trajectories_this_step = self._trajectories_this_step, 0
             excluded, self._excluded_this_step = self._excluded_this_step, 0
+            self._reasons_this_step.clear()
             sums, counts = dict(self._component_sums), dict(self._component_counts)
             self._component_sums.clear()
             self._component_counts.clear()

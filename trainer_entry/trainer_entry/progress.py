@@ -26,15 +26,28 @@ PLURAL = "toolrljobs"
 MIN_INTERVAL_SECONDS = 5.0
 
 
-def progress_patch(step: int, total_steps: int, reward_mean: float, now: datetime) -> dict[str, Any]:
-    """The merge patch body: only `status.progress`, which the trainer owns."""
+def timestamp(now: datetime) -> str:
+    """A metav1.Time: RFC 3339, seconds, UTC."""
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def progress_patch(
+    step: int,
+    total_steps: int,
+    reward_mean: float,
+    now: datetime,
+    trajectories: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The merge patch body: only `status.progress`, which the trainer owns; `trajectories` are the
+    run's counts (metrics.TrainerMetrics.trajectory_counts: how many were excluded and why)."""
     return {
         "status": {
             "progress": {
                 "step": int(step),
                 "totalSteps": int(total_steps),
                 "rewardMean": round(float(reward_mean), 6),
-                "lastUpdateTime": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "lastUpdateTime": timestamp(now),
+                **(trajectories or {}),
             }
         }
     }
@@ -84,14 +97,17 @@ class ApiTarget:
 
     def merge_patch(self, path: str, body: dict[str, Any]) -> urllib.request.Request:
         """A JSON merge patch of `path` (an API path) as this identity; open it with `ssl_context`."""
+        return self.request("PATCH", path, body, "application/merge-patch+json")
+
+    def request(
+        self, method: str, path: str, body: dict[str, Any], content_type: str
+    ) -> urllib.request.Request:
+        """A request of `path` (an API path, with its query) as this identity; open it with `ssl_context`."""
         return urllib.request.Request(
             self.base_url.rstrip("/") + path,
             data=json.dumps(body).encode(),
-            method="PATCH",
-            headers={
-                "Content-Type": "application/merge-patch+json",
-                "Authorization": f"Bearer {self.current_token()}",
-            },
+            method=method,
+            headers={"Content-Type": content_type, "Authorization": f"Bearer {self.current_token()}"},
         )
 
 
@@ -111,12 +127,19 @@ class ProgressReporter:
         self.min_interval = min_interval
         self.clock = clock
         self._last_sent: float | None = None
-        self._pending: tuple[int, int, float] | None = None
+        self._pending: tuple[int, int, float, dict[str, Any] | None] | None = None
         self.sent = 0
 
-    def update(self, step: int, total_steps: int, reward_mean: float, force: bool = False) -> bool:
+    def update(
+        self,
+        step: int,
+        total_steps: int,
+        reward_mean: float,
+        force: bool = False,
+        trajectories: dict[str, Any] | None = None,
+    ) -> bool:
         """Remember the latest progress; patch it now if allowed. Returns whether a patch was sent."""
-        self._pending = (step, total_steps, reward_mean)
+        self._pending = (step, total_steps, reward_mean, trajectories)
         now = self.clock()
         if not force and self._last_sent is not None and now - self._last_sent < self.min_interval:
             return False
@@ -128,7 +151,8 @@ class ProgressReporter:
         if self._pending is None:
             return False
         pending = self._pending
-        body = progress_patch(*pending, now=datetime.now(UTC))
+        step, total, reward, trajectories = pending
+        body = progress_patch(step, total, reward, now=datetime.now(UTC), trajectories=trajectories)
         self._last_sent = self.clock()
         request = self.target.merge_patch(self.path, body)
         try:

@@ -27,6 +27,7 @@ from trainer_entry.spec import Job, SpecError, cpu_only
 from trainer_entry.translate import (
     AGENT_LOOPS_FILE,
     CUSTOM_REWARD_FILE,
+    DEFAULT_POOL_WAIT_SECONDS,
     LOGICAL_CPUS_PER_CPU_WORKER,
     TOOL_CONFIG_FILE,
     Translation,
@@ -37,7 +38,6 @@ from trainer_entry.verl_config import first_line
 
 CUSTOM_REWARD_DIR = Path("/etc/toolrl/reward")
 DEFAULT_METRICS_PORT = 9400
-DEFAULT_POOL_WAIT_SECONDS = 600.0
 # Ray gives a starting node a fixed 30 s to register; on an overloaded machine that fails (seen
 # at load 15 on 2 cores), and a second start usually succeeds.
 LOCAL_RAY_ATTEMPTS = 3
@@ -210,7 +210,7 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     from trainer_entry.hub import HubSettings, start_hub
     from trainer_entry.runner import ToolRLTaskRunner
 
-    translation = translate(job, env.pool_url)
+    translation = translate(job, env.pool_url, env.pool_wait_seconds)
     write_workdir(job, translation, workdir)
     config = verl_config.compose(translation.overrides)
     check_model(job.spec["model"]["path"])
@@ -232,6 +232,7 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
             namespace=env.namespace,
             report_progress=True,
             service_account_dir=env.service_account_dir,
+            job_uid=job.uid,
         )
     )
     try:

@@ -22,6 +22,7 @@ from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
 
 from trainer_entry.hub import TrackingBackend, sink
 from trainer_entry.pool_client import FAULT_INFRA
+from trainer_entry.tools import TOOL_FAULTS
 from trainer_entry.translate import TRAINER_MODE
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ TAINTED_METRIC = "toolrl/infra_failures_in_update"
 def infra_tainted(extra_fields: list[dict]) -> int:
     """How many trajectories (their verl `extra_fields`) met an infrastructure failure."""
     return sum(
-        FAULT_INFRA in ((extra if isinstance(extra, dict) else {}).get("tool_faults") or [])
+        FAULT_INFRA in ((extra if isinstance(extra, dict) else {}).get(TOOL_FAULTS) or [])
         for extra in extra_fields
     )
 
@@ -72,7 +73,7 @@ class ToolRLTrainer(PPOTrainerSync):
         if tainted:
             log.error(
                 "%d of %d trajectories in this update met an infrastructure failure (an agent loop that"
-                " does not exclude them, e.g. verl's own tool_agent for the hermes protocol)",
+                " does not exclude them: a custom agent loop, or verl's own tool_agent set by extraArgs)",
                 tainted,
                 len(keys),
             )

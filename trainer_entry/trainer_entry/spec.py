@@ -41,7 +41,13 @@ DEFAULTS: dict[str, Any] = {
         "maxToolTurns": 3,
         "maxParallelCalls": 1,
         "maxToolResponseLength": 1024,
-        "toolCall": {"timeoutSeconds": 30, "maxRetries": 3, "retryDelaySeconds": 1.0, "maxConcurrency": 256},
+        "toolCall": {
+            "timeoutSeconds": 30,
+            "maxRetries": 3,
+            "retryDelaySeconds": 1.0,
+            "maxConcurrency": 256,
+            "maxInfraFailureRatio": 0.2,
+        },
     },
     "reward": {
         "preset": "code-execution",
@@ -226,6 +232,7 @@ def check_spec(spec: dict[str, Any]) -> None:
     _number(spec, "rollout.gpuMemoryUtilization", 0.05, 0.95)
     _number(spec, "rollout.toolCall.timeoutSeconds", 0.1)
     _number(spec, "rollout.toolCall.retryDelaySeconds", 0.0)
+    _number(spec, "rollout.toolCall.maxInfraFailureRatio", 0.0, 1.0)
     retries = _get(spec, "rollout.toolCall.maxRetries")
     _need(
         isinstance(retries, int) and retries >= 0,

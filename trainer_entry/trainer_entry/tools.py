@@ -16,6 +16,11 @@ from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from trainer_entry.hub import sink
 from trainer_entry.pool_client import CallResult, PoolClient, shared_client
 
+# What a trajectory's verl `extra_fields` record of its calls: each call's status and whose failure it
+# was (pool_client.classify). runner.infra_tainted and the agent loops read them.
+TOOL_OUTCOMES = "tool_outcomes"
+TOOL_FAULTS = "tool_faults"
+
 # The argument of each tool type the pool needs, as named in the tool schema (translate.TOOL_DESCRIPTIONS).
 REQUIRED_ARGUMENT = {"python": "code", "search": "query", "http": "arguments"}
 
@@ -71,8 +76,14 @@ class PoolTool(BaseTool):
     async def execute(
         self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
     ) -> tuple[ToolResponse, float, dict]:
+        """verl's tool_agent (hermes) calls this; the call's outcome and fault go into the trajectory's
+        `extra_fields` (verl passes its AgentData), where agent_loop.HermesAgentLoop looks for them."""
         start = time.perf_counter()
         result = await self.run(parameters, self._instances.get(instance_id, {}).get("context"))
+        agent_data = kwargs.get("agent_data")
+        if agent_data is not None:
+            agent_data.extra_fields.setdefault(TOOL_OUTCOMES, []).append(result.status)
+            agent_data.extra_fields.setdefault(TOOL_FAULTS, []).append(result.fault)
         metrics = {
             "status": result.status,
             "latency_seconds": time.perf_counter() - start,

@@ -14,6 +14,13 @@ from trainer_entry.spec import Job, cpu_only
 
 TOOL_CLASS = "trainer_entry.tools.PoolTool"
 AGENT_LOOP_CLASS = "trainer_entry.agent_loop.TagAgentLoop"
+HERMES_LOOP_CLASS = "trainer_entry.agent_loop.HermesAgentLoop"
+# verl's extension point for sampling (trainer.v1.sampler.custom_sampler): our circuit breaker
+SAMPLER_MODULE = "pkg://trainer_entry.breaker"
+SAMPLER_CLASS = "BreakerReplayBuffer"
+# How long the trainer waits for the tool pool's /readyz: before the run, and when the circuit breaker
+# holds a step (TOOLRL_POOL_WAIT_SECONDS overrides it).
+DEFAULT_POOL_WAIT_SECONDS = 600.0
 REWARD_MODULE = "pkg://trainer_entry.rewards"
 TRAINER_MODE = "toolrl-sync"
 CHECKPOINT_ROOT = "/checkpoints"
@@ -21,7 +28,6 @@ CHECKPOINT_ROOT = "/checkpoints"
 TOOL_CONFIG_FILE = "toolrl_tools.yaml"
 AGENT_LOOPS_FILE = "toolrl_agent_loops.yaml"
 CUSTOM_REWARD_FILE = "toolrl_custom_reward.py"
-HERMES_LOOP = "tool_agent"
 # verl's cpu platform (trainer_entry.cpu_platform) for jobs whose workers have no GPUs: gloo, plain
 # torch attention, FSDP2 (FSDP1 refuses CPU parameters), and one logical Ray GPU per worker, since
 # verl's resource pools always ask Ray for "GPU" bundles. Sized for 2 cores and a tiny model: one
@@ -139,11 +145,25 @@ def tool_config(job: Job, pool_url: str) -> dict[str, Any]:
 
 
 def agent_loops() -> list[dict[str, Any]]:
-    """Our loops for the tag protocols (hermes uses verl's own `tool_agent`)."""
+    """Our loops: one per tag protocol, and hermes (verl's own `tool_agent` that excludes infra failures)."""
     return [
         {"name": agent_loop_name(p), "_target_": AGENT_LOOP_CLASS, "protocol": p}
         for p in ("tool-tags", "python-tags", "react")
-    ]
+    ] + [{"name": agent_loop_name("hermes"), "_target_": HERMES_LOOP_CLASS}]
+
+
+def breaker_overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list[str]:
+    """The circuit breaker (breaker.py) as verl's custom sampler, with its settings as sampler kwargs."""
+    kwargs = {
+        "max_infra_failure_ratio": float(job.spec["rollout"]["toolCall"]["maxInfraFailureRatio"]),
+        "rollouts_per_prompt": int(job.spec["algorithm"]["rolloutsPerPrompt"]),
+        "pool_url": pool_url,
+        "recovery_seconds": float(pool_wait_seconds),
+    }
+    return [
+        f"trainer.v1.sampler.custom_sampler.path={hydra_value(SAMPLER_MODULE)}",
+        f"trainer.v1.sampler.custom_sampler.name={SAMPLER_CLASS}",
+    ] + [f"+trainer.v1.sampler.sampler_kwargs.{key}={hydra_value(value)}" for key, value in kwargs.items()]
 
 
 def _reward(job: Job, pool_url: str) -> list[str]:
@@ -185,7 +205,7 @@ def gpus_per_node(job: Job) -> int:
     return gpus if gpus else LOGICAL_GPUS_PER_CPU_WORKER
 
 
-def _overrides(job: Job, pool_url: str) -> list[str]:
+def _overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list[str]:
     s = job.spec
     data, algo, rollout = s["data"], s["algorithm"], s["rollout"]
     workers = s["cluster"]["workers"]
@@ -223,8 +243,7 @@ def _overrides(job: Job, pool_url: str) -> list[str]:
         f"actor_rollout_ref.rollout.multi_turn.max_parallel_calls={rollout['maxParallelCalls']}",
         f"actor_rollout_ref.rollout.multi_turn.max_tool_response_length={rollout['maxToolResponseLength']}",
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={v(AGENT_LOOPS_FILE)}",
-        "actor_rollout_ref.rollout.agent.default_agent_loop="
-        + (HERMES_LOOP if rollout["protocol"] == "hermes" else agent_loop_name(rollout["protocol"])),
+        f"actor_rollout_ref.rollout.agent.default_agent_loop={agent_loop_name(rollout['protocol'])}",
         f"trainer.nnodes={workers['replicas']}",
         f"trainer.n_gpus_per_node={gpus_per_node(job)}",
         f"trainer.project_name={v(job.namespace)}",
@@ -240,14 +259,14 @@ def _overrides(job: Job, pool_url: str) -> list[str]:
         out += ["trainer.val_before_train=false", "trainer.test_freq=-1"]
     if cpu_only(s):
         out += list(CPU_OVERRIDES)
-    out += _reward(job, pool_url) + _checkpoint(job)
+    out += _reward(job, pool_url) + _checkpoint(job) + breaker_overrides(job, pool_url, pool_wait_seconds)
     return out + list(s["trainer"].get("extraArgs") or [])
 
 
-def translate(job: Job, pool_url: str) -> Translation:
+def translate(job: Job, pool_url: str, pool_wait_seconds: float = DEFAULT_POOL_WAIT_SECONDS) -> Translation:
     """Everything verl needs for this job; `extraArgs` come last so they win."""
     return Translation(
-        overrides=_overrides(job, pool_url),
+        overrides=_overrides(job, pool_url, pool_wait_seconds),
         tool_config=tool_config(job, pool_url),
         agent_loops=agent_loops(),
     )

@@ -331,7 +331,7 @@ def test_network_policy_opens_egress_to_http_tools_only(make_job) -> None:
     assert len(egress) == 3
 
 
-def test_trainer_role_may_only_patch_its_own_status(make_job) -> None:
+def test_trainer_role_may_only_patch_its_own_status_and_post_events(make_job) -> None:
     job = make_job()
     assert build_service_account(job)["metadata"]["name"] == "gsm8k-python-trainer"
     assert build_role(job)["rules"] == [
@@ -340,7 +340,8 @@ def test_trainer_role_may_only_patch_its_own_status(make_job) -> None:
             "resources": ["toolrljobs/status"],
             "resourceNames": ["gsm8k-python"],
             "verbs": ["patch"],
-        }
+        },
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     ]
     binding = build_role_binding(job)
     assert binding["roleRef"] == {

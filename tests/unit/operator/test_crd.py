@@ -90,6 +90,7 @@ def test_example_is_defaulted_like_the_apiserver_does(make_job) -> None:
         "maxRetries": 3,
         "retryDelaySeconds": 1.0,
         "maxConcurrency": 256,
+        "maxInfraFailureRatio": 0.2,
     }
     assert spec["runPolicy"]["activeDeadlineSeconds"] == 0
     assert spec["tools"][0]["maxOutputBytes"] == 4096

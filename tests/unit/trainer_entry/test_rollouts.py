@@ -141,7 +141,7 @@ async def rollout(protocol, tiny_model, sandbox, tmp_path, monkeypatch):
         [{"role": "system", "content": "Use the python tool."}, {"role": "user", "content": f"case={c}"}]
         for c in cases
     ]
-    loop = "tool_agent" if protocol == "hermes" else agent_loop_name(protocol)
+    loop = agent_loop_name(protocol)
     n = len(cases)
     batch = DataProto.from_dict(
         non_tensors={
@@ -241,14 +241,14 @@ async def test_rollout_scored_by_our_rewards(tiny_model, sandbox, tmp_path, monk
 # ---- issue 16: an infrastructure failure keeps the trajectory out; the model's own error does not --
 
 
-async def one_trajectory(case, script, pool_url, tiny_model, tmp_path, monkeypatch):
-    """TagAgentLoop.run of one python-tags trajectory, built as verl's worker builds it."""
+async def one_trajectory(case, script, pool_url, tiny_model, tmp_path, monkeypatch, protocol="python-tags"):
+    """Our agent loop's run of one trajectory, built as verl's worker builds it."""
     import hydra
     from transformers import AutoTokenizer
     from verl.experimental.agent_loop import AgentLoopWorker
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap, _agent_loop_registry
 
-    job = job_for("python-tags", tiny_model)
+    job = job_for(protocol, tiny_model)
     translation = translate(job, pool_url)
     write_workdir(job, translation, tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -257,7 +257,7 @@ async def one_trajectory(case, script, pool_url, tiny_model, tmp_path, monkeypat
     server = ScriptedServer(tokenizer, {case: script})
     worker = AgentLoopWorker(config, llm_client=server)
     loop = hydra.utils.instantiate(
-        config=_agent_loop_registry[agent_loop_name("python-tags")],
+        config=_agent_loop_registry[agent_loop_name(protocol)],
         trainer_config=DictConfigWrap(config=worker.config),
         server_manager=server,
         tokenizer=worker.tokenizer,
@@ -271,25 +271,39 @@ async def one_trajectory(case, script, pool_url, tiny_model, tmp_path, monkeypat
     return await loop.run({"temperature": 1.0, "logprobs": False}, raw_prompt=prompt, tools_kwargs={})
 
 
-async def test_infrastructure_failure_excludes_the_trajectory(tiny_model, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("protocol", "call"),
+    [("python-tags", "<PYTHON>\nprint(6 * 7)\n</PYTHON>"), ("hermes", CALL.format(code="print(6 * 7)"))],
+)
+async def test_infrastructure_failure_excludes_the_trajectory(
+    protocol, call, tiny_model, tmp_path, monkeypatch
+):
+    """hermes is verl's own tool_agent loop with our exclusion (agent_loop.HermesAgentLoop): before it, the
+    failed call was an `Error:` observation and the trajectory was scored like any other."""
     from localcluster import free_port
 
     metrics = TrainerMetrics()
     use_sink(Sink(local=metrics))
     dead_pool = f"http://127.0.0.1:{free_port()}"  # connection refused on every attempt
-    script = ["<PYTHON>\nprint(6 * 7)\n</PYTHON>", "#### 42"]
-    out = await one_trajectory("down", script, dead_pool, tiny_model, tmp_path, monkeypatch)
+    script = [call, "#### 42"]
+    out = await one_trajectory("down", script, dead_pool, tiny_model, tmp_path, monkeypatch, protocol)
     assert out == []  # verl's TQ worker neither scores nor stores an empty output
     samples = metrics.trajectories_excluded.collect()[0].samples
     excluded = {s.labels["reason"]: s.value for s in samples if s.name.endswith("_total")}
     assert excluded == {"unreachable": 1.0}
 
 
-async def test_the_models_own_error_is_kept_and_scored(tiny_model, sandbox, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("protocol", "call"),
+    [("python-tags", "<PYTHON>\nprint(1 / 0)\n</PYTHON>"), ("hermes", CALL.format(code="print(1 / 0)"))],
+)
+async def test_the_models_own_error_is_kept_and_scored(
+    protocol, call, tiny_model, sandbox, tmp_path, monkeypatch
+):
     metrics = TrainerMetrics()
     use_sink(Sink(local=metrics))
-    script = ["<PYTHON>\nprint(1 / 0)\n</PYTHON>", "#### 0"]
-    out = await one_trajectory("raises", script, sandbox, tiny_model, tmp_path, monkeypatch)
+    script = [call, "#### 0"]
+    out = await one_trajectory("raises", script, sandbox, tiny_model, tmp_path, monkeypatch, protocol)
     assert out.extra_fields["tool_outcomes"] == ["error"] and out.extra_fields["tool_faults"] == ["code"]
     assert not list(metrics.trajectories_excluded.collect()[0].samples)
     text = tiny_model_text(out, tiny_model)
@@ -302,3 +316,38 @@ def tiny_model_text(out, model):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model).decode(out.response_ids, skip_special_tokens=True)
+
+
+async def test_the_code_execution_reward_is_not_computed_when_the_pool_fails():
+    """Its own pool call: an infrastructure failure is no score at all (verl then evicts and regenerates
+    the trajectory's group), never 0; the model's own failures are still scored 0."""
+    from localcluster import free_port
+    from trainer_entry.rewards import PoolUnavailable
+
+    metrics = TrainerMetrics()
+    use_sink(Sink(local=metrics))
+    dead_pool = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(PoolUnavailable, match=r"not computed: .*\(unreachable: .*not scored 0"):
+        await compute_score(
+            "x",
+            "```python\nprint(42)\n```",
+            "42",
+            {},
+            preset="code-execution",
+            pool_url=dead_pool,
+            tool="python",
+        )
+    samples = metrics.trajectories_excluded.collect()[0].samples
+    assert {s.labels["reason"]: s.value for s in samples if s.name.endswith("_total")} == {"unreachable": 1.0}
+
+
+@pytest.mark.parametrize("code", ["raise ValueError('no')", "import sys; sys.exit(3)", "print(41)"])
+async def test_the_code_execution_reward_scores_the_models_own_failures(code, sandbox):
+    metrics = TrainerMetrics()
+    use_sink(Sink(local=metrics))
+    solution = f"```python\n{code}\n```"
+    scored = await compute_score(
+        "x", solution, "42", {}, preset="code-execution", pool_url=sandbox, tool="python"
+    )
+    assert scored["score"] == 0.0 and scored["has_code"] == 1.0
+    assert not list(metrics.trajectories_excluded.collect()[0].samples)

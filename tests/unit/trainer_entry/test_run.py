@@ -64,7 +64,8 @@ def test_workdir_holds_what_verl_loads(tmp_path):
     tools = yaml.safe_load((tmp_path / "toolrl_tools.yaml").read_text())
     assert tools["tools"][0]["class_name"] == "trainer_entry.tools.PoolTool"
     loops = yaml.safe_load((tmp_path / "toolrl_agent_loops.yaml").read_text())
-    assert {entry["name"] for entry in loops} == {"toolrl_tool_tags", "toolrl_python_tags", "toolrl_react"}
+    names = {entry["name"] for entry in loops}
+    assert names == {"toolrl_tool_tags", "toolrl_python_tags", "toolrl_react", "toolrl_hermes"}
     text = describe(j, translate(j, "http://pool:8080"), "job.json")
     assert text.count("toolrl_tools.yaml") >= 2
 

@@ -83,7 +83,7 @@ def test_every_field_lands_on_its_verl_key():
     assert mt.enable and mt.format == "hermes" and mt.tool_config_path == TOOL_CONFIG_FILE
     assert (mt.max_user_turns, mt.max_assistant_turns, mt.max_parallel_calls) == (5, 6, 2)
     assert mt.max_tool_response_length == 777
-    assert arr.rollout.agent.default_agent_loop == "tool_agent"
+    assert arr.rollout.agent.default_agent_loop == "toolrl_hermes"  # verl tool_agent + exclusion
     assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node) == (2, 4)
     assert cfg.trainer.save_freq == 10 and cfg.trainer.resume_mode == "auto"
     assert cfg.trainer.default_local_dir == "/checkpoints/rl/gsm8k-python"
@@ -91,13 +91,23 @@ def test_every_field_lands_on_its_verl_key():
     reward = cfg.reward.custom_reward_function
     assert reward.path == "pkg://trainer_entry.rewards" and reward.name == "compute_score"
     assert dict(reward.reward_kwargs) == {"preset": "code-execution", "pool_url": POOL, "tool": "python"}
+    sampler = cfg.trainer.v1.sampler
+    assert sampler.custom_sampler.path == "pkg://trainer_entry.breaker"
+    assert sampler.custom_sampler.name == "BreakerReplayBuffer"
+    assert dict(sampler.sampler_kwargs) == {
+        "max_infra_failure_ratio": 0.2,  # the CRD's default
+        "rollouts_per_prompt": 4,
+        "pool_url": POOL,
+        "recovery_seconds": 600.0,
+    }
 
 
-def test_tag_protocols_use_our_registered_loop():
+def test_every_protocol_uses_our_registered_loop():
     for protocol, loop in (
         ("tool-tags", "toolrl_tool_tags"),
         ("python-tags", "toolrl_python_tags"),
         ("react", "toolrl_react"),
+        ("hermes", "toolrl_hermes"),
     ):
         j = job(rollout={"protocol": protocol})
         cfg = composed(j)

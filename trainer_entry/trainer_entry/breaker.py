@@ -1,0 +1,232 @@
+"""The circuit breaker of issue 16: a step does not train on what a degraded tool pool left of its batch.
+
+Trajectories that met an infrastructure failure are returned by the agent loops as no output, so verl
+never stores them (agent_loop.py): a batch of P prompts x n rollouts that comes back with fewer
+trajectories lost the difference to the infrastructure. When that share passes
+`spec.rollout.toolCall.maxInfraFailureRatio` (or nothing is left at all, which verl cannot train on),
+`BreakerReplayBuffer.sample` throws the batch away, reports `ToolPoolDegraded` (hub -> condition, Event,
+metrics), polls the pool's `/readyz` with exponential backoff, and generates a new batch from fresh
+prompts; it reports the recovery when a batch passes. If no batch passes within the recovery bound
+(counted from the first trip of the step: the pool never answers, or answers /readyz but keeps failing
+calls), the run fails with `PoolNotRecovered`, whose message has the numbers and what to do.
+
+It is verl's own extension point for sampling (`trainer.v1.sampler.custom_sampler`, see
+translate.breaker_overrides), a subclass of the replay buffer our trainer mode uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import transfer_queue as tq
+from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
+
+from trainer_entry.hub import sink
+from trainer_entry.pool_client import PoolClient, backoff_seconds
+
+log = logging.getLogger(__name__)
+
+TRAIN_PARTITION = "train"
+FIRST_PROBE_DELAY_SECONDS = 1.0  # then 2, 4, ... capped at pool_client.MAX_BACKOFF_SECONDS
+REGENERATIONS_METRIC = "toolrl/batches_regenerated"
+
+
+class PoolNotRecovered(RuntimeError):
+    """The breaker's bound passed without a batch the step may train on."""
+
+
+@dataclass(frozen=True)
+class BatchCount:
+    """A sampled batch against what was asked of the rollouts."""
+
+    expected: int  # prompts x rollouts per prompt
+    kept: int  # trajectories the agent loops returned (the rest were excluded)
+
+    @property
+    def excluded(self) -> int:
+        return self.expected - self.kept
+
+    @property
+    def fraction(self) -> float:
+        return self.excluded / self.expected if self.expected else 0.0
+
+    def describe(self) -> str:
+        return f"{self.excluded} of {self.expected} trajectories excluded ({self.fraction:.0%})"
+
+
+def count_batch(
+    keys: list[str], tags: list[dict[str, Any]], prompts: int, rollouts_per_prompt: int
+) -> BatchCount:
+    """Count the sessions (`{uid}_{session}_{index}` keys, verl's TransferQueue layout) in a batch."""
+    sessions = {
+        tuple(key.split("_")[:2])
+        for key, tag in zip(keys, tags, strict=True)
+        if not tag.get("is_padding", False)
+    }
+    return BatchCount(expected=prompts * rollouts_per_prompt, kept=len(sessions))
+
+
+def trips(count: BatchCount, max_ratio: float) -> bool:
+    """Whether the step must not train on this batch: nothing left, or more excluded than allowed."""
+    return count.kept == 0 or count.excluded > max_ratio * count.expected
+
+
+def wait_for_recovery(
+    ready: Callable[[], bool],
+    seconds: float,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> bool:
+    """Probe `ready` with exponential backoff (1 s, 2 s, ... 30 s) until it says True (returns True) or
+    `seconds` have passed (returns False)."""
+    deadline = clock() + seconds
+    attempt = 0
+    while True:
+        if ready():
+            return True
+        left = deadline - clock()
+        if left <= 0:
+            return False
+        sleep(min(left, backoff_seconds(attempt, FIRST_PROBE_DELAY_SECONDS)))
+        attempt += 1
+
+
+def pool_ready(url: str) -> bool:
+    """One probe of the pool's `/readyz` (from the trainer's thread, which runs no event loop)."""
+
+    async def probe() -> bool:
+        client = PoolClient(url)
+        try:
+            return await client.ready()
+        finally:
+            await client.close()
+
+    return asyncio.run(probe())
+
+
+@dataclass(frozen=True)
+class BreakerSettings:
+    """`trainer.v1.sampler.sampler_kwargs` as translate.breaker_overrides writes them."""
+
+    max_infra_failure_ratio: float
+    rollouts_per_prompt: int
+    pool_url: str
+    recovery_seconds: float
+
+    @classmethod
+    def from_kwargs(cls, kwargs: Any) -> BreakerSettings:
+        return cls(
+            max_infra_failure_ratio=float(kwargs["max_infra_failure_ratio"]),
+            rollouts_per_prompt=int(kwargs["rollouts_per_prompt"]),
+            pool_url=str(kwargs["pool_url"]),
+            recovery_seconds=float(kwargs["recovery_seconds"]),
+        )
+
+
+def not_recovered_message(
+    settings: BreakerSettings, first: BatchCount, last: BatchCount, step: int, waited: float, batches: int
+) -> str:
+    """One line (run.py shows a worker's failure by its last line): what happened, the numbers, what to do."""
+    ratio = settings.max_infra_failure_ratio
+    return (
+        f"the tool pool did not recover within {settings.recovery_seconds:.0f}s: step {step} was held "
+        f"{waited:.0f}s ago because {first.describe()} for infrastructure failures, above "
+        f"rollout.toolCall.maxInfraFailureRatio {ratio:g}; {batches} batch(es) generated since, the last "
+        f"with {last.describe()}. Check the tool pool at {settings.pool_url} (its pods and /readyz, and "
+        "its 429s: raise spec.toolPool.replicas.max or lower rollout.toolCall.maxConcurrency), then "
+        "resume from the last checkpoint"
+    )
+
+
+class Breaker:
+    """The decision and the wait, apart from verl's storage (BreakerReplayBuffer plugs it in)."""
+
+    def __init__(
+        self,
+        settings: BreakerSettings,
+        ready: Callable[[], bool] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.settings = settings
+        self.ready = ready or (lambda: pool_ready(settings.pool_url))
+        self.clock, self.sleep = clock, sleep
+
+    def guard(
+        self,
+        step: int,
+        prompts: int,
+        sample: Callable[[], tuple[Any, dict]],
+        discard: Callable[[Any], None],
+        refill: Callable[[int], Any],
+    ) -> tuple[Any, dict]:
+        """A batch of `prompts` prompts from `sample()` that the step may train on. A batch that trips the
+        breaker is `discard`ed; once the pool is ready, `refill(prompts)` submits fresh prompts and the
+        next batch is sampled. Raises PoolNotRecovered when none passes within the recovery bound."""
+        settings = self.settings
+        batch, metrics = sample()
+        count = count_batch(batch.keys, batch.tags, prompts, settings.rollouts_per_prompt)
+        first, held_at, regenerations = count, self.clock(), 0
+        while trips(count, settings.max_infra_failure_ratio):
+            if regenerations == 0:
+                log.warning(
+                    "step %d: %s > maxInfraFailureRatio %g: not training on it; waiting for the tool pool",
+                    step,
+                    count.describe(),
+                    settings.max_infra_failure_ratio,
+                )
+            sink().breaker_open(
+                step, count.excluded, count.expected, settings.max_infra_failure_ratio, count.kept
+            )
+            discard(batch)
+            left = settings.recovery_seconds - (self.clock() - held_at)
+            if left <= 0 or not wait_for_recovery(self.ready, left, self.sleep, self.clock):
+                waited = self.clock() - held_at
+                message = not_recovered_message(settings, first, count, step, waited, regenerations)
+                sink().breaker_failed(message)
+                raise PoolNotRecovered(message)
+            regenerations += 1
+            refill(prompts)
+            batch, more = sample()
+            metrics.update(more)
+            count = count_batch(batch.keys, batch.tags, prompts, settings.rollouts_per_prompt)
+        if regenerations:
+            waited = self.clock() - held_at
+            log.warning(
+                "step %d: the tool pool recovered after %.0fs; training on a new batch (%s)",
+                step,
+                waited,
+                count.describe(),
+            )
+            sink().breaker_closed(step, count.excluded, count.expected, waited)
+        metrics[REGENERATIONS_METRIC] = regenerations
+        return batch, metrics
+
+
+class BreakerReplayBuffer(ReplayBufferAsync):
+    """verl's replay buffer for our trainer mode, which will not hand a degraded batch to the update."""
+
+    def __init__(self, *args: Any, sampler_kwargs: Any, **kwargs: Any) -> None:
+        super().__init__(*args, sampler_kwargs=sampler_kwargs, **kwargs)
+        self.breaker = Breaker(BreakerSettings.from_kwargs(sampler_kwargs))
+
+    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[Any, dict]:
+        if partition_id != TRAIN_PARTITION:
+            return super().sample(global_steps, partition_id, batch_size)  # validation is not trained on
+
+        def discard(batch: Any) -> None:
+            if batch.keys:
+                tq.kv_clear(keys=batch.keys, partition_id=partition_id)
+
+        return self.breaker.guard(
+            global_steps,
+            batch_size,
+            lambda: super(BreakerReplayBuffer, self).sample(global_steps, partition_id, batch_size),
+            discard,
+            self.refill_fn,
+        )
