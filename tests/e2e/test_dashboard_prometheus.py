@@ -228,7 +228,7 @@ def test_every_panel_returns_data(cluster: Any, namespace: str, sandbox: str, op
 
         groups = _get_json(f"{prom.url}/api/v1/rules")["data"]["groups"]
         evaluated = {r["name"]: r for g in groups for r in g["rules"]}
-        assert len(evaluated) == 5
+        assert len(evaluated) == 6
         bad = {name: r.get("lastError") for name, r in evaluated.items() if r["health"] != "ok"}
         assert not bad, f"alert rules failing to evaluate: {bad}"
     finally:

@@ -14,8 +14,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[3]
 ALERT_TESTS = REPO / "charts" / "alerts" / "alerts_test.yaml"
-ALERTS = {"ToolRLToolLatencyHigh", "ToolRLToolFailureRateHigh", "ToolRLToolPoolSaturated", "ToolRLJobFailed",
-          "ToolRLOperatorReconcileErrors"}
+ALERTS = {"ToolRLToolLatencyHigh", "ToolRLToolFailureRateHigh", "ToolRLToolPoolSaturated",
+          "ToolRLToolPoolDegraded", "ToolRLJobFailed", "ToolRLOperatorReconcileErrors"}
 
 
 def _promtool() -> str:
@@ -36,7 +36,7 @@ def test_rules_pass_promtool_check(rules_dir: Path) -> None:
     result = subprocess.run([_promtool(), "check", "rules", str(rules_dir / "rules.yaml")],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 5 rules found" in result.stdout
+    assert "SUCCESS: 6 rules found" in result.stdout
 
 
 def test_rules_pass_promtool_unit_tests(rules_dir: Path) -> None:
