@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -46,7 +47,7 @@ def toy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"model": model, "data": write_toy_data(root / "data")}
 
 
-def cpu_job(name: str, toy: dict[str, Path], **algorithm: Any) -> dict[str, Any]:
+def cpu_job(name: str, toy: dict[str, Path], steps: int = STEPS, **algorithm: Any) -> dict[str, Any]:
     return {
         "apiVersion": "toolrl.dev/v1alpha1",
         "kind": "ToolRLJob",
@@ -59,7 +60,7 @@ def cpu_job(name: str, toy: dict[str, Path], **algorithm: Any) -> dict[str, Any]
                 "rolloutsPerPrompt": 4,
                 "trainBatchSize": 2,
                 "learningRate": 1.0e-3,
-                "totalTrainingSteps": STEPS,
+                "totalTrainingSteps": steps,
                 "klLoss": {"enabled": False, "coef": 0.001},
                 **algorithm,
             },
@@ -130,11 +131,12 @@ def train(
     pool_args: tuple[str, ...] = (),
     tool_call: dict[str, Any] | None = None,
     load: Callable[[SandboxProcess], contextlib.AbstractContextManager[Any]] | None = None,
+    steps: int = STEPS,
     **algorithm: Any,
 ) -> tuple[str, MetricsWatch, float]:
     """Run the job to its end; returns the trainer's output, its scraped metrics and the calls the
-    pool rejected. `load(pool)` is entered around the trainer's run (other traffic on the pool)."""
-    job = cpu_job(name, toy, **algorithm)
+    pool rejected. `load(pool)` is entered around the trainer's run (other traffic on the pool, faults)."""
+    job = cpu_job(name, toy, steps, **algorithm)
     job["spec"].update(spec or {})
     job["spec"]["rollout"]["toolCall"].update(tool_call or {})
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(job))
@@ -146,7 +148,8 @@ def train(
     )
     host, port = mount_service_account(cluster, namespace, tmp_path / "sa", job=name)
     spec_file = tmp_path / "job.json"
-    spec_file.write_text(json.dumps({**job, "metadata": {"name": name, "namespace": namespace}}))
+    uid = get_json(cluster, "trj", name, "-n", namespace)["metadata"]["uid"]  # as the operator writes it
+    spec_file.write_text(json.dumps({**job, "metadata": {"name": name, "namespace": namespace, "uid": uid}}))
     metrics_port = free_port()
     tools = [{"name": "python", "type": "python"}]
     with SandboxProcess.start(tmp_path / "pool", *pool_args, tools=tools) as pool:
@@ -189,14 +192,14 @@ def train(
         rejected = pool_calls(pool, "rejected")
 
     grad_norms = [float(v) for v in GRAD_NORM.findall(output)]
-    assert len(grad_norms) >= STEPS, f"verl logged {len(grad_norms)} actor updates:\n{output[-3000:]}"
+    assert len(grad_norms) >= steps, f"verl logged {len(grad_norms)} actor updates:\n{output[-3000:]}"
     assert max(grad_norms) > 0, f"no step moved the actor: grad_norm {grad_norms}"
     distances = [float(v) for v in WEIGHTS.findall(output)]
     assert distances and distances[-1] > 0, f"the rollout engine never got changed weights: {distances}"
-    assert served >= STEPS, f"the pool served {served} calls for {STEPS} steps of tool-using rollouts"
+    assert served >= steps, f"the pool served {served} calls for {steps} steps of tool-using rollouts"
 
     status = get_json(cluster, "trj", name, "-n", namespace)["status"]
-    assert status["progress"]["step"] == STEPS and status["progress"]["totalSteps"] == STEPS, status
+    assert status["progress"]["step"] == steps and status["progress"]["totalSteps"] == steps, status
     assert "rewardMean" in status["progress"]
     assert (watch.max_value("toolrl_trainer_tool_call_duration_seconds_count") or 0) > 0, "no tool latency"
     assert watch.max_value("toolrl_trainer_reward_mean") is not None, "no reward exposed"
@@ -231,72 +234,183 @@ def test_ppo_with_critic_and_kl_loss_trains_on_cpu_and_checkpoints(
 
 
 class Hog:
-    """Other traffic: one 1-second call after another, for as long as it runs."""
+    """Other traffic: one 1-second call after another, until stopped."""
 
     def __init__(self) -> None:
         self.calls = self.rejected = 0
+        self.stopped = threading.Event()
+        self._thread: threading.Thread | None = None
 
-    @contextlib.contextmanager
-    def run(self, pool: SandboxProcess) -> Iterator[None]:
-        stop = threading.Event()
-
+    def start(self, pool: SandboxProcess) -> None:
         def loop() -> None:
-            while not stop.is_set():
+            while not self.stopped.is_set():
                 body = {"tool": "python", "input": "import time\ntime.sleep(1.0)"}
                 with contextlib.suppress(requests.RequestException):
                     answer = pool.post("/v1/execute", body, timeout=60)
                     self.calls += 1
                     self.rejected += answer.status_code == 429
                     if answer.status_code == 429:
-                        stop.wait(0.2)
+                        self.stopped.wait(0.2)
 
-        thread = threading.Thread(target=loop, daemon=True)
-        thread.start()
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    @contextlib.contextmanager
+    def run(self, pool: SandboxProcess) -> Iterator[None]:
+        self.start(pool)
         try:
             yield
         finally:
-            stop.set()
-            thread.join()
+            self.stop()
 
 
 TRAINED = re.compile(r"toolrl/trajectories_trained:([\d.]+)")
 TAINTED = re.compile(r"toolrl/infra_failures_in_update:([\d.]+)")
+REGENERATED = re.compile(r"toolrl/batches_regenerated:([\d.]+)")
+FAULT_STEPS = 5
 
 
-def test_infrastructure_failures_are_excluded_from_the_update(
+def degraded(cluster, namespace: str, name: str) -> dict[str, Any]:
+    """The job's ToolPoolDegraded condition ({} before the trainer first wrote it)."""
+    status = get_json(cluster, "trj", name, "-n", namespace).get("status") or {}
+    return next((c for c in status.get("conditions") or [] if c["type"] == "ToolPoolDegraded"), {})
+
+
+class Faults:
+    """The injected faults, in order: (1) a saturated pool, as in `Hog`: one call at a time and one in
+    the queue, other traffic keeping the slot busy, so trainer calls arriving while another waits are
+    rejected (429; the client does not retry), until step 1 is done or the breaker first holds a step;
+    (2) the tool_sandbox process stopped (SIGSTOP) from then until the job shows ToolPoolDegraded True
+    because of it (calls time out at the client: `timeout`, the pool's /readyz does not answer), then
+    continued (SIGCONT). Its controller reads the job through the API, as a user would."""
+
+    def __init__(self, cluster, namespace: str, name: str) -> None:
+        self.cluster, self.namespace, self.name = cluster, namespace, name
+        self.hog = Hog()
+        self.held: dict[str, Any] = {}
+        self.rejected_before_stop = 0.0
+        self.errors: list[BaseException] = []
+
+    def _progress_step(self) -> int:
+        status = get_json(self.cluster, "trj", self.name, "-n", self.namespace).get("status") or {}
+        return int((status.get("progress") or {}).get("step") or 0)
+
+    def _control(self, pool: SandboxProcess) -> None:
+        try:
+            wait_until(
+                lambda: self._progress_step() >= 1 or degraded(self.cluster, self.namespace, self.name),
+                1800,  # verl's start-up on a loaded machine
+                "step 1 trained, or the breaker holding it",
+            )
+            self.hog.stop()
+            self.rejected_before_stop = pool_calls(pool, "rejected")
+            os.kill(pool.process.pid, signal.SIGSTOP)
+            try:
+                self.held = wait_until(
+                    lambda: (
+                        (c := degraded(self.cluster, self.namespace, self.name)).get("status") == "True"
+                        and "timeout" in c.get("message", "")
+                        and c
+                    ),
+                    300,  # the breaker holds up to 600 s (TOOLRL_POOL_WAIT_SECONDS) before failing the run
+                    "ToolPoolDegraded True for the stopped pool's timeouts",
+                    interval=1.0,
+                )
+            finally:
+                os.kill(pool.process.pid, signal.SIGCONT)
+        except BaseException as err:  # reported by the test, after the run
+            self.errors.append(err)
+
+    @contextlib.contextmanager
+    def run(self, pool: SandboxProcess) -> Iterator[None]:
+        self.hog.start(pool)
+        controller = threading.Thread(target=self._control, args=(pool,), daemon=True)
+        controller.start()
+        try:
+            yield
+        finally:
+            self.hog.stop()
+            controller.join(60)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pool.process.pid, signal.SIGCONT)
+
+
+def test_infrastructure_failures_are_excluded_and_a_degraded_pool_pauses_training(
     cluster, namespace, operator, tmp_path, toy
 ) -> None:
-    """Issue 16 with a real fault: a saturated pool. It runs one call at a time and queues one; other
-    traffic keeps its slot busy (one 1-second call after another), so a trainer call arriving while
-    another waits in the queue is rejected (429), and the client does not retry: every rejected
-    trainer call is one excluded trajectory (maxToolTurns 1). The queued call always gets through, so
-    no step loses every trajectory. The run must train on the others only.
+    """Issue 16 with real faults (see `Faults`): a saturated pool, then a stopped one. Every trajectory
+    whose call was rejected or timed out is excluded, the counters match the pool's rejections, and no
+    excluded trajectory is in an update. With the default rollout.toolCall.maxInfraFailureRatio (0.2),
+    a step whose batch lost more than that is not trained on: the job shows ToolPoolDegraded True with
+    the numbers and an Event, the trainer waits for the pool's /readyz, generates the batch again once
+    the pool is continued, and resumes (ToolPoolDegraded False, Recovered). Five steps: a step in which
+    fewer than two trajectories call the tool does not trip the breaker even with the pool stopped.
 
     It is also the suite's GRPO run: `train` makes every check of a clean run (the pool served the
     calls, grad_norm > 0, the rollout engine's weights moved, status.progress, metrics on :9400);
     a separate fault-free GRPO run would add ~7 minutes to `make test` and check nothing more."""
-    hog = Hog()
+    name = "cpu-infra"
+    faults = Faults(cluster, namespace, name)
     output, watch, rejected = train(
         cluster,
         namespace,
         operator,
         tmp_path,
         toy,
-        "cpu-infra",
+        name,
         pool_args=("--capacity", "1", "--queue-size", "1", "--workers", "1"),
         tool_call={"maxRetries": 0},
-        load=hog.run,
+        load=faults.run,
+        steps=FAULT_STEPS,
     )
-    injected = rejected - hog.rejected  # the trainer's calls the pool rejected
-    assert hog.calls > 0 and injected > 0, f"no trainer call was rejected ({rejected}, hog {hog.__dict__})"
-    excluded = watch.max_value('toolrl_trajectories_excluded_total{reason="rejected"}') or 0
-    assert excluded == injected, f"pool rejected {injected} trainer calls; trainer excluded {excluded}"
+    assert not faults.errors, f"the fault controller failed: {faults.errors[0]!r}\n{output[-4000:]}"
+    hog = faults.hog
+    # the trainer's calls the pool rejected while saturated; once continued, the stopped pool also answers
+    # (to closed sockets) the calls that timed out meanwhile, and may reject some of those
+    injected = faults.rejected_before_stop - hog.rejected
+    stale = rejected - faults.rejected_before_stop
+    assert hog.calls > 0 and injected > 0, f"no trainer call was rejected ({rejected}, hog {hog.calls})"
+    status = get_json(cluster, "trj", name, "-n", namespace)["status"]
+    excluded = status["progress"]["trajectoriesExcluded"]
+    assert injected <= excluded.get("rejected", 0) <= injected + stale, (injected, stale, excluded)
+    assert excluded.get("timeout", 0) > 0, f"the stopped pool's timeouts were not excluded: {excluded}"
+    for reason, count in excluded.items():  # the status says what the metrics say
+        assert watch.max_value(f'toolrl_trajectories_excluded_total{{reason="{reason}"}}') == count
+
+    # the breaker held a step for the stopped pool, then the step resumed on a regenerated batch
+    held = faults.held
+    assert held["reason"] == "InfraFailureRatioExceeded" and "maxInfraFailureRatio 0.2" in held["message"]
+    assert re.search(r"step \d+: \d+ of 8 trajectories excluded", held["message"]), held
+    final = next(c for c in status["conditions"] if c["type"] == "ToolPoolDegraded")
+    assert (final["status"], final["reason"]) == ("False", "Recovered"), final
+    assert watch.max_value("toolrl_trainer_tool_pool_degraded") == 1
+    events = json.loads(
+        cluster.kubectl(
+            "get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}", "-o", "json"
+        ).stdout
+    )["items"]
+    reasons = {e["reason"] for e in events if e["source"].get("component") == "toolrl-trainer"}
+    assert {"ToolPoolDegraded", "ToolPoolRecovered", "TrajectoriesExcluded"} <= reasons, reasons
+    assert all(e["involvedObject"].get("uid") for e in events)
+
+    # no excluded trajectory in any update; every generated trajectory is accounted for
     trained = [int(float(v)) for v in TRAINED.findall(output)]
     tainted = [int(float(v)) for v in TAINTED.findall(output)]
-    assert len(trained) == len(tainted) == STEPS, f"updates logged: {trained}, {tainted}"
-    assert tainted == [0] * STEPS, f"trajectories with an infrastructure failure were trained on: {tainted}"
-    rollouts = STEPS * 2 * 4  # steps x trainBatchSize x rolloutsPerPrompt
-    assert sum(trained) + excluded == rollouts, f"trained {trained} + excluded {excluded} != {rollouts}"
+    regenerated = sum(int(float(v)) for v in REGENERATED.findall(output))
+    assert len(trained) == len(tainted) == FAULT_STEPS, f"updates logged: {trained}, {tainted}"
+    assert tainted == [0] * FAULT_STEPS, (
+        f"trajectories with an infrastructure failure were trained on: {tainted}"
+    )
+    assert regenerated >= 1, "the breaker never generated a batch again"
+    rollouts = (FAULT_STEPS + regenerated) * 2 * 4  # batches x trainBatchSize x rolloutsPerPrompt
+    discarded = status["progress"]["trajectoriesDiscarded"]
+    assert sum(trained) + sum(excluded.values()) + discarded == rollouts, (trained, excluded, discarded)
+    assert status["progress"]["trajectories"] == rollouts
     assert (watch.max_value("toolrl_trajectories_total") or 0) == rollouts
 
 

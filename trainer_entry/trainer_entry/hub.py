@@ -125,6 +125,10 @@ class MetricsHub:
 
     def finish(self) -> None:
         if self.progress is not None:
+            if self.metrics.last_step > 0:  # the trajectory counts as they are now, after every report
+                counts = self.metrics.trajectory_counts()
+                last = (self.metrics.last_step, self.total_steps, self.metrics.last_reward_mean)
+                self.progress.update(*last, trajectories=counts)
             self.progress.finish()
 
 
