@@ -17,7 +17,10 @@ from urllib.parse import urlsplit
 
 import yaml
 from operator_process import get_json, small_job, wait_until
+from trainer_entry.job_status import JobStatusWriter
 from trainer_entry.progress import ApiTarget, ProgressReporter, status_path
+
+from trainer_entry import job_status
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolrljob.yaml"
 JOB = "progress"
@@ -140,3 +143,84 @@ def test_trainer_reports_progress_with_its_scoped_token(
     after = trj(cluster, namespace)
     assert after["spec"]["toolPool"]["replicas"]["max"] == 5
     assert after["status"]["progress"] == progress
+
+
+def test_trainer_owns_its_tool_pool_degraded_condition_and_posts_events(
+    cluster, namespace, operator, tmp_path, monkeypatch
+) -> None:
+    """Issue 16, nothing silent: the trainer's ToolPoolDegraded condition (server-side apply under its
+    own field manager) and its Events, with the J-trainer token; the operator's status writes keep the
+    condition, and the trainer's apply keeps the operator's."""
+    name = "degraded"
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(small_job(name)))
+    wait_until(
+        lambda: (trj(cluster, namespace, name).get("status") or {}).get("conditions"),
+        120,
+        f"the operator's conditions on {name}",
+        interval=0.5,
+    )
+    host, port = mount_service_account(cluster, namespace, tmp_path / "serviceaccount", job=name)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
+    target = ApiTarget.in_cluster(sa_dir=str(tmp_path / "serviceaccount"))
+    writer = JobStatusWriter(target, namespace, name)  # no uid: learnt from the API's first answer
+    can_create = ("auth", "can-i", "create", "events", "-n", namespace)
+    account = f"system:serviceaccount:{namespace}:{name}-trainer"
+    wait_until(
+        lambda: cluster.kubectl(*can_create, "--as", account, check=False).stdout.strip() == "yes",
+        30,
+        "the apiserver authorizing the J-trainer Role's events rule",
+    )
+
+    held = "step 2: 5 of 8 trajectories excluded for infrastructure failures (timeout 5)"
+    assert writer.set_degraded(True, job_status.INFRA_FAILURE_RATIO_EXCEEDED, held)
+    assert writer.event(job_status.WARNING, job_status.TOOL_POOL_DEGRADED, held)
+    job = get_json(cluster, "trj", name, "-n", namespace, "--show-managed-fields")
+    by_type = {c["type"]: c for c in job["status"]["conditions"]}
+    assert by_type["ToolPoolDegraded"]["status"] == "True"
+    assert by_type["ToolPoolDegraded"]["message"] == held
+    assert {"ToolPoolReady", "ClusterReady", "Reconciled"} <= set(by_type), "the operator's stay"
+    key = "k:" + json.dumps({"type": "ToolPoolDegraded"}, separators=(",", ":"))
+    owners = {
+        entry["manager"]
+        for entry in job["metadata"]["managedFields"]
+        if key in ((entry.get("fieldsV1") or {}).get("f:status", {}).get("f:conditions") or {})
+    }
+    assert owners == {"toolrl-trainer"}, owners
+    assert writer.uid == job["metadata"]["uid"]
+
+    # an edit makes the operator re-apply its status: the trainer's condition survives
+    cluster.kubectl("patch", "trj", name, "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    wait_until(
+        lambda: (trj(cluster, namespace, name).get("status") or {}).get("phase") == "Suspended",
+        120,
+        "the operator suspending the job",
+    )
+    by_type = {c["type"]: c for c in trj(cluster, namespace, name)["status"]["conditions"]}
+    assert by_type["ToolPoolDegraded"]["status"] == "True" and by_type["ToolPoolDegraded"]["message"] == held
+
+    assert writer.set_degraded(False, job_status.RECOVERED, "step 2 resumed after 40s")
+    assert writer.event(job_status.NORMAL, job_status.TOOL_POOL_RECOVERED, "step 2 resumed after 40s")
+    by_type = {c["type"]: c for c in trj(cluster, namespace, name)["status"]["conditions"]}
+    assert (by_type["ToolPoolDegraded"]["status"], by_type["ToolPoolDegraded"]["reason"]) == (
+        "False",
+        "Recovered",
+    )
+    assert by_type["Suspended"]["status"] == "True", "the operator's conditions are untouched"
+
+    events = json.loads(
+        cluster.kubectl(
+            "get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}", "-o", "json"
+        ).stdout
+    )["items"]
+    mine = [
+        (e["type"], e["reason"], e["involvedObject"]["uid"])
+        for e in events
+        if e["source"]["component"] == "toolrl-trainer"
+    ]
+    assert sorted(mine) == [  # listed in name order (generateName), not in time order
+        ("Normal", "ToolPoolRecovered", job["metadata"]["uid"]),
+        ("Warning", "ToolPoolDegraded", job["metadata"]["uid"]),
+    ]
+    described = cluster.kubectl("describe", "trj", name, "-n", namespace).stdout
+    assert "ToolPoolDegraded" in described and "ToolPoolRecovered" in described
