@@ -76,9 +76,16 @@ TRAINING = Row("Training", (
         Target(f"max(toolrl_trainer_excluded_fraction{{{JOB}}})", "excluded share of the last step"),
         Target(f"sum by (reason) (increase(toolrl_trajectories_excluded_total{{{JOB}}}[{RATE}]))"
                f" / scalar(sum(increase(toolrl_trajectories_total{{{JOB}}}[{RATE}])))", "{{reason}}"),
+        Target(f"sum(increase(toolrl_trajectories_discarded_total{{{JOB}}}[{RATE}]))"
+               f" / scalar(sum(increase(toolrl_trajectories_total{{{JOB}}}[{RATE}])))",
+               "discarded with a batch the breaker stopped"),
+        Target(f"max(toolrl_trainer_tool_pool_degraded{{{JOB}}})", "circuit breaker holding a step (100 %)"),
     ), "Trajectories kept out of scoring and the update because a tool call failed by the pool's doing "
        "(rejected, unreachable, no answer in time, sandbox error), as a share of all trajectories: "
-       "they are not scored 0, they are not trained on (docs/contracts.md, Whose failure).", width=24),
+       "they are not scored 0, they are not trained on (docs/contracts.md, Whose failure). When a step's "
+       "share passes rollout.toolCall.maxInfraFailureRatio, the circuit breaker holds the step (100 % "
+       "while it waits for the pool; the job's ToolPoolDegraded condition) and discards the rest of its "
+       "batch.", width=24),
 ))
 
 OPERATOR = Row("Operator", (
