@@ -210,6 +210,16 @@ def _worker_start_params(workers: dict[str, Any]) -> dict[str, str]:
     return {"num-gpus": str(LOGICAL_GPUS_PER_CPU_WORKER), "num-cpus": str(LOGICAL_CPUS_PER_CPU_WORKER)}
 
 
+def _head_start_params(workers: dict[str, Any]) -> dict[str, str]:
+    params = {"dashboard-host": "0.0.0.0", "num-gpus": "0"}
+    if not workers["gpusPerWorker"]:
+        # The head of a CPU job hosts verl's TaskRunner and its data-queue controller and storage
+        # unit (1 CPU each, the storage unit pinned round-robin from the head): with the logical
+        # CPU that a small CPU request gives, the storage unit never scheduled and the run hung.
+        params["num-cpus"] = str(LOGICAL_CPUS_PER_CPU_WORKER)
+    return params
+
+
 def build_rayjob(
     job: dict[str, Any], settings: Settings, current_suspend: bool | None = None
 ) -> dict[str, Any]:
@@ -272,7 +282,7 @@ def build_rayjob(
         "suspend": suspend,
         "rayClusterSpec": {
             "headGroupSpec": {
-                "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
+                "rayStartParams": _head_start_params(workers),
                 "template": _pod_template(job, head_container, head, trainer_name(name)),
             },
             "workerGroupSpecs": [

@@ -508,8 +508,11 @@ def test_cpu_workers_ask_for_no_gpu_and_advertise_one_logical_ray_gpu(make_job) 
         "num-gpus": str(LOGICAL_GPUS_PER_CPU_WORKER),
         "num-cpus": str(LOGICAL_CPUS_PER_CPU_WORKER),
     }
-    gpu_group = build_rayjob(make_job(), SETTINGS)["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
-    assert gpu_group["rayStartParams"] == {}, "GPU workers advertise their real GPUs"
+    head = build_rayjob(job, SETTINGS)["spec"]["rayClusterSpec"]["headGroupSpec"]
+    assert head["rayStartParams"]["num-cpus"] == str(LOGICAL_CPUS_PER_CPU_WORKER)
+    gpu = build_rayjob(make_job(), SETTINGS)["spec"]["rayClusterSpec"]
+    assert gpu["workerGroupSpecs"][0]["rayStartParams"] == {}, "GPU workers advertise their real GPUs"
+    assert "num-cpus" not in gpu["headGroupSpec"]["rayStartParams"], "a GPU job's head keeps its real CPUs"
 
 
 def test_ray_pods_get_the_users_environment_and_pod_settings(make_job) -> None:
