@@ -318,7 +318,10 @@ class Faults:
     def _control(self, pool: SandboxProcess) -> None:
         try:
             wait_until(
-                lambda: self._progress_step() >= 1 or degraded(self.cluster, self.namespace, self.name),
+                lambda: (
+                    self._progress_step() >= 1
+                    or degraded(self.cluster, self.namespace, self.name).get("status") == "True"
+                ),
                 1800,  # verl's start-up on a loaded machine
                 "step 1 trained, or the breaker holding it",
             )

@@ -63,6 +63,14 @@ class MetricsHub:
         self.total_steps = total
         self.metrics.set_total_steps(total)
 
+    def training_started(self, total_steps: int) -> None:
+        """verl's loop begins, in this attempt: the pool answered /readyz (run.wait_for_pool), so a
+        ToolPoolDegraded an earlier attempt left True (PoolNotRecovered) is no longer what holds."""
+        self.set_total_steps(total_steps)
+        if self.job is not None:
+            message = "the tool pool answered /readyz when training started"
+            self.job.set_degraded(False, job_status.POOL_READY, message)
+
     def record_step(self, data: dict[str, Any], step: int) -> None:
         reasons = self.metrics.step_exclusions()
         self.metrics.record_step(data, step)

@@ -33,6 +33,7 @@ TOOL_POOL_DEGRADED = "ToolPoolDegraded"  # the condition's type, and the Event w
 INFRA_FAILURE_RATIO_EXCEEDED = "InfraFailureRatioExceeded"  # True: the breaker holds a step
 POOL_NOT_RECOVERED = "PoolNotRecovered"  # True: the bound passed, the run fails
 RECOVERED = "Recovered"  # False: the step resumed on a new batch
+POOL_READY = "PoolReady"  # False: training (an attempt) started with the pool ready
 # Event reasons (besides TOOL_POOL_DEGRADED and POOL_NOT_RECOVERED)
 TOOL_POOL_RECOVERED = "ToolPoolRecovered"
 TRAJECTORIES_EXCLUDED = "TrajectoriesExcluded"

@@ -49,7 +49,7 @@ class ToolRLTrainer(PPOTrainerSync):
         self.logger.logger[BACKEND_NAME] = TrackingBackend()
         hub = sink().hub
         if hub is not None:
-            hub.set_total_steps.remote(int(self.total_training_steps))
+            hub.training_started.remote(int(self.total_training_steps))
 
     def on_step_begin(self) -> None:
         super().on_step_begin()

@@ -173,3 +173,10 @@ def test_a_pool_that_never_recovers_leaves_the_condition_saying_so(hub: MetricsH
     last = conditions()[-1]
     assert (last["status"], last["reason"]) == ("True", "PoolNotRecovered")
     assert events()[-1]["reason"] == "PoolNotRecovered"
+
+
+def test_an_attempt_starts_by_clearing_what_an_earlier_one_left(hub: MetricsHub) -> None:
+    hub.training_started(12)
+    [started] = conditions()
+    assert (started["status"], started["reason"]) == ("False", "PoolReady")
+    assert hub.total_steps == 12 and hub.metrics.total_steps._value.get() == 12
