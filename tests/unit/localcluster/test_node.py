@@ -95,6 +95,7 @@ def test_an_image_key_changes_with_its_copied_sources_only(
     )
     (repo / "src" / "a.py").write_text("1")
     (repo / "other" / "b.py").write_text("1")
+    (repo / ".dockerignore").write_text("**/__pycache__\n")  # images.py reads the repository's list
     monkeypatch.setattr(images, "REPO", repo)
     monkeypatch.setattr(images, "IMAGES_DIR", repo / "images")
     base = tmp_path / "base-abc.tar"
