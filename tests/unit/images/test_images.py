@@ -139,3 +139,18 @@ def test_tool_sandbox_wheel_carries_its_c_extension(pip: Path, tmp_path: Path) -
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
     assert any(re.fullmatch(r"tool_sandbox/sandbox/_spawner\..*\.so", name) for name in names), names
+
+
+def test_image_keys_skip_what_builds_skip() -> None:
+    """.dockerignore is the one list: a host-built C extension or an egg-info changes no key."""
+    from localcluster.images import _ignored
+
+    for path in (
+        "tool_sandbox/tool_sandbox/sandbox/_spawner.cpython-311-x86_64-linux-gnu.so",
+        "tool_sandbox/build/lib/tool_sandbox/server.py",
+        "tool_sandbox/toolrl_tool_sandbox.egg-info/PKG-INFO",
+        "trainer_entry/trainer_entry/__pycache__/run.cpython-311.pyc",
+    ):
+        assert _ignored(Path(path)), path
+    for path in ("tool_sandbox/tool_sandbox/server.py", "trainer_entry/trainer_entry/build_config.py"):
+        assert not _ignored(Path(path)), path
