@@ -1,165 +1,213 @@
-"""`make demo`: a ToolRLJob end to end on the embedded local cluster.
+"""`make demo`: a ToolRLJob trains for real on the embedded local cluster.
 
-The real control plane and KubeRay run the job's GPU cluster on kwok's fake GPU nodes (pods
-are scheduled and reported Running, but run no code), the real operator reconciles the job,
-and the two pieces that would run inside those pods run here for real: the tool sandbox
-server with the job's generated tool config, and the trainer's translation of the job into
-verl's configuration (`trainer_entry run --dry-run`). Then the job is deleted and garbage
-collection removes every child.
+The local cluster's real node runs the project's images: the operator installed from the chart
+as a pod, a Kubernetes Job that stages a tiny model and toy data on a PersistentVolume, then
+`kubectl apply -f examples/toolrljob-cpu.yaml`: KubeRay starts a Ray head and worker, verl's
+GRPO loop trains on the CPU, its tool calls go to the job's sandboxed tool-pool pods, the
+operator scales the pool with the trainer's phase, and Prometheus scrapes every pod. The demo
+prints what a user watches (`kubectl get trj`, conditions, Events, the dashboard's numbers),
+saves a PNG of the run, shows the GPU-shaped example scheduled onto the fake GPU nodes, and
+cleans up.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
+import argparse
+import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 from localcluster import LocalCluster  # noqa: E402
 from localcluster.__main__ import DEFAULT_ROOT  # noqa: E402
-from operator_process import OperatorProcess, get_json, install_crd, wait_until  # noqa: E402
-from sandbox_process import SandboxProcess  # noqa: E402
+from localcluster.build import ensure_node_built  # noqa: E402
+from operator_process import get_json, wait_until  # noqa: E402
+from training_cluster import (  # noqa: E402
+    CPU_EXAMPLE,
+    GPU_EXAMPLE,
+    TrainingCluster,
+    dashboard_queries,
+    finite_over,
+    plot_run,
+    stage_toy_data,
+    training_cluster,
+)
 
 NAMESPACE = "toolrl-demo"
 DEMO_ROOT = DEFAULT_ROOT.with_name(".local-cluster-demo")
-EXAMPLE = REPO / "examples" / "toolrljob.yaml"
+OUT = REPO / "demo-output"
+TERMINAL = ("Succeeded", "Failed")
 
 
 def step(title: str) -> None:
     print(f"\n== {title}", flush=True)
 
 
-def show(cluster: LocalCluster, *args: str) -> None:
-    print(cluster.kubectl(*args).stdout.rstrip(), flush=True)
+def show(tc: TrainingCluster | LocalCluster, *args: str) -> None:
+    print(tc.kubectl(*args).stdout.rstrip(), flush=True)
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keep", action="store_true", help="leave the cluster, operator and job running")
+    args = parser.parse_args()
+    # `kill` (or a CI's timeout) cleans up too, not only Ctrl-C
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    started = time.monotonic()
     recorded = LocalCluster.recorded(DEFAULT_ROOT)
     running = recorded if recorded and recorded.is_running() else None
-    # the demo's Ray cluster runs on kwok's fake nodes; `make cluster-up`'s real node (2 CPUs
-    # here) fits no 4-CPU Ray head, so beside one the demo starts a kwok-only cluster of its own
-    cluster = running if running and not running.real_node else None
+    # `make cluster-up`'s cluster is used when it has the real node; one without (kwok only,
+    # `--no-real-node`) is left alone and the demo brings up its own beside it
+    cluster = running if running and running.real_node else None
     started_here = cluster is None
     if started_here:
-        if recorded and not running:
+        root = DEMO_ROOT if running else DEFAULT_ROOT
+        if not running and recorded:
             recorded.down()
-        cluster = LocalCluster(DEMO_ROOT if running else DEFAULT_ROOT)
+        step(f"bringing up the local cluster ({root.name}): control plane, KubeRay, real node, GPU nodes")
+        cluster = LocalCluster(root, real_node=True)
+        cluster.node_bin_dir = ensure_node_built()
         cluster.up()
     try:
-        return run(cluster)
+        with training_cluster(cluster, cluster.root / "demo", NAMESPACE) as tc:
+            code = run(tc, started)
+            if args.keep:
+                print(
+                    f"\n--keep: KUBECONFIG={cluster.kubeconfig} Prometheus {tc.prometheus.url} (Ctrl-C ends)"
+                )
+                while True:
+                    time.sleep(3600)
+            return code
     finally:
-        if started_here:
+        if started_here and not args.keep:
             step("tearing the local cluster down (it was started for this demo)")
             cluster.down()
+        print(f"\ndemo took {time.monotonic() - started:.0f} s")
 
 
-def run(cluster: LocalCluster) -> int:
-    step("nodes (4 fake GPU nodes with nvidia.com/gpu: 8, 2 CPU nodes)")
+def run(tc: TrainingCluster, started: float) -> int:
+    step("nodes: the real CPU node runs the pods; kwok's GPU nodes only pretend to")
     show(
-        cluster,
+        tc,
         "get",
         "nodes",
         "-o",
-        "custom-columns=NAME:.metadata.name,"
-        "GPU:.status.allocatable.nvidia\\.com/gpu,CPU:.status.allocatable.cpu",
+        "custom-columns=NAME:.metadata.name,GPU:.status.allocatable.nvidia\\.com/gpu,"
+        "CPU:.status.allocatable.cpu,RUNTIME:.status.nodeInfo.containerRuntimeVersion",
     )
+    step("the operator, installed from the chart (helm), as a pod on the real node")
+    show(tc, "get", "pods,servicemonitors,podmonitors,prometheusrules", "-n", "toolrl-system")
+    print(f"Prometheus: {tc.prometheus.url} (scraping the pods the chart's monitors select)")
 
-    step("installing the ToolRLJob CRD and starting the operator")
-    install_crd(cluster)
-    cluster.kubectl("create", "namespace", NAMESPACE, check=False)
-    log = DEFAULT_ROOT / "logs" / "operator.log"
-    with OperatorProcess(cluster.kubeconfig, namespaces=[NAMESPACE], log_path=log):
-        print(f"operator log: {log}")
-        step(f"kubectl apply -n {NAMESPACE} -f examples/toolrljob.yaml")
-        show(cluster, "apply", "-n", NAMESPACE, "-f", str(EXAMPLE))
-        name = get_json(cluster, "-f", str(EXAMPLE), "-n", NAMESPACE)["metadata"]["name"]
+    step("staging the tiny model and toy data: a Job in the trainer image writes them to a PersistentVolume")
+    took = stage_toy_data(tc)
+    print(tc.kubectl("logs", "job/toy-data", "-n", tc.namespace, "--tail", "1").stdout.rstrip())
+    print(f"toy data ready in {took:.0f} s")
 
-        started = time.monotonic()
-        job = wait_until(
-            lambda: (
-                (j := get_json(cluster, "trj", name, "-n", NAMESPACE)).get("status", {}).get("phase")
-                == "Running"
-                and j
-            ),
-            120,
-            "phase Running",
+    name = yaml.safe_load(CPU_EXAMPLE.read_text())["metadata"]["name"]
+    step(f"kubectl apply -n {tc.namespace} -f examples/toolrljob-cpu.yaml")
+    applied = time.time()
+    show(tc, "apply", "-n", tc.namespace, "-f", str(CPU_EXAMPLE))
+    job = watch(tc, name)
+    phase = job["status"]["phase"]
+    step(f"kubectl get trj -n {tc.namespace}")
+    show(tc, "get", "trj", "-n", tc.namespace)
+
+    step("conditions")
+    for c in job["status"]["conditions"]:
+        print(f"  {c['type']:<20} {c['status']:<6} {c['reason']}: {c.get('message', '')[:160]}")
+    step("Events of the job (the autoscaler's decisions among them)")
+    for e in tc.events(name):
+        print(f"  {e.get('lastTimestamp', '')[11:19]}  {e['reason']:<22} {e['message'][:150]}")
+
+    step("the dashboard's panels, as Prometheus answers them for this run (range: min .. max)")
+    for title, expr in dashboard_queries(tc.namespace, name):
+        values = finite_over(tc.prometheus, expr, applied, time.time())
+        shown = f"{min(values):.3g} .. {max(values):.3g}" if values else "no data"
+        print(f"  {title[:60]:<60} {shown}")
+    png = plot_run(tc.prometheus, tc.namespace, name, applied - 30, time.time() + 5, OUT / f"{name}.png")
+    print(f"\nthe run as a picture (reward, step, tool latency, pool size): {png}")
+
+    gpu_example(tc)
+    print(f"\n{name}: {phase}; {time.monotonic() - started:.0f} s since `make demo` started")
+    return 0 if phase == "Succeeded" else 1
+
+
+def watch(tc: TrainingCluster, name: str, timeout: float = 3600) -> dict:
+    """Print `kubectl get trj` and the RayJob's status whenever they change, until the job ends."""
+    step(f"kubectl get trj {name} -w  (and the RayJob KubeRay runs for it)")
+    seen: tuple = ()
+    begun = time.monotonic()
+
+    def ended() -> dict | None:
+        nonlocal seen
+        job = tc.job(name)
+        status = job.get("status", {})
+        progress = status.get("progress", {})
+        rayjob = (tc.rayjob(name) or {}).get("status", {})
+        pool = status.get("toolPool", {})
+        now = (
+            status.get("phase"),
+            progress.get("step"),
+            rayjob.get("jobDeploymentStatus"),
+            rayjob.get("jobStatus"),
+            pool.get("desiredReplicas"),
+            pool.get("readyReplicas"),
         )
-        print(f"phase Running after {time.monotonic() - started:.1f}s")
-        show(cluster, "get", "trj", "-n", NAMESPACE)
-        step("conditions")
-        for c in job["status"]["conditions"]:
-            print(f"  {c['type']:<16} {c['status']:<6} {c['reason']}: {c.get('message', '')}")
-        step("children (all owned by the job)")
-        show(
-            cluster,
-            "get",
-            "configmap,deployment,service,pdb,networkpolicy,serviceaccount,role,"
-            "rolebinding,rayjob,raycluster",
-            "-n",
-            NAMESPACE,
-            "-l",
-            f"toolrl.dev/job={name}",
-        )
-        step("the Ray cluster's pods on the fake GPU nodes")
-        show(cluster, "get", "pods", "-n", NAMESPACE, "-o", "wide")
-
-        config = get_json(cluster, "configmap", f"{name}-config", "-n", NAMESPACE)["data"]
-        with tempfile.TemporaryDirectory() as tmp:
-            spec_file, tools_file = Path(tmp) / "job.json", Path(tmp) / "tools.yaml"
-            spec_file.write_text(config["job.json"])
-            tools_file.write_text(config["tools.yaml"])
-            tool_call(tools_file)
-            step("what the Ray head runs: python -m trainer_entry run --spec job.json --dry-run")
-            out = subprocess.run(
-                [sys.executable, "-m", "trainer_entry", "run", "--spec", str(spec_file), "--dry-run"],
-                capture_output=True,
-                text=True,
+        if now != seen:
+            seen = now
+            reward = progress.get("rewardMean")
+            reward = "-" if reward is None else f"{reward:.3f}"
+            print(
+                f"  {time.monotonic() - begun:6.0f}s  phase={now[0]!s:<12} step={now[1]!s:>2}/"
+                f"{progress.get('totalSteps', '?')} reward={reward:<6}"
+                f" rayjob={now[2]}/{now[3]}  pool desired={now[4]} ready={now[5]}",
+                flush=True,
             )
-            print("\n".join(out.stdout.splitlines()[:40]))
-            if out.returncode:
-                print(out.stderr, file=sys.stderr)
-                return out.returncode
+        return job if status.get("phase") in TERMINAL else None
 
-        step("events")
-        show(
-            cluster,
-            "get",
-            "events",
+    return wait_until(ended, timeout, f"{name} to succeed or fail", interval=3)
+
+
+def gpu_example(tc: TrainingCluster) -> None:
+    """examples/toolrljob.yaml asks for 2 workers with 8 GPUs: they land on kwok's GPU nodes."""
+    name = yaml.safe_load(GPU_EXAMPLE.read_text())["metadata"]["name"]
+    step(
+        "the GPU-shaped example (examples/toolrljob.yaml): its workers are scheduled onto the fake GPU nodes"
+    )
+    show(tc, "apply", "-n", tc.namespace, "-f", str(GPU_EXAMPLE))
+
+    def scheduled() -> list[dict]:
+        pods = get_json(
+            tc.cluster,
+            "pods",
             "-n",
-            NAMESPACE,
-            "--field-selector",
-            f"involvedObject.name={name}",
-            "--sort-by=.lastTimestamp",
-        )
-        step(f"kubectl delete trj {name}: the garbage collector removes every child")
-        show(cluster, "delete", "trj", name, "-n", NAMESPACE)
-        wait_until(
-            lambda: (
-                not get_json(
-                    cluster, "deployment,configmap,rayjob", "-n", NAMESPACE, "-l", f"toolrl.dev/job={name}"
-                )["items"]
-            ),
-            60,
-            "children gone",
-        )
-        print("all children gone")
-    cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
-    return 0
+            tc.namespace,
+            "-l",
+            f"toolrl.dev/job={name},app.kubernetes.io/component=trainer",
+        )["items"]
+        on_gpu = [p for p in pods if (p["spec"].get("nodeName") or "").startswith("gpu-node")]
+        return on_gpu if len(on_gpu) >= 2 else []
 
-
-def tool_call(tools_file: Path) -> None:
-    """Serve the job's tool config with the real sandbox and make one call, as a rollout would."""
-    step("the tool pool's server, with the job's generated tools.yaml: one python call")
-    with SandboxProcess.start(tools_file.parent / "sandbox", config=tools_file) as server:
-        code = "import numpy as np\nprint(np.arange(10).sum())"
-        body = server.execute(code)
-        took = body["durationSeconds"] * 1000
-        print(f"POST /v1/execute {json.dumps({'tool': 'python', 'input': code})}")
-        print(f"  -> status={body['status']} output={body['output']!r} in {took:.1f} ms")
+    wait_until(scheduled, 300, "the GPU workers scheduled", interval=2)
+    show(
+        tc,
+        "get",
+        "pods",
+        "-n",
+        tc.namespace,
+        "-l",
+        f"toolrl.dev/job={name}",
+        "-o",
+        "custom-columns=POD:.metadata.name,NODE:.spec.nodeName,PHASE:.status.phase,"
+        "GPU:.spec.containers[0].resources.requests.nvidia\\.com/gpu",
+    )
+    print("(the head asks for 4 CPUs and 16 GiB, more than this machine's real node has: it waits)")
+    show(tc, "delete", "trj", name, "-n", tc.namespace)
 
 
 if __name__ == "__main__":

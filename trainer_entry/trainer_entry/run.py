@@ -215,6 +215,7 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     config = verl_config.compose(translation.overrides)
     check_model(job.spec["model"]["path"])
     verl_config.check(config)
+    check_custom_reward(job, workdir)
     asyncio.run(wait_for_pool(env.pool_url, env.pool_wait_seconds))
 
     runtime_env = dict(get_ppo_ray_runtime_env(config))
@@ -257,6 +258,40 @@ def _stop_children(grace: float = 10.0) -> None:
     for child in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
             child.kill()
+
+
+def check_custom_reward(job: Job, workdir: Path) -> None:
+    """Call a custom reward function once before training, on the first training example with its
+    ground truth as the answer. verl 0.9.1's agent loop logs an exception raised by the reward and
+    then waits for the missing result forever (seen on the local cluster: the run hung, Running), so
+    a reward that cannot score one plain answer fails the job here, with its own error."""
+    import importlib.util
+
+    import pandas as pd
+
+    if job.spec["reward"]["preset"] != "custom":
+        return
+    custom = job.spec["reward"]["custom"]
+    where = f"spec.reward.custom ({custom['key']} of ConfigMap {custom['configMap']!r})"
+    try:
+        spec = importlib.util.spec_from_file_location("toolrl_reward_check", workdir / CUSTOM_REWARD_FILE)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    except Exception as exc:
+        raise TrainingError(f"{where}: importing it raised {type(exc).__name__}: {exc}") from exc
+    score = getattr(module, custom["function"], None)
+    if not callable(score):
+        raise TrainingError(f"{where}: it defines no function {custom['function']!r}")
+    row = pd.read_parquet(job.spec["data"]["trainFiles"][0]).iloc[0]
+    truth = row["reward_model"]["ground_truth"]
+    extra = row.get("extra_info")
+    try:
+        score(data_source=row["data_source"], solution_str=str(truth), ground_truth=truth, extra_info=extra)
+    except Exception as exc:
+        raise TrainingError(
+            f"{where}: {custom['function']}() raised {type(exc).__name__}: {exc} when scoring the first "
+            "training example with its ground truth as the answer; fix the function and apply the job again"
+        ) from exc
 
 
 class TrainingError(RuntimeError):

@@ -580,10 +580,12 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         pids: set[int] = set()
         for h in _cgroup_hierarchies():
             top = h / CGROUP_ROOT
-            if top.is_dir():
-                for procs in top.rglob("cgroup.procs"):
+            # os.walk, not rglob: a pod's cgroup removed mid-walk is skipped (rglob raised
+            # FileNotFoundError and `down` stopped half-way, seen after a killed test run)
+            for directory, _, files in os.walk(top):
+                if "cgroup.procs" in files:
                     with contextlib.suppress(OSError):
-                        pids.update(int(p) for p in procs.read_text().split())
+                        pids.update(int(p) for p in (Path(directory) / "cgroup.procs").read_text().split())
         return pids
 
     def _shim_pids(self) -> list[int]:

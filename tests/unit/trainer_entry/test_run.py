@@ -8,6 +8,8 @@ from localcluster import free_port
 from trainer_entry.__main__ import main
 from trainer_entry.run import (
     Environment,
+    TrainingError,
+    check_custom_reward,
     check_model,
     describe,
     explain_ray_failure,
@@ -92,6 +94,46 @@ def test_custom_reward_is_copied_from_its_configmap_mount(tmp_path):
     (mount / "reward.py").write_text("def f(**kw):\n    return 1.0\n")
     write_workdir(j, translate(j, "http://pool:8080"), tmp_path / "w", reward_dir=mount)
     assert (tmp_path / "w" / "toolrl_custom_reward.py").read_text().startswith("def f")
+
+
+@pytest.mark.parametrize(
+    ("source", "error"),
+    [
+        (
+            "def f(data_source, solution_str, ground_truth, extra_info=None):\n    return {} / 2\n",
+            r"f\(\) raised TypeError: unsupported operand .* first training example",
+        ),
+        ("import no_such_module\n", r"importing it raised ModuleNotFoundError"),
+        ("def g(**kw):\n    return 1.0\n", r"defines no function 'f'"),
+    ],
+)
+def test_a_custom_reward_that_cannot_score_one_answer_fails_before_training(tmp_path, source, error):
+    """verl's agent loop hangs on a reward's exception; the trainer calls the reward once first."""
+    import pandas as pd
+
+    data = tmp_path / "train.parquet"
+    row = {
+        "data_source": "toy",
+        "reward_model": {"style": "rule", "ground_truth": "7"},
+        "extra_info": {"i": 0},
+    }
+    pd.DataFrame([row]).to_parquet(data)
+    j = job(
+        data={"trainFiles": [str(data)]},
+        reward={"preset": "custom", "custom": {"configMap": "r", "function": "f"}},
+    )
+    (tmp_path / "toolrl_custom_reward.py").write_text(source)
+    with pytest.raises(TrainingError, match=error):
+        check_custom_reward(j, tmp_path)
+    seen = tmp_path / "seen.json"
+    (tmp_path / "toolrl_custom_reward.py").write_text(
+        "import json\n"
+        "def f(data_source, solution_str, ground_truth, extra_info=None):\n"
+        f"    open({str(seen)!r}, 'w').write(json.dumps([data_source, solution_str, ground_truth]))\n"
+        "    return 1.0\n"
+    )
+    check_custom_reward(j, tmp_path)
+    assert json.loads(seen.read_text()) == ["toy", "7", "7"]
 
 
 async def test_waiting_for_the_pool_is_bounded():

@@ -1,0 +1,223 @@
+"""What `make demo` shows, asserted: examples/toolrljob-cpu.yaml trains on the local cluster's
+real node. The operator runs as a pod from the chart; KubeRay's real RayJob lifecycle (Running,
+then Succeeded) drives the job's phase; the trainer's progress reaches its target; the autoscaler
+sizes the pool from the trainer's phase (Events); Prometheus scrapes the pods' IPs as the chart's
+monitors say and every dashboard panel has data from the run; the run's PNG is drawn. A job
+whose reward function raises ends Failed with the trainer's own words.
+
+One real node runs per machine, so the module shares one cluster; the CPU trainer image is built
+on first use (~17 min cold, ~4 min when only trainer_entry changed, cached by its inputs).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from localcluster import LocalCluster
+from localcluster.build import ensure_node_built
+from localcluster.cluster import cluster_alive
+from localcluster.node import missing_requirements
+from operator_process import Sampler, get_json, wait_until
+from toolrl_operator.autoscaler import ROLLOUT_PRESCALE, ROLLOUT_PREWARM, ROLLOUT_TRAINING
+from training_cluster import (
+    CPU_EXAMPLE,
+    TrainingCluster,
+    dashboard_queries,
+    finite_over,
+    plot_run,
+    stage_toy_data,
+    training_cluster,
+)
+
+pytestmark = pytest.mark.timeout(5400)
+
+NAMESPACE = "e2e-train"
+CLAIM_WAIT = 1800  # another session's real node may hold this machine
+TRAINING_TIMEOUT = 2400  # verl's start-up in pods is 2-8 min here, with the machine's load
+BROKEN_REWARD = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return {"score": 1.0} / len(solution_str)  # a reward bug: dict / int
+"""
+
+
+@dataclass
+class Run:
+    job: dict[str, Any]
+    samples: list[tuple[float, tuple]]
+    applied: float  # unix time
+    ended: float
+
+
+@pytest.fixture(scope="module")
+def tc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrainingCluster]:
+    problems = missing_requirements()
+    assert not problems, "this machine cannot host the real node (`make setup` installs it):\n" + "\n".join(
+        problems
+    )
+    cluster = LocalCluster(tmp_path_factory.mktemp("training"), real_node=True)
+    cluster.node_bin_dir = ensure_node_built()
+    cluster.node.claim(wait=CLAIM_WAIT, is_alive=cluster_alive)
+    cluster.up(claim_wait=CLAIM_WAIT)
+    try:
+        with training_cluster(cluster, cluster.root / "work", NAMESPACE) as found:
+            stage_toy_data(found)
+            yield found
+    finally:
+        cluster.down()
+
+
+def _state(tc: TrainingCluster, name: str) -> tuple:
+    status = tc.job(name).get("status", {})
+    rayjob = (tc.rayjob(name) or {}).get("status", {})
+    return (
+        status.get("phase"),
+        (status.get("progress") or {}).get("step"),
+        rayjob.get("jobDeploymentStatus"),
+        rayjob.get("jobStatus"),
+    )
+
+
+def _train(tc: TrainingCluster, job: dict[str, Any]) -> Run:
+    name = job["metadata"]["name"]
+    applied = time.time()
+    tc.cluster.apply(job, "-n", tc.namespace)
+    with Sampler(lambda: _state(tc, name), interval=2) as sampler:
+        try:
+            wait_until(
+                lambda: tc.job(name).get("status", {}).get("phase") in ("Succeeded", "Failed"),
+                TRAINING_TIMEOUT,
+                f"{name} to end",
+                interval=5,
+            )
+        except AssertionError:
+            print(tc.kubectl("get", "pods,rayjobs", "-n", tc.namespace, "-o", "wide").stdout)
+            print(tc.kubectl("describe", "rayjob", "-n", tc.namespace).stdout[-3000:])
+            raise
+    final = (time.monotonic(), _state(tc, name))  # the sampler may stop before its next sample
+    return Run(tc.job(name), [*sampler.samples, final], applied, time.time())
+
+
+@pytest.fixture(scope="module")
+def run(tc: TrainingCluster) -> Run:
+    """examples/toolrljob-cpu.yaml, applied as the demo does, to its end."""
+    return _train(tc, yaml.safe_load(CPU_EXAMPLE.read_text()))
+
+
+def _first(values: list, wanted: Any) -> int:
+    return values.index(wanted) if wanted in values else -1
+
+
+def test_rayjob_runs_then_succeeds_and_the_job_follows_with_full_progress(
+    tc: TrainingCluster, run: Run
+) -> None:
+    status = run.job["status"]
+    assert status["phase"] == "Succeeded", status
+    progress = status["progress"]
+    assert progress["step"] == progress["totalSteps"] == run.job["spec"]["algorithm"]["totalTrainingSteps"]
+    seen = [s for _, s in run.samples]
+    deployment = [s[2] for s in seen]
+    ray_status = [s[3] for s in seen]
+    # KubeRay's own lifecycle, as sampled: the Ray job RUNNING, then SUCCEEDED; the deployment
+    # Running, then Complete (KubeRay's name for its end)
+    assert -1 < _first(ray_status, "RUNNING") < _first(ray_status, "SUCCEEDED"), seen
+    assert -1 < _first(deployment, "Running") < _first(deployment, "Complete"), seen
+    steps = sorted({s[1] for s in seen if s[1] is not None})
+    assert len(steps) >= 2, f"progress moved in one jump, not step by step: {steps}"
+    phases = [s[0] for s in seen]
+    assert _first(phases, "Running") < _first(phases, "Succeeded"), seen
+
+
+def test_the_trainers_tool_calls_reached_the_pool_pods(tc: TrainingCluster, run: Run) -> None:
+    name = run.job["metadata"]["name"]
+    sel = f'namespace="{tc.namespace}", toolrl_job="{name}"'
+    ok = finite_over(
+        tc.prometheus, f'sum(toolrl_tool_calls_total{{{sel}, outcome="ok"}})', run.applied, run.ended
+    )
+    assert ok and max(ok) > 0, "no successful tool call was counted by the pool's pods"
+    # scraped from pod IPs of the pod network, found through the API server
+    targets = tc.prometheus.query(f'up{{{sel}, toolrl_component="tool-pool"}}')
+    assert targets and all(t["metric"]["instance"].startswith("198.18.0.") for t in targets), targets
+
+
+def test_the_autoscaler_followed_the_trainers_phase(tc: TrainingCluster, run: Run) -> None:
+    events = tc.events(run.job["metadata"]["name"])
+    scaled = [
+        e
+        for e in events
+        if any(f"({r})" in e["message"] for r in (ROLLOUT_TRAINING, ROLLOUT_PRESCALE, ROLLOUT_PREWARM))
+    ]
+    assert scaled, "no rollout-aware scaling Event:\n" + "\n".join(
+        f"{e['reason']}: {e['message']}" for e in events
+    )
+
+
+# Series that only exist once something failed (a labelled counter appears with its first
+# increment): a healthy run leaves these queries without data. They must still parse.
+FAILURES_ONLY = (
+    'outcome!="ok"',
+    "toolrl_tool_output_truncated_total",
+    "toolrl_trajectories_excluded_total",
+    "toolrl_operator_reconcile_errors_total",
+)
+
+
+def test_every_dashboard_panel_has_data_from_the_run(tc: TrainingCluster, run: Run) -> None:
+    queries = dashboard_queries(tc.namespace, run.job["metadata"]["name"])
+    assert any(t.startswith("Tool call latency") for t, _ in queries) and any(
+        t.startswith("Reward") for t, _ in queries
+    )
+    end = run.ended + 30
+    empty = [(t, q) for t, q in queries if not finite_over(tc.prometheus, q, run.applied, end)]
+    healthy_empty = [(t, q) for t, q in empty if any(f in q for f in FAILURES_ONLY)]
+    missing = [e for e in empty if e not in healthy_empty]
+    assert not missing, "panels without data from the run:\n" + "\n".join(f"{t}: {q}" for t, q in missing)
+
+
+def test_the_alert_rules_load_and_evaluate(tc: TrainingCluster, run: Run) -> None:
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"{tc.prometheus.url}/api/v1/rules", timeout=10) as resp:
+        groups = json.load(resp)["data"]["groups"]
+    rules = {r["name"]: r for g in groups for r in g["rules"]}
+    assert rules, "the chart's PrometheusRule gave Prometheus no rules"
+    bad = {name: r.get("lastError") for name, r in rules.items() if r["health"] != "ok"}
+    assert not bad, bad
+
+
+def test_the_run_is_drawn_as_a_png(tc: TrainingCluster, run: Run, tmp_path: Path) -> None:
+    png = plot_run(
+        tc.prometheus, tc.namespace, run.job["metadata"]["name"], run.applied, run.ended, tmp_path / "r.png"
+    )
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_a_reward_that_raises_fails_the_job_with_the_trainers_reason(tc: TrainingCluster, run: Run) -> None:
+    tc.cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "broken-reward"},
+            "data": {"reward.py": BROKEN_REWARD},
+        },
+        "-n",
+        tc.namespace,
+    )
+    job = yaml.safe_load(CPU_EXAMPLE.read_text())
+    job["metadata"]["name"] = "broken-reward"
+    job["spec"]["reward"] = {"preset": "custom", "custom": {"configMap": "broken-reward"}}
+    broken = _train(tc, job)
+    status = broken.job["status"]
+    assert status["phase"] == "Failed", status
+    failed = {c["type"]: c for c in status["conditions"]}["Failed"]
+    assert failed["status"] == "True"
+    assert "unsupported operand type(s) for /: 'dict' and 'int'" in failed["message"], failed
+    events = [e for e in tc.events("broken-reward") if e["type"] == "Warning"]
+    assert any("unsupported operand" in e["message"] for e in events), events
+    assert get_json(tc.cluster, "trj", "broken-reward", "-n", tc.namespace)["status"]["phase"] == "Failed"
