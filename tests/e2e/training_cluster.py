@@ -242,8 +242,9 @@ def training_cluster(
     _install_monitoring_crds(cluster)
     for ns in (namespace, OPERATOR_NAMESPACE):
         cluster.kubectl("create", "namespace", ns, check=False)
+        # baseline, not restricted: KubeRay's SidecarMode submitter container is not hardened (rayjob.py)
         cluster.kubectl(
-            "label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted", "--overwrite"
+            "label", "namespace", ns, "pod-security.kubernetes.io/enforce=baseline", "--overwrite"
         )
     port = free_port()
     tc = TrainingCluster(cluster, namespace, Prometheus(workdir, {}), images, workdir)
