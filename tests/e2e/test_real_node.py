@@ -330,9 +330,15 @@ def test_helm_chart_runs_the_operator_in_a_pod_that_reconciles_a_job(
             print(real.kubectl("logs", "-n", op_ns, f"deployment/{deployment}", "--tail", "60").stdout)
             raise
         assert found["spec"]["nodeName"] == NODE_NAME
-        status = get_json(real, "toolrljob", "helm-job", "-n", job_ns).get("status", {})
-        # written by the operator in the pod (the only operator watching job_ns)
-        assert status.get("conditions") and status["toolPool"]["desiredReplicas"] == 1, status
+
+        def pool_status_written() -> dict | None:
+            status = get_json(real, "toolrljob", "helm-job", "-n", job_ns).get("status", {})
+            sized = status.get("conditions") and status.get("toolPool", {}).get("desiredReplicas") == 1
+            return status if sized else None
+
+        # written by the operator in the pod (the only operator watching job_ns): its conditions, and
+        # the autoscaler's size at its first tick (the pool may be Ready before that tick)
+        wait_until(pool_status_written, 120, "the operator's status and the autoscaler's desiredReplicas 1")
         delete_jobs(real, job_ns)
     finally:
         helm(real.bin("helm"), "uninstall", release, *base, "--wait", "--timeout", "120s", check=False)
