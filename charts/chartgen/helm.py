@@ -49,8 +49,11 @@ def chart_with_stub_dependencies(dest: Path) -> Path:
     return copy
 
 
-def helm(binary: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([binary, *args], capture_output=True, text=True, check=False, timeout=120)
+def helm(
+    binary: str, *args: str, check: bool = True, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run helm; `timeout` bounds the process (longer than any `--wait --timeout` passed to helm)."""
+    result = subprocess.run([binary, *args], capture_output=True, text=True, check=False, timeout=timeout)
     if check and result.returncode != 0:
         command = " ".join(args)
         raise HelmError(f"helm {command} failed ({result.returncode}):\n{result.stderr}{result.stdout}")

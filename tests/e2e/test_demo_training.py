@@ -19,10 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from localcluster import LocalCluster
-from localcluster.build import ensure_node_built
-from localcluster.cluster import cluster_alive
-from localcluster.node import missing_requirements
+from localcluster.cluster import real_node_cluster
 from operator_process import Sampler, get_json, wait_until
 from toolrl_operator.autoscaler import ROLLOUT_PRESCALE, ROLLOUT_PREWARM, ROLLOUT_TRAINING
 from training_cluster import (
@@ -38,7 +35,6 @@ from training_cluster import (
 pytestmark = pytest.mark.timeout(5400)
 
 NAMESPACE = "e2e-train"
-CLAIM_WAIT = 1800  # another session's real node may hold this machine
 TRAINING_TIMEOUT = 2400  # verl's start-up in pods is 2-8 min here, with the machine's load
 BROKEN_REWARD = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
@@ -56,20 +52,12 @@ class Run:
 
 @pytest.fixture(scope="module")
 def tc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrainingCluster]:
-    problems = missing_requirements()
-    assert not problems, "this machine cannot host the real node (`make setup` installs it):\n" + "\n".join(
-        problems
-    )
-    cluster = LocalCluster(tmp_path_factory.mktemp("training"), real_node=True)
-    cluster.node_bin_dir = ensure_node_built()
-    cluster.node.claim(wait=CLAIM_WAIT, is_alive=cluster_alive)
-    cluster.up(claim_wait=CLAIM_WAIT)
-    try:
-        with training_cluster(cluster, cluster.root / "work", NAMESPACE) as found:
-            stage_toy_data(found)
-            yield found
-    finally:
-        cluster.down()
+    with (
+        real_node_cluster(tmp_path_factory.mktemp("training")) as cluster,
+        training_cluster(cluster, cluster.root / "work", NAMESPACE) as found,
+    ):
+        stage_toy_data(found)
+        yield found
 
 
 def _state(tc: TrainingCluster, name: str) -> tuple:
@@ -131,6 +119,16 @@ def test_rayjob_runs_then_succeeds_and_the_job_follows_with_full_progress(
     assert len(steps) >= 2, f"progress moved in one jump, not step by step: {steps}"
     phases = [s[0] for s in seen]
     assert _first(phases, "Running") < _first(phases, "Succeeded"), seen
+
+
+def test_the_trainers_log_outlives_the_ray_pods_in_the_submitter_job(tc: TrainingCluster, run: Run) -> None:
+    """KubeRay's submitter, a Job of the operator's hardened template admitted by Pod Security
+    `restricted`, followed the trainer's log to its end; it stays when the Ray pods are gone (TTL 0)."""
+    name = run.job["metadata"]["name"]
+    log = tc.kubectl("logs", f"job/{name}", "-n", tc.namespace).stdout
+    assert f"step:{run.job['spec']['algorithm']['totalTrainingSteps']} " in log, log[-3000:]
+    labels = get_json(tc.cluster, "namespace", tc.namespace)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
 def test_the_trainers_tool_calls_reached_the_pool_pods(tc: TrainingCluster, run: Run) -> None:

@@ -100,6 +100,19 @@ def test_apply_creates_every_child_and_reaches_running(cluster, namespace, opera
         node = get_json(cluster, "node", pod["spec"]["nodeName"])
         assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
 
+    # KubeRay's submitter Job (K8sJobMode, the operator's hardened template) follows the Ray job:
+    # Running on a fake node (the local cluster's kwok stages), as on a real node until the job ends.
+    def submitter_pods() -> list[dict[str, Any]]:
+        selector = f"batch.kubernetes.io/job-name={JOB}"
+        return get_json(cluster, "pods", "-n", namespace, "-l", selector)["items"]
+
+    [submitter] = wait_until(
+        lambda: [p for p in submitter_pods() if p["status"].get("phase") == "Running"],
+        120,
+        "the submitter Running",
+    )
+    assert submitter["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] is False
+
     # The tool pool is ready and the status says so.
     def pool_ready() -> dict[str, Any] | None:
         job = trj(cluster, namespace)
@@ -108,6 +121,7 @@ def test_apply_creates_every_child_and_reaches_running(cluster, namespace, opera
     pool = wait_until(pool_ready, 60, "2 ready tool-pool replicas in the status")
     status = pool["status"]
     assert status["toolPool"]["endpoint"] == f"http://{JOB}-tools.{namespace}.svc:8080"
+    assert [p["status"]["phase"] for p in submitter_pods()] == ["Running"]
     assert conditions(pool) == {
         "ToolPoolReady": "True",
         "ClusterReady": "True",

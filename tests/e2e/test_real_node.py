@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 from localcluster import LocalCluster
-from localcluster.build import ensure_node_built
-from localcluster.cluster import cluster_alive
+from localcluster.cluster import real_node_cluster
 from localcluster.images import Image, ensure_image
 from localcluster.node import (
     BRIDGE,
@@ -30,7 +29,6 @@ from localcluster.node import (
     NODE_LABEL,
     NODE_NAME,
     SERVICE_CIDR,
-    missing_requirements,
 )
 from operator_process import OperatorProcess, delete_jobs, get_json, install_crd, small_job, wait_until
 
@@ -38,8 +36,6 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "charts"))
 from chartgen.helm import helm  # noqa: E402
 
-# another session's real node may hold this machine (it is shared); CI has none
-CLAIM_WAIT = 1800
 # counters and ids that change by themselves (measured: two `sysctl -a` 5 s apart)
 VOLATILE_SYSCTLS = re.compile(
     r"^(fs\.(dentry-state|file-nr|inode-nr|inode-state|aio-nr|quota\.)|kernel\.(ns_last_pid|random\.|pty\.nr)"
@@ -88,22 +84,13 @@ def images() -> dict[str, Image]:
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory, images: dict[str, Image]) -> Iterator[LocalCluster]:
-    problems = missing_requirements()
-    assert not problems, "this machine cannot host the real node (`make setup` installs it):\n" + "\n".join(
-        problems
-    )
-    cluster = LocalCluster(tmp_path_factory.mktemp("real"), real_node=True)
-    cluster.node_bin_dir = ensure_node_built()
-    # before reading the host, so no other cluster's node changes it meanwhile
-    cluster.node.claim(wait=CLAIM_WAIT, is_alive=cluster_alive)
-    cluster.before = machine_state()  # type: ignore[attr-defined]
-    cluster.up(claim_wait=CLAIM_WAIT)
-    try:
+    def snapshot(cluster: LocalCluster) -> None:  # no other cluster's node changes the host meanwhile
+        cluster.before = machine_state()  # type: ignore[attr-defined]
+
+    with real_node_cluster(tmp_path_factory.mktemp("real"), claimed=snapshot) as cluster:
         for image in images.values():
             cluster.node.import_image(image.archive, image.ref)
         yield cluster
-    finally:
-        cluster.down()
 
 
 def pod(name: str, image: Image, command: list[str], **spec: object) -> dict:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +32,7 @@ from operator_process import get_json, wait_until
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "charts"))
 from chartgen.dashboard import DASHBOARD, substitute  # noqa: E402
+from chartgen.helm import helm  # noqa: E402
 from chartgen.monitoring import crd_files  # noqa: E402
 
 CHART = REPO / "charts" / "toolrl-operator"
@@ -41,6 +41,8 @@ GPU_EXAMPLE = REPO / "examples" / "toolrljob.yaml"
 IMAGES = ("operator", "tool-sandbox", "trainer")
 OPERATOR_NAMESPACE = "toolrl-system"
 RELEASE = "toolrl"
+HELM_WAIT = "300s"  # helm install --wait: the operator pod Ready on a loaded machine
+HELM_TIMEOUT = 360.0  # the helm process itself, beyond its own --wait
 # what examples/toolrljob-cpu.yaml mounts at /data (spec.data.volume)
 DATA_CLAIM = "toy-data"
 MODEL_DIR, TOY_DIR = "/data/tiny-qwen2", "/data/toy"
@@ -75,11 +77,8 @@ class TrainingCluster:
         return sorted(found, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
 
     def helm(self, *args: str, check: bool = True) -> Any:
-        cmd = [self.cluster.bin("helm"), "--kubeconfig", str(self.cluster.kubeconfig), *args]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        if check and out.returncode:
-            raise RuntimeError(f"helm {' '.join(args[:2])} failed: {out.stderr}{out.stdout}")
-        return out
+        kubeconfig = ["--kubeconfig", str(self.cluster.kubeconfig)]
+        return helm(self.cluster.bin("helm"), *kubeconfig, *args, check=check, timeout=HELM_TIMEOUT)
 
 
 def ensure_images(cluster: LocalCluster, log: Callable[[str], None] = print) -> dict[str, Image]:
@@ -242,9 +241,8 @@ def training_cluster(
     _install_monitoring_crds(cluster)
     for ns in (namespace, OPERATOR_NAMESPACE):
         cluster.kubectl("create", "namespace", ns, check=False)
-        # baseline, not restricted: KubeRay's SidecarMode submitter container is not hardened (rayjob.py)
         cluster.kubectl(
-            "label", "namespace", ns, "pod-security.kubernetes.io/enforce=baseline", "--overwrite"
+            "label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted", "--overwrite"
         )
     port = free_port()
     tc = TrainingCluster(cluster, namespace, Prometheus(workdir, {}), images, workdir)
@@ -261,7 +259,7 @@ def training_cluster(
         str(values),
         "--wait",
         "--timeout",
-        "300s",
+        HELM_WAIT,
     )
     try:
         tc.prometheus = start_prometheus(tc, port)

@@ -20,7 +20,7 @@ import ssl
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +28,7 @@ import yaml
 
 from .build import Toolchain, ensure_built, ensure_node_built
 from .certs import write_pki
-from .node import BRIDGE_IP, NODE_NAME, PAUSE_IMAGE, SERVICE_CIDR, NodeError, RealNode
+from .node import BRIDGE_IP, NODE_NAME, PAUSE_IMAGE, SERVICE_CIDR, NodeError, RealNode, missing_requirements
 
 GPU_NODES = 4
 GPUS_PER_NODE = 8
@@ -197,6 +197,8 @@ class LocalCluster:
                 raise
         pki = write_pki(self.root / "pki", extra_ips=[BRIDGE_IP] if self.real_node else [])
         self._write_kubeconfig(pki)
+        stock = Path(self.bin("kwok-stages.yaml")).read_text()
+        (self.root / "kwok-stages.yaml").write_text(fake_node_stages(stock))
         self._link_binaries()
         try:
             if self.real_node:
@@ -401,7 +403,7 @@ class LocalCluster:
                     "--kubeconfig",
                     kc,
                     "--config",
-                    self.bin("kwok-stages.yaml"),
+                    str(self.root / "kwok-stages.yaml"),
                     "--manage-all-nodes=false",
                     "--manage-nodes-with-annotation-selector",
                     "kwok.x-k8s.io/node=fake",
@@ -599,6 +601,33 @@ class LocalCluster:
         return status != "Z" and Path(cmdline).name == binary
 
 
+# How long a cluster waits for another's real node (the machine has one) to go: a whole e2e run of another
+# checkout may hold it.
+CLAIM_WAIT = 1800.0
+
+
+@contextlib.contextmanager
+def real_node_cluster(
+    root: Path, claimed: Callable[[LocalCluster], None] = lambda _: None, claim_wait: float = CLAIM_WAIT
+) -> Iterator[LocalCluster]:
+    """A cluster with the real node, up for the block and down after it, also when it fails.
+    `claimed` runs once the machine's one real node is this cluster's, before `up` changes the host."""
+    problems = missing_requirements()
+    if problems:
+        raise ClusterError(
+            "this machine cannot host the real node (`make setup` installs it):\n" + "\n".join(problems)
+        )
+    cluster = LocalCluster(root, real_node=True)
+    cluster.node_bin_dir = ensure_node_built()
+    cluster.node.claim(wait=claim_wait, is_alive=cluster_alive)
+    try:
+        claimed(cluster)
+        cluster.up(claim_wait=claim_wait)
+        yield cluster
+    finally:
+        cluster.down()
+
+
 def cluster_alive(root: Path) -> bool:
     """True if the cluster recorded under `root` still runs (a claim of a dead one is stale)."""
     recorded = LocalCluster.recorded(root)
@@ -616,3 +645,22 @@ def _get(url: str, insecure: bool = False, context: ssl.SSLContext | None = None
         context = ssl._create_unverified_context()
     with urllib.request.urlopen(url, timeout=2, context=context) as resp:
         return resp.read().strip()
+
+
+# KubeRay's submitter (K8sJobMode) runs `ray job submit` and follows the job's log until the Ray job
+# ends. kwok's stock pod-complete stage ends every Job's pod at once, and KubeRay then ends the RayJob
+# (seen: every fake-node job ended before its trainer phase was read). On a fake node the submitter
+# stays Running, as it does on a real node until the Ray job ends. The name is KubeRay's, and the
+# operator's submitter template keeps it (a unit test checks they agree).
+SUBMITTER_CONTAINER = "ray-job-submitter"
+
+
+def fake_node_stages(stock: str) -> str:
+    """kwok's stock stages (a multi-document YAML) with the pod-complete stage leaving KubeRay's
+    submitter pods Running."""
+    stages = [doc for doc in yaml.safe_load_all(stock) if doc]
+    [complete] = [s for s in stages if s["metadata"]["name"] == "pod-complete"]
+    complete["spec"]["selector"]["matchExpressions"].append(
+        {"key": ".spec.containers.[].name", "operator": "NotIn", "values": [SUBMITTER_CONTAINER]}
+    )
+    return yaml.safe_dump_all(stages, sort_keys=False)

@@ -89,7 +89,7 @@ def test_rayjob_runs_trainer_entry_with_the_contract_environment(make_job) -> No
     spec = rj["spec"]
     assert rj["apiVersion"] == "ray.io/v1"
     assert spec["entrypoint"] == ENTRYPOINT == "python -m trainer_entry run --spec /etc/toolrl/job.json"
-    assert spec["submissionMode"] == "SidecarMode"
+    assert spec["submissionMode"] == "K8sJobMode"
     assert "restartPolicy" not in spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
     assert spec["shutdownAfterJobFinishes"] is True
     assert spec["ttlSecondsAfterFinished"] == 3600
@@ -425,8 +425,16 @@ def test_ray_pods_admit_only_their_job_kuberay_and_metrics_readers(make_job) -> 
 
 
 def test_ray_containers_are_unprivileged(make_job) -> None:
-    cluster = build_rayjob(make_job(), SETTINGS)["spec"]["rayClusterSpec"]
-    templates = [cluster["headGroupSpec"]["template"], cluster["workerGroupSpecs"][0]["template"]]
+    """Every pod of the RayJob passes Pod Security `restricted`, KubeRay's submitter included (its
+    SidecarMode container cannot be hardened, so the submitter is a Job of our template)."""
+    rayjob = build_rayjob(make_job(), SETTINGS)["spec"]
+    cluster = rayjob["rayClusterSpec"]
+    assert rayjob["submissionMode"] == "K8sJobMode"
+    templates = [
+        cluster["headGroupSpec"]["template"],
+        cluster["workerGroupSpecs"][0]["template"],
+        rayjob["submitterPodTemplate"],
+    ]
     for template in templates:
         pod = template["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
@@ -438,6 +446,30 @@ def test_ray_containers_are_unprivileged(make_job) -> None:
             assert sc["capabilities"] == {"drop": ["ALL"]}
             assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
             assert (sc["runAsNonRoot"], sc["runAsUser"]) == (True, 1000)
+
+
+def test_submitter_is_placed_like_the_head_and_carries_no_data_or_secrets(make_job) -> None:
+    job = make_job(
+        cluster={
+            "head": {
+                "nodeSelector": {"pool": "cpu"},
+                "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+            },
+            "envFrom": [{"secretRef": {"name": "hf"}}],
+            "serviceAccountName": "trainer-sa",
+        }
+    )
+    submitter = build_rayjob(job, SETTINGS)["spec"]["submitterPodTemplate"]
+    pod = submitter["spec"]
+    assert pod["nodeSelector"] == {"pool": "cpu"} and pod["tolerations"][0]["key"] == "dedicated"
+    assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
+    assert "volumes" not in pod and "serviceAccountName" not in pod
+    [container] = pod["containers"]
+    assert "envFrom" not in container and "volumeMounts" not in container
+    assert container["resources"]["requests"]["cpu"] == "50m"
+    assert submitter["metadata"]["labels"]["app.kubernetes.io/component"] == "trainer", (
+        "the Ray NetworkPolicy admits the job's own trainer pods to the dashboard"
+    )
 
 
 def test_pool_admits_the_operators_namespace_for_direct_scraping(make_job) -> None:
