@@ -42,6 +42,10 @@ CONDITION = "AutoscalerHealthy"
 # tick much past the interval, few enough to keep a burst of new jobs cheap.
 CONCURRENCY = 64
 API_THREADS = 8  # the loop's blocking API calls (listing pods, writing status)
+# A hold is announced as a Warning once it lasts this long: a new pool pod waits for Prometheus's
+# service discovery and first scrape (the chart's PodMonitors scrape every 15 s; seen on the local
+# cluster: "no scrape target" for the first seconds of every job), a pod restart as long.
+HOLDING_WARNING_AFTER_SECONDS = 60.0
 DESIRED = Gauge(
     "toolrl_autoscaler_desired_replicas",
     "Tool-pool replicas the autoscaler wants for a job.",
@@ -200,6 +204,8 @@ class JobScaler:
         self.threads = threads
         self.state = autoscaler.State()
         self.written: tuple[int | None, dict[str, Any] | None] | None = None  # desired, condition
+        self.holding_since: float | None = None  # monotonic start of the current hold, if any
+        self.warned = False  # the current hold's Warning is out
 
     def forget(self) -> None:
         for gauge in (DESIRED, MAX_REPLICAS):
@@ -248,6 +254,7 @@ class JobScaler:
         same_condition = written_condition is not None and all(
             written_condition.get(k) == wanted[k] for k in compared
         )
+        await self.warn_of_a_long_hold(job, healthy, decision.message)
         if decision.replicas == written_replicas and same_condition:
             return
         body = {"toolPool": {"desiredReplicas": decision.replicas}, "conditions": [wanted]}
@@ -269,8 +276,19 @@ class JobScaler:
         self.written = (decision.replicas, wanted)
         if decision.replicas != written_replicas and decision.replicas != current:
             await self.announce(job, events.NORMAL, events.TOOL_POOL_SCALED, decision.message)
-        if not healthy and (written_condition is None or written_condition.get("status") != "False"):
-            await self.announce(job, events.WARNING, events.AUTOSCALER_HOLDING, decision.message)
+
+    async def warn_of_a_long_hold(self, job: dict[str, Any], healthy: bool, message: str) -> None:
+        """One Warning per hold that outlasts HOLDING_WARNING_AFTER_SECONDS. The condition says at once
+        that the size holds; a new pool pod has no scrape target until Prometheus's next discovery and
+        scrape, so every job used to start with a Warning that was true but meant nothing."""
+        if healthy:
+            self.holding_since, self.warned = None, False
+            return
+        if self.holding_since is None:
+            self.holding_since = time.monotonic()
+        if not self.warned and time.monotonic() - self.holding_since >= HOLDING_WARNING_AFTER_SECONDS:
+            await self.announce(job, events.WARNING, events.AUTOSCALER_HOLDING, message)
+            self.warned = True
 
     async def announce(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Post an Event on the job; best effort, as kopf's own are."""

@@ -161,7 +161,11 @@ def cluster_ready(rayjob: dict[str, Any] | None, phase: str, queue: str = "") ->
     name = rj.get("rayClusterName", "")
     state = (rj.get("rayClusterStatus") or {}).get("state", "")
     if phase in TERMINAL_PHASES:
-        return False, "JobFinished", "the Ray cluster is shut down after the job finishes"
+        ttl = int(((rayjob or {}).get("spec") or {}).get("ttlSecondsAfterFinished") or 0)
+        when = (
+            f"{ttl} s after the job ended (runPolicy.ttlSecondsAfterFinished)" if ttl else "as the job ends"
+        )
+        return False, "JobFinished", f"the job finished; KubeRay deletes the Ray cluster {when}"
     if phase == SUSPENDED:
         return False, "Suspended", "the Ray cluster is deleted while the job is suspended"
     if rj.get("jobDeploymentStatus") == "Running" or state == "ready":

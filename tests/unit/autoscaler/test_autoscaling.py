@@ -23,8 +23,12 @@ def job(phase="Running", name="j", uid="", **spec):
         "kind": "ToolRLJob",
         "metadata": {"name": name, "namespace": "n", "uid": uid or f"uid-{name}"},
         "spec": {
-            "toolPool": {"replicas": {"min": 1, "max": 4}, "targetConcurrencyPerReplica": 8,
-                         "scaleDownDelaySeconds": 60, "rolloutAware": False},
+            "toolPool": {
+                "replicas": {"min": 1, "max": 4},
+                "targetConcurrencyPerReplica": 8,
+                "scaleDownDelaySeconds": 60,
+                "rolloutAware": False,
+            },
             **spec,
         },
         "status": {"phase": phase},
@@ -198,7 +202,34 @@ async def test_holds_with_unreadable_metrics_writing_and_warning_once(kube, even
     assert status["toolPool"] == {"desiredReplicas": 2}  # held at the current size
     [cond] = status["conditions"]
     assert cond["status"] == "False" and "cannot list the pool's pods" in cond["message"]
-    assert events == [("Warning", "j", "AutoscalerHolding")]
+    assert events == [], "a hold shorter than a scrape or two is in the condition, not a Warning"
+
+
+async def test_a_hold_that_lasts_is_warned_of_once(kube, events, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(autoscaling.time, "monotonic", lambda: clock[0])
+    kube.fail_listing = True
+    pool = deployment(2)
+    loop = autoscaling.Autoscaler({("n", "j"): [job()]}, {("n", "j"): [pool]}, interval=5)
+    async with aiohttp.ClientSession() as session:
+        await loop.tick(session)
+        clock[0] += autoscaling.HOLDING_WARNING_AFTER_SECONDS - 1
+        await loop.tick(session)
+        assert events == []
+        clock[0] += 1
+        await loop.tick(session)
+        clock[0] += 600
+        await loop.tick(session)
+        assert events == [("Warning", "j", "AutoscalerHolding")]
+        kube.fail_listing, pool["spec"]["replicas"] = False, 0  # readable (no pod: load 0)
+        await loop.tick(session)
+        assert loop.scalers["uid-j"].holding_since is None, "the hold ended"
+        kube.fail_listing = True  # the next hold is a new one
+        await loop.tick(session)
+        clock[0] += autoscaling.HOLDING_WARNING_AFTER_SECONDS
+        await loop.tick(session)
+    warnings = [e for e in events if e[0] == "Warning"]
+    assert warnings == [("Warning", "j", "AutoscalerHolding")] * 2
 
 
 async def test_restart_remembers_what_the_status_already_says(kube, events):

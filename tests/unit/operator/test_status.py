@@ -186,6 +186,19 @@ def test_failed_job_copies_reason_and_completion_time(make_job) -> None:
         "exit 1",
     )
     assert conds["ClusterReady"]["reason"] == "JobFinished"
+    assert (
+        conds["ClusterReady"]["message"]
+        == "the job finished; KubeRay deletes the Ray cluster as the job ends"
+    )
+
+
+def test_a_finished_jobs_cluster_condition_says_how_long_kuberay_keeps_the_cluster(make_job) -> None:
+    rj = rayjob("Complete", "SUCCEEDED")
+    rj["spec"]["ttlSecondsAfterFinished"] = 3600
+    status = compute_status(make_job(), rj, deployment(), 3, NOW)
+    assert _conditions(status)["ClusterReady"] == ("False", "JobFinished")
+    [cluster] = [c for c in status["conditions"] if c["type"] == "ClusterReady"]
+    assert "3600 s after the job ended (runPolicy.ttlSecondsAfterFinished)" in cluster["message"]
 
 
 def test_suspended_job_and_pool_scaled_to_zero(make_job) -> None:
