@@ -29,6 +29,7 @@ from operator_process import get_json, wait_until  # noqa: E402
 from training_cluster import (  # noqa: E402
     CPU_EXAMPLE,
     GPU_EXAMPLE,
+    JobState,
     TrainingCluster,
     dashboard_queries,
     finite_over,
@@ -140,37 +141,25 @@ def run(tc: TrainingCluster, started: float) -> int:
 def watch(tc: TrainingCluster, name: str, timeout: float = 3600) -> dict:
     """Print `kubectl get trj` and the RayJob's status whenever they change, until the job ends."""
     step(f"kubectl get trj {name} -w  (and the RayJob KubeRay runs for it)")
-    seen: tuple = ()
+    seen: JobState | None = None
     begun = time.monotonic()
 
-    def ended() -> dict | None:
+    def ended() -> bool:
         nonlocal seen
-        job = tc.job(name)
-        status = job.get("status", {})
-        progress = status.get("progress", {})
-        rayjob = (tc.rayjob(name) or {}).get("status", {})
-        pool = status.get("toolPool", {})
-        now = (
-            status.get("phase"),
-            progress.get("step"),
-            rayjob.get("jobDeploymentStatus"),
-            rayjob.get("jobStatus"),
-            pool.get("desiredReplicas"),
-            pool.get("readyReplicas"),
-        )
+        now = tc.state(name)
         if now != seen:
             seen = now
-            reward = progress.get("rewardMean")
-            reward = "-" if reward is None else f"{reward:.3f}"
+            reward = "-" if now.reward is None else f"{now.reward:.3f}"
             print(
-                f"  {time.monotonic() - begun:6.0f}s  phase={now[0]!s:<12} step={now[1]!s:>2}/"
-                f"{progress.get('totalSteps', '?')} reward={reward:<6}"
-                f" rayjob={now[2]}/{now[3]}  pool desired={now[4]} ready={now[5]}",
+                f"  {time.monotonic() - begun:6.0f}s  phase={now.phase!s:<12} step={now.step!s:>2}/"
+                f"{now.total_steps or '?'} reward={reward:<6} rayjob={now.deployment}/{now.ray_job}"
+                f"  pool desired={now.desired_replicas} ready={now.ready_replicas}",
                 flush=True,
             )
-        return job if status.get("phase") in TERMINAL else None
+        return now.phase in TERMINAL
 
-    return wait_until(ended, timeout, f"{name} to succeed or fail", interval=3)
+    wait_until(ended, timeout, f"{name} to succeed or fail", interval=3)
+    return tc.job(name)
 
 
 def gpu_example(tc: TrainingCluster) -> None:

@@ -24,6 +24,7 @@ from operator_process import Sampler, get_json, wait_until
 from toolrl_operator.autoscaler import ROLLOUT_PRESCALE, ROLLOUT_PREWARM, ROLLOUT_TRAINING
 from training_cluster import (
     CPU_EXAMPLE,
+    JobState,
     TrainingCluster,
     dashboard_queries,
     finite_over,
@@ -45,7 +46,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 @dataclass
 class Run:
     job: dict[str, Any]
-    samples: list[tuple[float, tuple]]
+    samples: list[tuple[float, JobState]]
     applied: float  # unix time
     ended: float
 
@@ -60,22 +61,11 @@ def tc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrainingCluster]:
         yield found
 
 
-def _state(tc: TrainingCluster, name: str) -> tuple:
-    status = tc.job(name).get("status", {})
-    rayjob = (tc.rayjob(name) or {}).get("status", {})
-    return (
-        status.get("phase"),
-        (status.get("progress") or {}).get("step"),
-        rayjob.get("jobDeploymentStatus"),
-        rayjob.get("jobStatus"),
-    )
-
-
 def _train(tc: TrainingCluster, job: dict[str, Any]) -> Run:
     name = job["metadata"]["name"]
     applied = time.time()
     tc.cluster.apply(job, "-n", tc.namespace)
-    with Sampler(lambda: _state(tc, name), interval=2) as sampler:
+    with Sampler(lambda: tc.state(name), interval=2) as sampler:
         try:
             wait_until(
                 lambda: tc.job(name).get("status", {}).get("phase") in ("Succeeded", "Failed"),
@@ -87,7 +77,7 @@ def _train(tc: TrainingCluster, job: dict[str, Any]) -> Run:
             print(tc.kubectl("get", "pods,rayjobs", "-n", tc.namespace, "-o", "wide").stdout)
             print(tc.kubectl("describe", "rayjob", "-n", tc.namespace).stdout[-3000:])
             raise
-    final = (time.monotonic(), _state(tc, name))  # the sampler may stop before its next sample
+    final = (time.monotonic(), tc.state(name))  # the sampler may stop before its next sample
     return Run(tc.job(name), [*sampler.samples, final], applied, time.time())
 
 
@@ -109,15 +99,15 @@ def test_rayjob_runs_then_succeeds_and_the_job_follows_with_full_progress(
     progress = status["progress"]
     assert progress["step"] == progress["totalSteps"] == run.job["spec"]["algorithm"]["totalTrainingSteps"]
     seen = [s for _, s in run.samples]
-    deployment = [s[2] for s in seen]
-    ray_status = [s[3] for s in seen]
+    deployment = [s.deployment for s in seen]
+    ray_status = [s.ray_job for s in seen]
     # KubeRay's own lifecycle, as sampled: the Ray job RUNNING, then SUCCEEDED; the deployment
     # Running, then Complete (KubeRay's name for its end)
     assert -1 < _first(ray_status, "RUNNING") < _first(ray_status, "SUCCEEDED"), seen
     assert -1 < _first(deployment, "Running") < _first(deployment, "Complete"), seen
-    steps = sorted({s[1] for s in seen if s[1] is not None})
+    steps = sorted({s.step for s in seen if s.step is not None})
     assert len(steps) >= 2, f"progress moved in one jump, not step by step: {steps}"
-    phases = [s[0] for s in seen]
+    phases = [s.phase for s in seen]
     assert _first(phases, "Running") < _first(phases, "Succeeded"), seen
 
 

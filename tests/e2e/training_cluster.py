@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from localcluster import LocalCluster
@@ -53,6 +53,19 @@ SCRAPE_INTERVAL = "5s"
 RATE_INTERVAL = "20s"
 
 
+class JobState(NamedTuple):
+    """What a user watches of a running job: `kubectl get trj` and the RayJob KubeRay runs for it."""
+
+    phase: str | None
+    step: int | None
+    total_steps: int | None
+    reward: float | None
+    deployment: str | None  # the RayJob's jobDeploymentStatus
+    ray_job: str | None  # the RayJob's jobStatus (Ray's own)
+    desired_replicas: int | None  # the tool pool's
+    ready_replicas: int | None
+
+
 @dataclass
 class TrainingCluster:
     cluster: LocalCluster
@@ -70,6 +83,21 @@ class TrainingCluster:
     def rayjob(self, name: str) -> dict[str, Any] | None:
         found = get_json(self.cluster, "rayjobs", "-n", self.namespace, "-l", f"toolrl.dev/job={name}")
         return found["items"][0] if found["items"] else None
+
+    def state(self, name: str) -> JobState:
+        status = self.job(name).get("status", {})
+        progress, pool = status.get("progress") or {}, status.get("toolPool") or {}
+        rayjob = (self.rayjob(name) or {}).get("status", {})
+        return JobState(
+            status.get("phase"),
+            progress.get("step"),
+            progress.get("totalSteps"),
+            progress.get("rewardMean"),
+            rayjob.get("jobDeploymentStatus"),
+            rayjob.get("jobStatus"),
+            pool.get("desiredReplicas"),
+            pool.get("readyReplicas"),
+        )
 
     def events(self, name: str) -> list[dict[str, Any]]:
         selector = f"involvedObject.name={name},involvedObject.kind=ToolRLJob"
