@@ -11,7 +11,9 @@ prompts; it reports the recovery when a batch passes. If no batch passes within 
 calls), the run fails with `PoolNotRecovered`, whose message has the numbers and what to do.
 
 It is verl's own extension point for sampling (`trainer.v1.sampler.custom_sampler`, see
-translate.breaker_overrides), a subclass of the replay buffer our trainer mode uses.
+translate.breaker_overrides), a subclass of the replay buffer our trainer mode uses. verl's sampling
+loop runs in it, so it is also where a reward function that raised stops the run
+(rewards.raise_recorded_failure) instead of verl regenerating the failed group forever.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 
 from trainer_entry.hub import sink
 from trainer_entry.pool_client import PoolClient, backoff_seconds
+from trainer_entry.rewards import raise_recorded_failure
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +217,15 @@ class BreakerReplayBuffer(ReplayBufferAsync):
     def __init__(self, *args: Any, sampler_kwargs: Any, **kwargs: Any) -> None:
         super().__init__(*args, sampler_kwargs=sampler_kwargs, **kwargs)
         self.breaker = Breaker(BreakerSettings.from_kwargs(sampler_kwargs))
+
+    def _terminal_eviction_reasons(self, global_steps: int, partition_id: str) -> Any:
+        """verl's choice of the finished groups to evict, on each poll of its sampling loop (every 2 s, and
+        after each refill). A failed group (verl marks one whose trajectory raised) is first checked
+        against the reward failures the hub recorded: verl would evict it and generate a new prompt in
+        its place, and a reward that raises on every answer of some kind would do so forever."""
+        if self.failure_keys[partition_id]:
+            raise_recorded_failure()
+        return super()._terminal_eviction_reasons(global_steps, partition_id)
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[Any, dict]:
         if partition_id != TRAIN_PARTITION:

@@ -48,6 +48,7 @@ class MetricsHub:
         self.metrics.set_expected_calls_per_trajectory(settings.expected_calls_per_trajectory)
         self.metrics.serve(settings.port)
         self.total_steps = 0
+        self.reward_failure: str | None = None
         self.progress: ProgressReporter | None = None
         self.job: JobStatusWriter | None = None
         if settings.report_progress:
@@ -118,6 +119,18 @@ class MetricsHub:
             self.job.set_degraded(True, job_status.POOL_NOT_RECOVERED, message)
             self.job.event(job_status.WARNING, job_status.POOL_NOT_RECOVERED, message)
 
+    def reward_failed(self, message: str) -> None:
+        """A reward function raised (rewards.compute_score): the first message is kept for the trainer,
+        which ends the run with it, and posted as an Event on the job."""
+        if self.reward_failure is not None:
+            return
+        self.reward_failure = message
+        if self.job is not None:
+            self.job.event(job_status.WARNING, job_status.REWARD_FUNCTION_FAILED, message)
+
+    def recorded_reward_failure(self) -> str | None:
+        return self.reward_failure
+
     def observe_tool_calls(self, batch: list[tuple[str, str, float]]) -> None:
         self.metrics.observe_tool_calls(batch)
 
@@ -170,6 +183,7 @@ class Sink:
         self._tool_calls: list[tuple[str, str, float]] = []
         self._rewards: list[dict[str, float]] = []
         self._last_flush = time.monotonic()
+        self._reward_failure: str | None = None
 
     def tool_call(self, tool: str, outcome: str, seconds: float) -> None:
         if self.local is not None:
@@ -215,6 +229,22 @@ class Sink:
             import ray
 
             ray.get(self.hub.breaker_failed.remote(message))
+
+    async def reward_failed(self, message: str) -> None:
+        """A reward function raised. Awaits the hub, so the record is there before the exception reaches
+        verl and the trainer sees the prompt's group failed (rewards.raise_recorded_failure)."""
+        if self.hub is not None:
+            await self.hub.reward_failed.remote(message)
+        elif self._reward_failure is None:
+            self._reward_failure = message
+
+    def reward_failure(self) -> str | None:
+        """The first reward failure of the run, or None."""
+        if self.hub is not None:
+            import ray
+
+            return ray.get(self.hub.recorded_reward_failure.remote())
+        return self._reward_failure
 
     def phase(self, phase: str) -> None:
         if self.local is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import shlex
 import shutil
@@ -262,36 +263,39 @@ def _stop_children(grace: float = 10.0) -> None:
 
 def check_custom_reward(job: Job, workdir: Path) -> None:
     """Call a custom reward function once before training, on the first training example with its
-    ground truth as the answer. verl 0.9.1's agent loop logs an exception raised by the reward and
-    then waits for the missing result forever (seen on the local cluster: the run hung, Running), so
-    a reward that cannot score one plain answer fails the job here, with its own error."""
-    import importlib.util
-
+    ground truth as the answer: a function that cannot be imported or cannot score one plain answer
+    fails the job here, in seconds, instead of after verl's start-up (minutes). A function that raises
+    only on some generated answers stops the run during training (rewards.compute_score)."""
     import pandas as pd
+
+    from trainer_entry.rewards import RewardLoadError, load_function
 
     if job.spec["reward"]["preset"] != "custom":
         return
     custom = job.spec["reward"]["custom"]
     where = f"spec.reward.custom ({custom['key']} of ConfigMap {custom['configMap']!r})"
     try:
-        spec = importlib.util.spec_from_file_location("toolrl_reward_check", workdir / CUSTOM_REWARD_FILE)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    except Exception as exc:
-        raise TrainingError(f"{where}: importing it raised {type(exc).__name__}: {exc}") from exc
-    score = getattr(module, custom["function"], None)
-    if not callable(score):
-        raise TrainingError(f"{where}: it defines no function {custom['function']!r}")
+        score = load_function(str(workdir / CUSTOM_REWARD_FILE), custom["function"])
+    except RewardLoadError as exc:
+        raise TrainingError(f"{where}: {exc}") from exc
     row = pd.read_parquet(job.spec["data"]["trainFiles"][0]).iloc[0]
     truth = row["reward_model"]["ground_truth"]
     extra = row.get("extra_info")
     try:
-        score(data_source=row["data_source"], solution_str=str(truth), ground_truth=truth, extra_info=extra)
+        result = score(
+            data_source=row["data_source"], solution_str=str(truth), ground_truth=truth, extra_info=extra
+        )
+        if inspect.isawaitable(result):
+            asyncio.run(_await(result))
     except Exception as exc:
         raise TrainingError(
             f"{where}: {custom['function']}() raised {type(exc).__name__}: {exc} when scoring the first "
             "training example with its ground truth as the answer; fix the function and apply the job again"
         ) from exc
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
 
 
 class TrainingError(RuntimeError):

@@ -168,13 +168,10 @@ def breaker_overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list
 
 def _reward(job: Job, pool_url: str) -> list[str]:
     reward = job.spec["reward"]
-    if reward["preset"] == "custom":
-        custom = reward["custom"]
-        return [
-            f"reward.custom_reward_function.path={hydra_value(CUSTOM_REWARD_FILE)}",
-            f"reward.custom_reward_function.name={hydra_value(custom['function'])}",
-        ]
     kwargs: dict[str, Any] = {"preset": reward["preset"], "pool_url": pool_url}
+    if reward["preset"] == "custom":
+        # called through rewards.compute_score, which stops the run when the function raises
+        kwargs["custom"] = {"path": CUSTOM_REWARD_FILE, **reward["custom"]}
     if reward["preset"] == "toolbench":
         kwargs["weights"] = dict(reward["toolbench"])
     if reward["preset"] == "code-execution":

@@ -146,13 +146,20 @@ def test_toolbench_weights_and_resume_path():
     assert cfg.trainer.resume_from_path == "/checkpoints/rl/old/global_step_40"
 
 
-def test_custom_reward_points_verl_at_the_users_function():
+def test_custom_reward_is_called_through_our_wrapper_which_names_the_users_function():
     cfg = composed(
         job(reward={"preset": "custom", "custom": {"configMap": "my-reward", "function": "score_it"}})
     )
-    assert cfg.reward.custom_reward_function.name == "score_it"
-    assert cfg.reward.custom_reward_function.path == "toolrl_custom_reward.py"
-    assert "reward_kwargs" not in cfg.reward.custom_reward_function
+    assert cfg.reward.custom_reward_function.name == "compute_score"
+    assert cfg.reward.custom_reward_function.path == "pkg://trainer_entry.rewards"
+    kwargs = cfg.reward.custom_reward_function.reward_kwargs
+    assert kwargs.preset == "custom"
+    assert dict(kwargs.custom) == {
+        "path": "toolrl_custom_reward.py",
+        "configMap": "my-reward",
+        "key": "reward.py",
+        "function": "score_it",
+    }
 
 
 def test_no_val_files_trains_without_validation():

@@ -1,0 +1,191 @@
+"""A reward function that raises on a generated answer stops the run with a message naming the function,
+the exception and the answer; nothing is scored 0 for it, and verl does not regenerate it forever.
+
+The custom reward is called through the callable verl 0.9.1 builds from our translated config
+(`get_custom_reward_fn`), and the trainer side runs verl's own sampling loop
+(`ReplayBufferAsync.wait_for_sampleable`, through our BreakerReplayBuffer) on an in-memory stand-in
+for TransferQueue's tag listing: the end-to-end run is tests/e2e/test_cpu_training.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import transfer_queue as tq
+from omegaconf import OmegaConf
+from trainer_entry.breaker import BreakerReplayBuffer
+from trainer_entry.hub import Sink, use_sink
+from trainer_entry.metrics import TrainerMetrics
+from trainer_entry.rewards import RewardFunctionFailed, compute_score, failure_message
+from trainer_entry.spec import parse_job
+from trainer_entry.translate import CUSTOM_REWARD_FILE, translate
+from verl.trainer.ppo.reward import get_custom_reward_fn
+
+from trainer_entry import verl_config
+
+SYNC_REWARD = (
+    "def score_it(data_source, solution_str, ground_truth, extra_info=None):\n"
+    "    answer = int(solution_str.split('####')[-1])\n"
+    "    return {'score': float(answer == int(ground_truth)), 'numeric': 1.0}\n"
+)
+ASYNC_REWARD = SYNC_REWARD.replace("def score_it", "async def score_it")
+NON_NUMERIC = "Let me think.\nThe tool said <PYTHON-OUTPUT>seven</PYTHON-OUTPUT> so #### seven " + "x" * 300
+
+
+@pytest.fixture
+def sink() -> Sink:
+    return use_sink(Sink(local=TrainerMetrics()))
+
+
+def custom_job() -> Any:
+    return parse_job(
+        {
+            "metadata": {"name": "j", "namespace": "rl"},
+            "spec": {
+                "model": {"path": "Qwen/Qwen2.5-0.5B-Instruct"},
+                "data": {"trainFiles": ["/data/t.parquet"]},
+                "algorithm": {"totalEpochs": 1},
+                "rollout": {"protocol": "python-tags"},
+                "tools": [{"name": "python", "type": "python"}],
+                "reward": {"preset": "custom", "custom": {"configMap": "my-reward", "function": "score_it"}},
+            },
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def verl_reward_config() -> Any:
+    """verl's config composed from the translation of a job with a custom reward."""
+    return verl_config.compose(translate(custom_job(), "http://pool:8080").overrides)
+
+
+@pytest.mark.parametrize("source", [SYNC_REWARD, ASYNC_REWARD], ids=["plain", "coroutine"])
+async def test_a_custom_reward_that_raises_on_an_answer_stops_with_what_to_do(
+    source, verl_reward_config, sink, tmp_path, monkeypatch
+) -> None:
+    (tmp_path / CUSTOM_REWARD_FILE).write_text(source)
+    monkeypatch.chdir(tmp_path)  # verl's reward worker runs in the Ray working_dir
+    score = get_custom_reward_fn(verl_reward_config)  # what verl's reward manager calls
+
+    assert await score(data_source="toy", solution_str="#### 7", ground_truth="7", extra_info={}) == {
+        "score": 1.0,
+        "numeric": 1.0,
+    }
+    assert sink.reward_failure() is None
+
+    with pytest.raises(RewardFunctionFailed) as raised:
+        await score(data_source="toy", solution_str=NON_NUMERIC, ground_truth="7", extra_info={})
+    message = str(raised.value)
+    assert message.startswith(
+        "the reward function score_it() of spec.reward.custom (reward.py of ConfigMap 'my-reward') raised "
+        "ValueError: invalid literal for int() with base 10: ' seven xxx"
+    )
+    assert "on the generated answer 'Let me think. The tool said <PYTHON-OUTPUT>seven" in message
+    assert f"({len(NON_NUMERIC)} characters)" in message
+    assert "\n" not in message and "x" * 200 not in message  # one line, excerpts cut
+    assert message.endswith("fix the function and apply the job again")
+    assert isinstance(raised.value.__cause__, ValueError)
+    assert sink.reward_failure() == message  # where the trainer finds it
+
+
+async def test_only_the_first_failure_is_kept_and_presets_are_guarded_too(sink) -> None:
+    with pytest.raises(RewardFunctionFailed, match=r"the reward preset 'bleu' raised ValueError"):
+        await compute_score("x", "an answer", "7", {}, preset="bleu")
+    first = sink.reward_failure()
+    assert first is not None and first.endswith("report it with this message")
+    with pytest.raises(RewardFunctionFailed):
+        await compute_score("x", "", "", {}, preset="rouge")
+    assert sink.reward_failure() == first
+
+
+def test_the_message_is_one_line_however_the_error_and_answer_look() -> None:
+    message = failure_message("f()", "do this", ValueError("a\n  b"), "line 1\n\tline 2")
+    assert message == (
+        "f() raised ValueError: a b on the generated answer 'line 1 line 2' (14 characters); the run stops "
+        "rather than score the answer 0 (a made-up 0 would train the model on a wrong reward): do this"
+    )
+
+
+class Groups:
+    """TransferQueue's tags as verl's replay buffer lists and clears them (one partition), and the refill
+    verl's trainer injects: each refilled prompt ends as `refill_status` (a sampling loop that refills
+    forever is stopped after `limit` refills)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, refill_status: str, limit: int = 20) -> None:
+        self.tags: dict[str, dict[str, Any]] = {}
+        self.refills = 0
+        self.refill_status, self.limit = refill_status, limit
+        monkeypatch.setattr(tq, "kv_list", lambda: {"train": dict(self.tags)})
+        monkeypatch.setattr(tq, "kv_clear", self.clear)
+
+    def clear(self, keys: list[str], partition_id: str) -> None:
+        for key in keys:
+            self.tags.pop(key, None)
+
+    def group(self, uid: str, status: str, sessions: int = 2) -> None:
+        self.tags[uid] = {"is_prompt": True, "status": status, "global_steps": 1}
+        if status == "finished":
+            for session in range(sessions):
+                self.tags[f"{uid}_{session}_0"] = {"status": "success"}
+
+    def refill(self, count: int) -> None:
+        self.refills += 1
+        if self.refills > self.limit:
+            raise AssertionError(f"verl's sampling loop refilled {self.limit} times: the run would not end")
+        for _ in range(count):
+            self.group(f"r{self.refills}", self.refill_status)
+
+
+def replay_buffer(groups: Groups) -> BreakerReplayBuffer:
+    settings = {
+        "max_infra_failure_ratio": 0.2,
+        "rollouts_per_prompt": 2,
+        "pool_url": "http://127.0.0.1:1",
+        "recovery_seconds": 0.0,
+    }
+    return BreakerReplayBuffer(
+        trainer_mode="toolrl-sync",
+        trainer_config=OmegaConf.create({}),
+        max_off_policy_threshold=None,
+        max_off_policy_strategy="drop",
+        sampler_kwargs=OmegaConf.create(settings),
+        poll_interval=0.01,
+        refill_fn=groups.refill,
+    )
+
+
+async def test_the_trainer_stops_at_the_first_group_a_raising_reward_failed(
+    sink, tmp_path, monkeypatch
+) -> None:
+    """verl marks the group of an answer the reward raised on `failure` and would evict it and generate a
+    new prompt in its place, for every answer the reward raises on (forever, for a reward that raises on
+    every non-numeric answer): the trainer raises the recorded message at its first poll instead."""
+    (tmp_path / CUSTOM_REWARD_FILE).write_text(SYNC_REWARD)
+    custom = {
+        "path": str(tmp_path / CUSTOM_REWARD_FILE),
+        "function": "score_it",
+        "configMap": "r",
+        "key": "k",
+    }
+    with pytest.raises(RewardFunctionFailed):  # in the reward worker
+        await compute_score("toy", "#### seven", "7", {}, preset="custom", custom=custom)
+
+    groups = Groups(monkeypatch, refill_status="failure")
+    groups.group("u1", "finished")
+    groups.group("u2", "failure")
+    with pytest.raises(RewardFunctionFailed, match=r"score_it\(\) .* on the generated answer '#### seven'"):
+        replay_buffer(groups).sample(global_steps=1, partition_id="train", batch_size=2)
+    assert groups.refills == 0
+    assert "u2" in groups.tags, "the failed group was evicted before the failure was seen"
+
+
+def test_a_group_that_failed_for_another_reason_is_still_regenerated_as_verl_does(sink, monkeypatch) -> None:
+    """A code-execution reward whose pool call failed raises PoolUnavailable, recorded as no reward
+    failure: verl evicts the group and samples a new prompt in its place, as before."""
+    groups = Groups(monkeypatch, refill_status="finished")
+    groups.group("u1", "finished")
+    groups.group("u2", "failure")
+    batch, _ = replay_buffer(groups).sample(global_steps=1, partition_id="train", batch_size=2)
+    assert groups.refills == 1
+    assert sorted(batch.keys) == ["r1_0_0", "r1_1_0", "u1_0_0", "u1_1_0"]
