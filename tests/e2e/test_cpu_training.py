@@ -122,6 +122,60 @@ def pool_calls(pool: SandboxProcess, outcome: str = "") -> float:
     )
 
 
+def apply_job(cluster, namespace: str, tmp_path: Path, job: dict[str, Any]) -> tuple[Path, dict[str, str]]:
+    """Apply the job; once the operator made its trainer ServiceAccount, write its job.json (with the uid
+    the operator writes) and return it with the trainer's environment for the API (not yet the pool's)."""
+    name = job["metadata"]["name"]
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(job))
+    wait_until(
+        lambda: get_json(cluster, "trj", name, "-n", namespace).get("status", {}).get("phase"),
+        120,
+        f"the operator reconciled {name} (its trainer ServiceAccount and Role exist)",
+        interval=0.5,
+    )
+    host, port = mount_service_account(cluster, namespace, tmp_path / "sa", job=name)
+    spec_file = tmp_path / "job.json"
+    uid = get_json(cluster, "trj", name, "-n", namespace)["metadata"]["uid"]  # as the operator writes it
+    spec_file.write_text(json.dumps({**job, "metadata": {"name": name, "namespace": namespace, "uid": uid}}))
+    env = {
+        **os.environ,
+        "TOOLRL_JOB_NAME": name,
+        "TOOLRL_JOB_NAMESPACE": namespace,
+        "TOOLRL_SERVICE_ACCOUNT_DIR": str(tmp_path / "sa"),
+        "KUBERNETES_SERVICE_HOST": host,
+        "KUBERNETES_SERVICE_PORT": port,
+    }
+    env.pop("RAY_ADDRESS", None)
+    return spec_file, env
+
+
+def run_trainer(
+    spec_file: Path, env: dict[str, str], tmp_path: Path, timeout: float = 1800
+) -> tuple[int, str]:
+    """`python -m trainer_entry run` as the RayJob runs it; returns its exit code and output."""
+    log = tmp_path / "trainer.log"
+    argv = [
+        sys.executable,
+        "-m",
+        "trainer_entry",
+        "run",
+        "--spec",
+        str(spec_file),
+        "--workdir",
+        str(tmp_path / "workdir"),
+    ]
+    with log.open("wb") as out:
+        rc = subprocess.run(
+            argv,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            check=False,
+        ).returncode
+    return rc, log.read_text(errors="replace")
+
+
 def train(
     cluster,
     namespace: str,
@@ -141,54 +195,16 @@ def train(
     job = cpu_job(name, toy, steps, **algorithm)
     job["spec"].update(spec or {})
     job["spec"]["rollout"]["toolCall"].update(tool_call or {})
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(job))
-    wait_until(
-        lambda: get_json(cluster, "trj", name, "-n", namespace).get("status", {}).get("phase"),
-        120,
-        f"the operator reconciled {name} (its trainer ServiceAccount and Role exist)",
-        interval=0.5,
-    )
-    host, port = mount_service_account(cluster, namespace, tmp_path / "sa", job=name)
-    spec_file = tmp_path / "job.json"
-    uid = get_json(cluster, "trj", name, "-n", namespace)["metadata"]["uid"]  # as the operator writes it
-    spec_file.write_text(json.dumps({**job, "metadata": {"name": name, "namespace": namespace, "uid": uid}}))
+    spec_file, env = apply_job(cluster, namespace, tmp_path, job)
     metrics_port = free_port()
     tools = [{"name": "python", "type": "python"}]
     with SandboxProcess.start(tmp_path / "pool", *pool_args, tools=tools) as pool:
         calls_before = pool_calls(pool)
-        env = {
-            **os.environ,
-            "TOOLRL_TOOL_POOL_URL": pool.url,
-            "TOOLRL_JOB_NAME": name,
-            "TOOLRL_JOB_NAMESPACE": namespace,
-            "TOOLRL_METRICS_PORT": str(metrics_port),
-            "TOOLRL_SERVICE_ACCOUNT_DIR": str(tmp_path / "sa"),
-            "KUBERNETES_SERVICE_HOST": host,
-            "KUBERNETES_SERVICE_PORT": port,
-        }
-        env.pop("RAY_ADDRESS", None)
+        env.update(TOOLRL_TOOL_POOL_URL=pool.url, TOOLRL_METRICS_PORT=str(metrics_port))
         watch = MetricsWatch(f"http://127.0.0.1:{metrics_port}/metrics")
-        log = tmp_path / "trainer.log"
-        with log.open("wb") as out, load(pool) if load else contextlib.nullcontext():
-            rc = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "trainer_entry",
-                    "run",
-                    "--spec",
-                    str(spec_file),
-                    "--workdir",
-                    str(tmp_path / "workdir"),
-                ],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                timeout=1800,
-                check=False,
-            ).returncode
+        with load(pool) if load else contextlib.nullcontext():
+            rc, output = run_trainer(spec_file, env, tmp_path)
         watch.stop()
-        output = log.read_text(errors="replace")
         assert rc == 0, f"trainer exited {rc}:\n{output[-6000:]}"
         served = pool_calls(pool) - calls_before
         rejected = pool_calls(pool, "rejected")
@@ -431,6 +447,71 @@ def test_infrastructure_failures_are_excluded_and_a_degraded_pool_pauses_trainin
     assert sum(trained) + sum(excluded.values()) + discarded == rollouts, (trained, excluded, discarded)
     assert status["progress"]["trajectories"] == rollouts
     assert (watch.max_value("toolrl_trajectories_total") or 0) == rollouts
+
+
+# scores the ground truth (the trainer's check before training passes) but raises on every generated
+# answer: int() of a whole response (tool call, its output, the answer)
+RAISING_REWARD = (
+    "def score_it(data_source, solution_str, ground_truth, extra_info=None):\n"
+    "    return float(int(solution_str) == int(ground_truth))\n"
+)
+REWARD_FAILURE = re.compile(
+    r"^error: training failed in a Ray worker: RewardFunctionFailed: (the reward function score_it\(\) .*)$",
+    re.MULTILINE,
+)
+
+
+def test_a_reward_that_raises_on_a_generated_answer_fails_the_run_with_what_to_do(
+    cluster, namespace, operator, tmp_path, toy
+) -> None:
+    """verl 0.9.1 logs a reward's exception, evicts the prompt's group and generates another in its place,
+    forever for this reward (seen before the fix: RayJob Running 6+ min, no step). The run ends instead:
+    exit 1 at the first scored answer, one line naming the function, the exception, the answer and what to
+    do, no update trained, and a RewardFunctionFailed Event on the job."""
+    name = "cpu-reward-raises"
+    reward_dir = tmp_path / "reward"  # what the operator mounts from the ConfigMap
+    reward_dir.mkdir()
+    (reward_dir / "reward.py").write_text(RAISING_REWARD)
+    cluster.kubectl(
+        "create",
+        "configmap",
+        "my-reward",
+        "-n",
+        namespace,
+        f"--from-file=reward.py={reward_dir / 'reward.py'}",
+    )
+    job = cpu_job(name, toy, steps=2)
+    job["spec"]["reward"] = {"preset": "custom", "custom": {"configMap": "my-reward", "function": "score_it"}}
+    spec_file, env = apply_job(cluster, namespace, tmp_path, job)
+    with SandboxProcess.start(tmp_path / "pool", tools=[{"name": "python", "type": "python"}]) as pool:
+        env.update(
+            TOOLRL_TOOL_POOL_URL=pool.url,
+            TOOLRL_METRICS_PORT=str(free_port()),
+            TOOLRL_CUSTOM_REWARD_DIR=str(reward_dir),
+        )
+        started = time.monotonic()
+        rc, output = run_trainer(spec_file, env, tmp_path, timeout=1200)  # verl's start-up: 2-8 min
+    seconds = time.monotonic() - started
+    print(f"the run with a raising reward ended after {seconds:.0f}s (exit {rc})")
+    assert rc == 1, f"trainer exited {rc}:\n{output[-6000:]}"
+    found = REWARD_FAILURE.search(output)
+    assert found, f"no reward failure reported:\n{output[-6000:]}"
+    message = found.group(1)
+    assert (
+        "of spec.reward.custom (reward.py of ConfigMap 'my-reward') raised ValueError: invalid literal"
+        in message
+    )
+    assert re.search(r"on the generated answer '.+' \(\d+ characters\)", message), message
+    assert message.endswith("fix the function and apply the job again"), message
+    assert not GRAD_NORM.findall(output), "a step trained although the reward raised"
+
+    events = json.loads(
+        cluster.kubectl(
+            "get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}", "-o", "json"
+        ).stdout
+    )["items"]
+    posted = [e["message"] for e in events if e["reason"] == "RewardFunctionFailed"]
+    assert posted == [message], (posted, message)
 
 
 def test_a_run_that_cannot_start_names_the_cause(tmp_path, toy) -> None:

@@ -55,6 +55,7 @@ class Environment:
     metrics_port: int
     pool_wait_seconds: float
     service_account_dir: str
+    custom_reward_dir: Path = CUSTOM_REWARD_DIR
 
     @classmethod
     def from_env(cls, job: Job) -> Environment:
@@ -68,6 +69,7 @@ class Environment:
             metrics_port=_env_number("TOOLRL_METRICS_PORT", DEFAULT_METRICS_PORT, int, 1, 65535),
             pool_wait_seconds=_env_number("TOOLRL_POOL_WAIT_SECONDS", DEFAULT_POOL_WAIT_SECONDS, float, 0),
             service_account_dir=os.environ.get("TOOLRL_SERVICE_ACCOUNT_DIR", SA_DIR),
+            custom_reward_dir=Path(os.environ.get("TOOLRL_CUSTOM_REWARD_DIR", str(CUSTOM_REWARD_DIR))),
         )
 
 
@@ -212,7 +214,7 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     from trainer_entry.runner import ToolRLTaskRunner
 
     translation = translate(job, env.pool_url, env.pool_wait_seconds)
-    write_workdir(job, translation, workdir)
+    write_workdir(job, translation, workdir, env.custom_reward_dir)
     config = verl_config.compose(translation.overrides)
     check_model(job.spec["model"]["path"])
     verl_config.check(config)
