@@ -491,8 +491,7 @@ def test_a_reward_that_raises_on_a_generated_answer_fails_the_run_with_what_to_d
         )
         started = time.monotonic()
         rc, output = run_trainer(spec_file, env, tmp_path, timeout=1200)  # verl's start-up: 2-8 min
-    seconds = time.monotonic() - started
-    print(f"the run with a raising reward ended after {seconds:.0f}s (exit {rc})")
+    seconds, ended = time.monotonic() - started, dt.datetime.now(dt.UTC)
     assert rc == 1, f"trainer exited {rc}:\n{output[-6000:]}"
     found = REWARD_FAILURE.search(output)
     assert found, f"no reward failure reported:\n{output[-6000:]}"
@@ -510,8 +509,12 @@ def test_a_reward_that_raises_on_a_generated_answer_fails_the_run_with_what_to_d
             "get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}", "-o", "json"
         ).stdout
     )["items"]
-    posted = [e["message"] for e in events if e["reason"] == "RewardFunctionFailed"]
-    assert posted == [message], (posted, message)
+    posted = [e for e in events if e["reason"] == "RewardFunctionFailed"]
+    assert [e["message"] for e in posted] == [message], (posted, message)
+    # from the hub's record of the first raise (before verl saw the group fail) to the trainer's exit
+    after = (ended - dt.datetime.fromisoformat(posted[0]["firstTimestamp"])).total_seconds()
+    print(f"the run ended {seconds:.0f}s after its start, {after:.0f}s after the reward raised:\n{message}")
+    assert after < 300, f"the run went on {after:.0f}s after the reward raised"
 
 
 def test_a_run_that_cannot_start_names_the_cause(tmp_path, toy) -> None:

@@ -146,6 +146,28 @@ def not_recovered_message(
     )
 
 
+def failing_groups_message(settings: BreakerSettings, step: int, waited: float, groups: int) -> str:
+    """One line: prompt groups kept failing inside verl's sampling loop with none finishing."""
+    return (
+        f"step {step}: prompt groups kept failing for {waited:.0f}s with none finishing ({groups} failed "
+        "group(s), each evicted and generated again by verl; their errors are in the log as 'Error in "
+        "_run_prompt'), over the bound of TOOLRL_POOL_WAIT_SECONDS "
+        f"{settings.recovery_seconds:.0f}s. The usual cause is the code-execution reward's own pool calls "
+        f"(PoolUnavailable): check the tool pool at {settings.pool_url} (its pods and /readyz), then resume "
+        "from the last checkpoint; otherwise an agent loop raises (see the errors)"
+    )
+
+
+@dataclass
+class FailingGroups:
+    """Failed prompt groups seen since a group last finished: verl 0.9.1's sampling loop evicts each and
+    generates a new prompt in its place at once, before any batch reaches the breaker's guard."""
+
+    since: float
+    finished: int  # finished groups when the window opened: more since means the step makes progress
+    groups: int
+
+
 class Breaker:
     """The decision and the wait, apart from verl's storage (BreakerReplayBuffer plugs it in)."""
 
@@ -159,6 +181,28 @@ class Breaker:
         self.settings = settings
         self.ready = ready or (lambda: pool_ready(settings.pool_url))
         self.clock, self.sleep = clock, sleep
+        self.failing: FailingGroups | None = None
+
+    def failed_groups(self, step: int, failed: int, finished: int) -> None:
+        """verl reports `failed` failed groups (and `finished` finished ones) on a poll of its sampling
+        loop. Raises PoolNotRecovered when failed groups have kept coming for longer than the recovery
+        bound with no group finishing: verl would go on regenerating them for ever (a code-execution
+        reward whose pool calls fail raises PoolUnavailable on every answer with code)."""
+        window = self.failing
+        if window is None or finished > window.finished:
+            self.failing = FailingGroups(since=self.clock(), finished=finished, groups=failed)
+            return
+        window.groups += failed
+        waited = self.clock() - window.since
+        if waited > self.settings.recovery_seconds:
+            message = failing_groups_message(self.settings, step, waited, window.groups)
+            log.error("%s", message)
+            raise PoolNotRecovered(message)
+
+    def new_sample(self) -> None:
+        """A batch's sampling starts (a step's, or the breaker's regenerated one): failed groups seen
+        before do not count."""
+        self.failing = None
 
     def guard(
         self,
@@ -194,6 +238,7 @@ class Breaker:
                 sink().breaker_failed(message)
                 raise PoolNotRecovered(message)
             regenerations += 1
+            self.new_sample()
             refill(prompts)
             batch, more = sample()
             metrics.update(more)
@@ -223,13 +268,17 @@ class BreakerReplayBuffer(ReplayBufferAsync):
         after each refill). A failed group (verl marks one whose trajectory raised) is first checked
         against the reward failures the hub recorded: verl would evict it and generate a new prompt in
         its place, and a reward that raises on every answer of some kind would do so forever."""
-        if self.failure_keys[partition_id]:
+        failed = self.failure_keys[partition_id]
+        if failed:
             raise_recorded_failure()
+            if partition_id == TRAIN_PARTITION:  # verl evicts and regenerates failed groups only there
+                self.breaker.failed_groups(global_steps, len(failed), len(self.finished_keys[partition_id]))
         return super()._terminal_eviction_reasons(global_steps, partition_id)
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[Any, dict]:
         if partition_id != TRAIN_PARTITION:
             return super().sample(global_steps, partition_id, batch_size)  # validation is not trained on
+        self.breaker.new_sample()
 
         def discard(batch: Any) -> None:
             if batch.keys:

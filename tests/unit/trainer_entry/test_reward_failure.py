@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import transfer_queue as tq
 from omegaconf import OmegaConf
-from trainer_entry.breaker import BreakerReplayBuffer
+from trainer_entry.breaker import Breaker, BreakerReplayBuffer, BreakerSettings, PoolNotRecovered
 from trainer_entry.hub import Sink, use_sink
 from trainer_entry.metrics import TrainerMetrics
 from trainer_entry.rewards import RewardFunctionFailed, compute_score, failure_message
@@ -137,12 +137,12 @@ class Groups:
             self.group(f"r{self.refills}", self.refill_status)
 
 
-def replay_buffer(groups: Groups) -> BreakerReplayBuffer:
+def replay_buffer(groups: Groups, recovery_seconds: float = 600.0) -> BreakerReplayBuffer:
     settings = {
         "max_infra_failure_ratio": 0.2,
         "rollouts_per_prompt": 2,
         "pool_url": "http://127.0.0.1:1",
-        "recovery_seconds": 0.0,
+        "recovery_seconds": recovery_seconds,
     }
     return BreakerReplayBuffer(
         trainer_mode="toolrl-sync",
@@ -189,3 +189,50 @@ def test_a_group_that_failed_for_another_reason_is_still_regenerated_as_verl_doe
     batch, _ = replay_buffer(groups).sample(global_steps=1, partition_id="train", batch_size=2)
     assert groups.refills == 1
     assert sorted(batch.keys) == ["r1_0_0", "r1_1_0", "u1_0_0", "u1_1_0"]
+
+
+class Clock:
+    """A clock that moves `step` seconds each time it is read."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_groups_that_keep_failing_in_verls_sampling_loop_are_bounded(sink, monkeypatch) -> None:
+    """The known gap of the code-execution reward: while its pool calls fail it raises PoolUnavailable on
+    every answer with code, verl evicts the group and generates another in its place inside its sampling
+    loop, before the breaker's guard sees a batch. Now the step fails once failed groups have kept coming
+    for longer than the recovery bound with none finishing."""
+    groups = Groups(monkeypatch, refill_status="failure")
+    groups.group("u1", "finished")
+    groups.group("u2", "failure")
+    buffer = replay_buffer(groups, recovery_seconds=600.0)
+    buffer.breaker.clock = Clock(step=100.0)
+    with pytest.raises(PoolNotRecovered) as raised:
+        buffer.sample(global_steps=3, partition_id="train", batch_size=2)
+    message = str(raised.value)
+    assert message.startswith(
+        "step 3: prompt groups kept failing for 700s with none finishing (8 failed group(s)"
+    )
+    assert (
+        "TOOLRL_POOL_WAIT_SECONDS 600s" in message and "check the tool pool at http://127.0.0.1:1" in message
+    )
+    assert groups.refills == 7
+
+
+def test_failed_groups_with_progress_between_them_are_not_a_stuck_step() -> None:
+    settings = BreakerSettings(0.2, 2, "http://pool", recovery_seconds=600.0)
+    breaker = Breaker(settings, ready=lambda: True, clock=Clock(step=400.0))
+    breaker.failed_groups(step=1, failed=1, finished=0)  # t=400: the window opens
+    breaker.failed_groups(step=1, failed=1, finished=1)  # t=800: a group finished since: a new window
+    breaker.failed_groups(step=1, failed=1, finished=2)  # t=1200: again
+    breaker.failed_groups(step=1, failed=1, finished=2)  # t=1600: 400 s without progress, within the bound
+    breaker.new_sample()  # the next step (or the breaker's regenerated batch) starts afresh
+    breaker.failed_groups(step=2, failed=1, finished=0)
+    breaker.failed_groups(step=2, failed=1, finished=0)
+    with pytest.raises(PoolNotRecovered, match=r"^step 2: prompt groups kept failing for 800s"):
+        breaker.failed_groups(step=2, failed=1, finished=0)
