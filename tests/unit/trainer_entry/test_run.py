@@ -103,6 +103,10 @@ def test_custom_reward_is_copied_from_its_configmap_mount(tmp_path):
             "def f(data_source, solution_str, ground_truth, extra_info=None):\n    return {} / 2\n",
             r"f\(\) raised TypeError: unsupported operand .* first training example",
         ),
+        (
+            "async def f(data_source, solution_str, ground_truth, extra_info=None):\n    return 1 / 0\n",
+            r"f\(\) raised ZeroDivisionError: division by zero when scoring the first training example",
+        ),
         ("import no_such_module\n", r"importing it raised ModuleNotFoundError"),
         ("def g(**kw):\n    return 1.0\n", r"defines no function 'f'"),
     ],
