@@ -146,12 +146,14 @@ def not_recovered_message(
     )
 
 
-def failing_groups_message(settings: BreakerSettings, step: int, waited: float, groups: int) -> str:
+def failing_groups_message(
+    settings: BreakerSettings, step: int, waited: float, groups: int, prompts: int
+) -> str:
     """One line: prompt groups kept failing inside verl's sampling loop with none finishing."""
     return (
         f"step {step}: prompt groups kept failing for {waited:.0f}s with none finishing ({groups} failed "
-        "group(s), each evicted and generated again by verl; their errors are in the log as 'Error in "
-        "_run_prompt'), over the bound of TOOLRL_POOL_WAIT_SECONDS "
+        f"group(s) for a batch of {prompts} prompt(s), each evicted and generated again by verl; their "
+        "errors are in the log as 'Error in _run_prompt'), over the bound of TOOLRL_POOL_WAIT_SECONDS "
         f"{settings.recovery_seconds:.0f}s. The usual cause is the code-execution reward's own pool calls "
         f"(PoolUnavailable): check the tool pool at {settings.pool_url} (its pods and /readyz), then resume "
         "from the last checkpoint; otherwise an agent loop raises (see the errors)"
@@ -182,27 +184,30 @@ class Breaker:
         self.ready = ready or (lambda: pool_ready(settings.pool_url))
         self.clock, self.sleep = clock, sleep
         self.failing: FailingGroups | None = None
+        self.prompts = 1
 
     def failed_groups(self, step: int, failed: int, finished: int) -> None:
         """verl reports `failed` failed groups (and `finished` finished ones) on a poll of its sampling
         loop. Raises PoolNotRecovered when failed groups have kept coming for longer than the recovery
-        bound with no group finishing: verl would go on regenerating them for ever (a code-execution
-        reward whose pool calls fail raises PoolUnavailable on every answer with code)."""
+        bound with no group finishing, at least as many as the batch has prompts: verl would go on
+        regenerating them for ever (a code-execution reward whose pool calls fail raises PoolUnavailable
+        on every answer with code). The count keeps a few transient failures in a long generation (a
+        GPU step can take longer than the bound before its groups finish) from failing the run."""
         window = self.failing
         if window is None or finished > window.finished:
             self.failing = FailingGroups(since=self.clock(), finished=finished, groups=failed)
             return
         window.groups += failed
         waited = self.clock() - window.since
-        if waited > self.settings.recovery_seconds:
-            message = failing_groups_message(self.settings, step, waited, window.groups)
+        if waited > self.settings.recovery_seconds and window.groups >= self.prompts:
+            message = failing_groups_message(self.settings, step, waited, window.groups, self.prompts)
             log.error("%s", message)
             raise PoolNotRecovered(message)
 
-    def new_sample(self) -> None:
-        """A batch's sampling starts (a step's, or the breaker's regenerated one): failed groups seen
-        before do not count."""
-        self.failing = None
+    def new_sample(self, prompts: int) -> None:
+        """A batch of `prompts` prompts is sampled (a step's, or the breaker's regenerated one): failed
+        groups seen before do not count."""
+        self.failing, self.prompts = None, max(1, prompts)
 
     def guard(
         self,
@@ -238,7 +243,7 @@ class Breaker:
                 sink().breaker_failed(message)
                 raise PoolNotRecovered(message)
             regenerations += 1
-            self.new_sample()
+            self.new_sample(prompts)
             refill(prompts)
             batch, more = sample()
             metrics.update(more)
@@ -278,7 +283,7 @@ class BreakerReplayBuffer(ReplayBufferAsync):
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[Any, dict]:
         if partition_id != TRAIN_PARTITION:
             return super().sample(global_steps, partition_id, batch_size)  # validation is not trained on
-        self.breaker.new_sample()
+        self.breaker.new_sample(batch_size)
 
         def discard(batch: Any) -> None:
             if batch.keys:
