@@ -216,7 +216,7 @@ def test_groups_that_keep_failing_in_verls_sampling_loop_are_bounded(sink, monke
         buffer.sample(global_steps=3, partition_id="train", batch_size=2)
     message = str(raised.value)
     assert message.startswith(
-        "step 3: prompt groups kept failing for 700s with none finishing (8 failed group(s)"
+        "step 3: prompt groups kept failing for 700s with none finishing (8 failed group(s) for a batch of 2 "
     )
     assert (
         "TOOLRL_POOL_WAIT_SECONDS 600s" in message and "check the tool pool at http://127.0.0.1:1" in message
