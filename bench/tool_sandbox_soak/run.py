@@ -25,8 +25,7 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "e2e"))
-from localcluster import free_port
-from sandbox_process import descendants
+from sandbox_process import SandboxProcess, descendants
 
 HERE = Path(__file__).resolve().parent
 FORGE = (
@@ -169,50 +168,17 @@ def main() -> None:
     parser.add_argument("--as-uid", type=int, help="run the server as this uid (setpriv; needs root)")
     parser.add_argument("--python", default=sys.executable, help="an interpreter that uid can read")
     args = parser.parse_args()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    work = tempfile.mkdtemp(prefix="toolrl-soak-")
-    prefix: list[str] = []
+    root = Path(tempfile.mkdtemp(prefix="toolrl-soak-"))
+    prefix: tuple[str, ...] = ()
     if args.as_uid is not None:
-        os.chmod(work, 0o755)
-        os.mkdir(os.path.join(work, "work"))
-        os.chown(os.path.join(work, "work"), args.as_uid, args.as_uid)
-        prefix = ["setpriv", f"--reuid={args.as_uid}", f"--regid={args.as_uid}", "--clear-groups"]
-    server = subprocess.Popen(
-        [
-            *prefix,
-            args.python,
-            "-m",
-            "tool_sandbox",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workdir",
-            os.path.join(work, "work"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(os.path.join(work, "server.log"), "wb"),  # noqa: SIM115 (closed with the process)
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    pass
-                import urllib.request
-
-                with urllib.request.urlopen(url + "/readyz", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError(f"the server did not become ready; see {work}/server.log") from None
-                time.sleep(0.5)
-        started = sample(server.pid)
-        result = asyncio.run(soak(url, server, args.seconds, args.concurrency))
-        result["serverDied"] = server.poll() is not None
+        root.chmod(0o755)
+        (root / "work").mkdir()
+        os.chown(root / "work", args.as_uid, args.as_uid)
+        prefix = ("setpriv", f"--reuid={args.as_uid}", f"--regid={args.as_uid}", "--clear-groups")
+    with SandboxProcess.start(root, python=args.python, prefix=prefix, ready_seconds=120) as server:
+        started = sample(server.process.pid)
+        result = asyncio.run(soak(server.url, server.process, args.seconds, args.concurrency))
+        result["serverDied"] = server.process.poll() is not None
         result["workerRestarts"] = len({p for s in result["samples"] for p in s["workers"]}) - len(
             started["workers"]
         )
@@ -224,9 +190,6 @@ def main() -> None:
             "rssMiB": {"start": rss[0], "max": max(rss), "end": rss[-1]},
             "fds": {"start": fds[0], "max": max(fds), "end": fds[-1]},
         }
-    finally:
-        server.terminate()
-        server.wait(30)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     c, s = result["counts"], result["summary"]
