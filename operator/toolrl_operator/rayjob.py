@@ -17,6 +17,7 @@ from .naming import (
     RAY_DASHBOARD_PORT,
     RAY_GCS_PORT,
     REWARD_DIR,
+    SUBMITTER_CONTAINER,
     TRAINER_METRICS_PORT,
     child_metadata,
     config_name,
@@ -59,7 +60,6 @@ POD_SECURITY: dict[str, Any] = {
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 
-SUBMITTER_CONTAINER = "ray-job-submitter"
 # `ray job submit` and then following the log: ~150 MiB resident (the Ray CLI), next to no CPU.
 # KubeRay's default asks for 500m, a quarter of a 2-CPU node.
 SUBMITTER_RESOURCES = {"requests": {"cpu": "50m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}

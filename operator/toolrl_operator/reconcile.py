@@ -49,6 +49,10 @@ from .settings import Settings
 from .status import (
     FAILED,
     RECONCILED,
+    RECOVERING,
+    RESUMED,
+    TRAINER_RESTARTED,
+    LostTrainer,
     Problems,
     compute_status,
     now,
@@ -99,6 +103,15 @@ def first(store: Iterable[Any] | None) -> Any:
 
 
 @dataclass(frozen=True)
+class PodSeen:
+    """What the status needs of one of the job's pods."""
+
+    component: str
+    cause: tuple[str, str] | None  # why it waits (pod_waiting_cause)
+    lost: LostTrainer | None  # the trainer it shows lost (lost_trainer)
+
+
+@dataclass(frozen=True)
 class Applied:
     """A child as the API server answered its last apply."""
 
@@ -113,7 +126,7 @@ class JobState:
 
     # written by the watches and the syncs: under `lock`
     live: dict[ChildId, str] = field(default_factory=dict)  # resourceVersion by watch (DELETED: gone)
-    pods: dict[str, tuple[str, tuple[str, str] | None]] = field(default_factory=dict)  # component, cause
+    pods: dict[str, PodSeen] = field(default_factory=dict)
     # the syncs' own (one sync of a job at a time)
     applied: dict[ChildId, Applied] = field(default_factory=dict)
     status: dict[str, Any] = field(default_factory=dict)  # the operator's fields as last written
@@ -162,21 +175,27 @@ class Reconciler:
         self.queue.add(key)
 
     def pod_seen(
-        self, key: Key, name: str, component: str, cause: tuple[str, str] | None, deleted: bool
+        self,
+        key: Key,
+        name: str,
+        component: str,
+        cause: tuple[str, str] | None,
+        deleted: bool,
+        lost: LostTrainer | None = None,
     ) -> None:
-        """A pod of the job: only a change of why it waits matters to the status."""
+        """A pod of the job: only a change of why it waits, or of whether it shows a lost trainer,
+        matters to the status."""
         state = self.state.get(key)
         if state is None:
             if deleted:
                 return
             state = self.state.setdefault(key, JobState())  # pruned by resync if the job is gone
+        seen = None if deleted else PodSeen(component, cause, lost)
         with state.lock:
-            before = state.pods.get(name)
-            if deleted:
-                state.pods.pop(name, None)
-            else:
-                state.pods[name] = (component, cause)
-        if (before[1] if before else None) != (None if deleted else cause):
+            before = state.pods.pop(name, None)
+            if seen is not None:
+                state.pods[name] = seen
+        if _shown(before) != _shown(seen):
             self.queue.add(key)
 
     def resync(self) -> None:
@@ -269,6 +288,7 @@ class Reconciler:
             reconcile_error=error,
             trainer_waiting=_first_cause(state, COMPONENT_TRAINER),
             pool_waiting=_first_cause(state, COMPONENT_TOOL_POOL),
+            lost_trainers=_lost_trainers(state),
         )
         self._write_status(key, job, state, generation, problems, announcements)
         RECONCILE_DURATION.observe(time.monotonic() - started)
@@ -418,14 +438,26 @@ def overlay(status: Mapping[str, Any], ours: Mapping[str, Any]) -> dict[str, Any
 def _first_cause(state: JobState, component: str) -> tuple[str, str] | None:
     with state.lock:
         pods = list(state.pods.items())
-    causes = sorted((name, cause) for name, (comp, cause) in pods if comp == component and cause)
+    causes = sorted((name, pod.cause) for name, pod in pods if pod.component == component and pod.cause)
     return causes[0][1] if causes else None
 
 
+def _shown(pod: PodSeen | None) -> tuple[Any, Any]:
+    return (pod.cause, pod.lost) if pod else (None, None)
+
+
+def _lost_trainers(state: JobState) -> tuple[LostTrainer, ...]:
+    with state.lock:
+        return tuple(sorted(pod.lost for pod in state.pods.values() if pod.lost))
+
+
 def status_announcements(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """Events for a status change: the phase (a failure as a Warning with its reason), and the
-    pool, the Ray cluster and the children becoming ready or unready."""
+    """Events for a status change: the phase (a failure as a Warning with its reason), the pool,
+    the Ray cluster and the children becoming ready or unready, a trainer restarted and resumed."""
     out = []
+    if new.get("restarts", 0) > old.get("restarts", 0):
+        recovering = next(c for c in new["conditions"] if c["type"] == RECOVERING)
+        out.append((events.WARNING, TRAINER_RESTARTED, recovering["message"]))
     if old.get("phase") != new["phase"]:
         message = f"{old.get('phase') or 'New'} -> {new['phase']}: {new['message']}"
         if new["phase"] == FAILED:
@@ -440,4 +472,6 @@ def status_announcements(old: Mapping[str, Any], new: Mapping[str, Any]) -> list
             out.append((events.NORMAL, cond["reason"], cond["message"]))
         if cond["type"] == RECONCILED and flipped and cond["status"] == "True" and cond["type"] in before:
             out.append((events.NORMAL, cond["reason"], cond["message"]))
+        if cond["type"] == RECOVERING and flipped and cond["reason"] == RESUMED:
+            out.append((events.NORMAL, RESUMED, cond["message"]))
     return out

@@ -368,3 +368,25 @@ def test_watch_events_during_syncs_never_break_a_sync(world) -> None:
         thread.join()
         sys.setswitchinterval(interval)
     assert errors == []
+
+
+def test_a_submitter_pod_that_failed_is_one_trainer_restart(world) -> None:
+    from toolrl_operator.status import TRAINER_RESTARTED, LostTrainer
+
+    rec, kube, indexes = world
+    indexes["rayjobs"][KEY] = [
+        {"metadata": {"name": "gsm8k-python"}, "spec": {"suspend": False},
+         "status": {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}}
+    ]  # fmt: skip
+    rec.sync(KEY)
+    rec.pod_seen(KEY, "gsm8k-python-abc", "trainer", None, deleted=False)  # the submitter, running
+    rec.sync(KEY)
+    assert kube.statuses[-1].get("restarts", 0) == 0
+    lost = LostTrainer("2026-01-01T00:01:00Z", "gsm8k-python-abc", "Error, exit code 1")
+    rec.pod_seen(KEY, "gsm8k-python-abc", "trainer", None, deleted=False, lost=lost)
+    assert len(rec.queue) == 1, "a pod showing a lost trainer queues its job"
+    rec.sync(KEY)
+    status = kube.statuses[-1]
+    assert (status["restarts"], status["reason"]) == (1, TRAINER_RESTARTED)
+    rec.sync(KEY)
+    assert reasons(kube).count(TRAINER_RESTARTED) == 1
