@@ -334,4 +334,6 @@ def use_cpu_platform() -> None:
     """Select verl's cpu platform in this process (and its children) before verl picks one."""
     os.environ[cpu_platform.PLATFORM_ENV] = cpu_platform.PLATFORM
     if "verl" in sys.modules:  # imported before the choice: let the plugin adapt it now
-        cpu_platform.install()
+        from trainer_entry import verl_plugin
+
+        verl_plugin.register()
