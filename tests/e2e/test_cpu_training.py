@@ -49,23 +49,15 @@ MAX_LOG_PROB_DIFF = 0.1
 MIN_LOG_PROB_PEARSON = 0.99
 
 
-def toy_task(root: Path, hidden: int) -> dict[str, Path]:
-    """The tiny model, warmed up to write python-tags calls, and the toy task's data."""
-    model = build_tiny_model(root, "tiny-qwen2", hidden=hidden, layers=2)
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The tiny model (heads of 32, what vLLM's CPU attention takes), warmed up to write python-tags
+    calls, and the toy task's data."""
+    root = tmp_path_factory.mktemp("toy")
+    model = build_tiny_model(root, "tiny-qwen2", hidden=64, layers=2)
     result = warm_up(model, "python-tags", seconds=900)
     assert result.call_rate >= 0.2, f"the warm-up did not teach the tool-call format: {result}"
     return {"model": model, "data": write_toy_data(root / "data")}
-
-
-@pytest.fixture(scope="module")
-def toy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return toy_task(tmp_path_factory.mktemp("toy"), hidden=64)
-
-
-@pytest.fixture(scope="module")
-def vllm_toy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A tiny model whose head size vLLM's CPU attention takes (32..512): hidden 128 over 4 heads."""
-    return toy_task(tmp_path_factory.mktemp("toy-vllm"), hidden=128)
 
 
 def cpu_job(
@@ -307,7 +299,7 @@ def test_ppo_with_critic_and_kl_loss_trains_on_cpu_and_checkpoints(
 
 
 def test_grpo_with_vllms_cpu_build_generates_with_the_actors_weights_every_step(
-    cluster, namespace, operator, tmp_path, vllm_toy
+    cluster, namespace, operator, tmp_path, toy
 ) -> None:
     """`rollout.engine: vllm` on CPUs: verl's own vLLM server and replica (AsyncLLM, hybrid mode) on
     vLLM's CPU build, the python-tags agent loop calling the pool, and verl's weight sync from the FSDP
@@ -315,7 +307,7 @@ def test_grpo_with_vllms_cpu_build_generates_with_the_actors_weights_every_step(
     kernels. `train` checks the pool's calls, grad_norm, the per-step log-prob agreement and
     status.progress."""
     started = time.monotonic()
-    output, _, _ = train(cluster, namespace, operator, tmp_path, vllm_toy, "cpu-vllm", engine="vllm")
+    output, _, _ = train(cluster, namespace, operator, tmp_path, toy, "cpu-vllm", engine="vllm")
     assert "CPUvLLMHttpServer" in output, "verl's vLLM server (trainer_entry.vllm_on_cpu) did not run"
     assert "HFRolloutServer" not in output
     print(f"GRPO with vLLM's CPU build: {STEPS} steps in {time.monotonic() - started:.0f}s")

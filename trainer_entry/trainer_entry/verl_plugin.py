@@ -19,6 +19,10 @@ ENGINE_NAME = "hf"
 HF_ROLLOUT_MODULE = "trainer_entry.hf_rollout"
 VLLM_ENGINE_NAME = "vllm"
 VLLM_ON_CPU_MODULE = "trainer_entry.vllm_on_cpu"
+# The vLLM verl 0.9.1 pins; on CPUs its CPU build, installed as the distribution `vllm` of version
+# `0.24.0+cpu` (trainer_entry/vllm-cpu), whose internals `vllm_on_cpu` adapts.
+VLLM_VERSION = "0.24.0"
+VLLM_CPU_LABEL = "+cpu"
 
 
 def _load_replica() -> type:

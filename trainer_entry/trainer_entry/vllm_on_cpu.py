@@ -20,10 +20,9 @@ import ray
 from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
 
-log = logging.getLogger(__name__)
+from trainer_entry.verl_plugin import VLLM_VERSION
 
-# The vLLM whose internals `keep_linear_weights` replaces (verl 0.9.1 pins it).
-VLLM_VERSION = "0.24.0"
+log = logging.getLogger(__name__)
 
 
 def keep_linear_weights() -> None:
