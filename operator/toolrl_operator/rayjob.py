@@ -33,7 +33,7 @@ from .settings import Settings
 
 GPU_RESOURCE = "nvidia.com/gpu"
 WORKER_GROUP = "gpu-workers"
-# A CPU-only job (gpusPerWorker 0, rollout.engine hf) runs verl's cpu platform: each worker advertises
+# A CPU-only job (gpusPerWorker 0, rollout.engine vllm or hf) runs verl's cpu platform: each worker advertises
 # one *logical* Ray GPU, since verl's resource pools always ask Ray for "GPU" bundles. trainer_entry
 # sets trainer.n_gpus_per_node to the same number (translate.LOGICAL_GPUS_PER_CPU_WORKER; a test
 # checks they agree).
