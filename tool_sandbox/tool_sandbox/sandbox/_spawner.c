@@ -13,9 +13,12 @@
  * Messages on the SOCK_SEQPACKET socket (layouts defined in forker.py, native byte order):
  *   worker -> forker  spawn: int32 op=1, int32 slot, int32 uid (-1: keep ours), workdir bytes,
  *                     with 4 fds (request read end; stdout, stderr and control write ends);
- *                     kill:  int32 op=2, int32 slot; stop / continue: int32 op=3 / 4, int32 slot.
- *   forker -> worker  int32 slot, int32 forked (0: fork failed), int32 wait status,
- *                     float64 CPU seconds; once that slot's child has been reaped.
+ *                     kill:  int32 op=2, int32 slot; continue: int32 op=4, int32 slot (a session's
+ *                     child, stopped by itself since its last cell).
+ *   forker -> worker  int32 slot, int32 event, int32 status, float64 CPU seconds: event 1 once
+ *                     that slot's child has been reaped (status: its wait status), 2 when it
+ *                     stopped (a session's cell ended: status is the stop signal), 0 when it could
+ *                     not be forked.
  *
  * receive() is a child's read of its next request on the request pipe (layout in layers.py): a
  * header (mode, limits, sizes), stdin, code. For a new program it also sets the limits and stdin,
@@ -41,6 +44,7 @@
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -49,10 +53,14 @@
 
 #define OP_SPAWN 1
 #define OP_KILL 2
-#define OP_STOP 3 /* a session between cells: its code may run only while a cell has a deadline */
 #define OP_CONT 4
 #define NFDS 4
 #define REPLY_SIZE 20
+#define EVENT_FORK_FAILED 0
+#define EVENT_EXITED 1
+#define EVENT_STOPPED 2
+#define WATCH_SOCKET UINT64_MAX
+#define WATCH_SIGCHLD (UINT64_MAX - 1)
 #define MODE_EXEC 2 /* layers.EXEC */
 #define STACK_BYTES ((rlim_t)256 << 20) /* main-thread stack of sandboxed code; growth stops (SIGSEGV) at the next mapping, never into it */
 #define MT19937_WORDS 624 /* numpy's mt19937_state: uint32_t key[624]; int pos; */
@@ -156,6 +164,9 @@ static int reseed_mt19937(void *state) {
 /* Isolate the just-forked child; NULL on success, else the step that failed (errno set). */
 static const char *isolate(const struct setup *s, const char *workdir, int uid, const int fds[NFDS]) {
     static const struct rlimit no_core = {0, 0};
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL); /* the forker blocks SIGCHLD for its signalfd */
     prctl(PR_SET_NAME, (unsigned long)"sandbox-child", 0, 0, 0);
     /* First, so that a failure below reaches the worker on the control pipe. The fds arrive above
        4 (the forker keeps 0-4 taken): request -> 3, stdout -> 1, stderr -> 2, control -> 4. */
@@ -205,9 +216,9 @@ static long vm_bytes(const struct setup *s) {
     return strtol(text, NULL, 10) * s->page_size;
 }
 
-static void reply(int sock, int slot, int forked, int status, double cpu) {
+static void reply(int sock, int slot, int event, int status, double cpu) {
     char message[REPLY_SIZE];
-    int32_t head[3] = {slot, forked, status};
+    int32_t head[3] = {slot, event, status};
     memcpy(message, head, sizeof head);
     memcpy(message + sizeof head, &cpu, sizeof cpu);
     while (send(sock, message, sizeof message, MSG_NOSIGNAL) < 0 && errno == EINTR) {
@@ -235,7 +246,26 @@ static void reap(int sock, int epoll, struct child_state *child, int slot) {
     double cpu = done < 0 ? 0.0
                           : (double)usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6 +
                                 (double)usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6;
-    reply(sock, slot, 1, status, cpu);
+    reply(sock, slot, EVENT_EXITED, status, cpu);
+}
+
+/* Children that stopped: a session's child stops itself (SIGSTOP) when its cell has ended, so the
+   worker ends a cell only once the kernel says nothing of it runs any more. */
+static void report_stops(int sock, int sigfd, const struct child_state *children, int slots) {
+    struct signalfd_siginfo pending[16];
+    while (read(sigfd, pending, sizeof pending) > 0) {
+    }
+    for (;;) {
+        siginfo_t info;
+        memset(&info, 0, sizeof info);
+        if (waitid(P_ALL, 0, &info, WSTOPPED | WNOHANG) != 0 || info.si_pid == 0) return;
+        for (int slot = 0; slot < slots; slot++) {
+            if (children[slot].pid == info.si_pid) {
+                reply(sock, slot, EVENT_STOPPED, info.si_status, 0.0);
+                break;
+            }
+        }
+    }
 }
 
 static PyObject *spawned(const char *workdir, long vm, const char *failed) {
@@ -280,12 +310,20 @@ static PyObject *serve(PyObject *Py_UNUSED(module), PyObject *args) {
     if (s.static_filter.filter == NULL || s.self_filter.filter == NULL || s.rules == NULL ||
         (attr_given && s.landlock_attr == NULL))
         return PyErr_NoMemory();
-    /* an inherited SIG_IGN would reap children behind our back (and lose their status) */
+    /* an inherited SIG_IGN would reap children behind our back (and lose their status); blocked,
+       SIGCHLD is read from a signalfd, which tells when a child stopped (exits come on pidfds) */
     signal(SIGCHLD, SIG_DFL);
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    int sigfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
     struct child_state *children = PyMem_RawCalloc((size_t)slots, sizeof *children);
     int epoll = epoll_create1(EPOLL_CLOEXEC);
-    struct epoll_event watch = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
-    if (children == NULL || epoll < 0 || s.statm < 0 || epoll_ctl(epoll, EPOLL_CTL_ADD, sock, &watch) != 0)
+    struct epoll_event watch = {.events = EPOLLIN, .data.u64 = WATCH_SOCKET};
+    struct epoll_event stops = {.events = EPOLLIN, .data.u64 = WATCH_SIGCHLD};
+    if (children == NULL || epoll < 0 || s.statm < 0 || sigfd < 0 ||
+        epoll_ctl(epoll, EPOLL_CTL_ADD, sock, &watch) != 0 || epoll_ctl(epoll, EPOLL_CTL_ADD, sigfd, &stops) != 0)
         return PyErr_SetFromErrno(PyExc_OSError);
 
     struct epoll_event events[64];
@@ -298,7 +336,11 @@ static PyObject *serve(PyObject *Py_UNUSED(module), PyObject *args) {
         int n = epoll_wait(epoll, events, 64, -1);
         if (n < 0 && errno != EINTR) return PyErr_SetFromErrno(PyExc_OSError);
         for (int e = 0; e < n; e++) {
-            if (events[e].data.u64 != UINT64_MAX) {
+            if (events[e].data.u64 == WATCH_SIGCHLD) {
+                report_stops(sock, sigfd, children, slots);
+                continue;
+            }
+            if (events[e].data.u64 != WATCH_SOCKET) {
                 int slot = (int)events[e].data.u64;
                 reap(sock, epoll, &children[slot], slot);
                 continue;
@@ -329,10 +371,11 @@ static PyObject *serve(PyObject *Py_UNUSED(module), PyObject *args) {
                 if (!spawnable) {
                     for (int i = 0; i < nfds; i++) close(fds[i]);
                     if (well_formed && head[0] == OP_KILL) signal_child(&children[slot], SIGKILL);
-                    else if (well_formed && head[0] == OP_STOP) signal_child(&children[slot], SIGSTOP);
-                    else if (well_formed && head[0] == OP_CONT) signal_child(&children[slot], SIGCONT);
+                    else if (well_formed && head[0] == OP_CONT && children[slot].pid > 0)
+                        kill(-children[slot].pid, SIGCONT); /* once: a second could undo the stop
+                                                               that ends a quick cell */
                     else if (well_formed && head[0] == OP_SPAWN && children[slot].pid == 0)
-                        reply(sock, slot, 0, 0, 0.0); /* answered as "could not be forked" */
+                        reply(sock, slot, EVENT_FORK_FAILED, 0, 0.0);
                     continue; /* the rest the worker never sends: nothing to answer for */
                 }
                 long vm = vm_bytes(&s);
@@ -354,9 +397,9 @@ static PyObject *serve(PyObject *Py_UNUSED(module), PyObject *args) {
                     kill(pid, SIGKILL);
                     waitpid(pid, &status, 0);
                     if (pidfd >= 0) close(pidfd);
-                    reply(sock, slot, 1, status, 0.0);
+                    reply(sock, slot, EVENT_EXITED, status, 0.0);
                 } else {
-                    reply(sock, slot, 0, 0, 0.0);
+                    reply(sock, slot, EVENT_FORK_FAILED, 0, 0.0);
                 }
             }
         }

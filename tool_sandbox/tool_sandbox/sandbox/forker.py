@@ -8,8 +8,8 @@ that signals, so a pid is never signalled after it was reaped (and possibly reus
 
 The messages on the SOCK_SEQPACKET pair are fixed binary layouts, defined here and read by the
 C side: worker -> forker SPAWN (+ workdir bytes, with the request, stdout, stderr and control
-pipe ends as 4 fds) or SIGNAL (kill, stop or continue a slot's process group); forker -> worker
-EXITED once a child was reaped (forked 0: the fork failed)."""
+pipe ends as 4 fds) or SIGNAL (kill or continue a slot's process group); forker -> worker
+EXITED once a child was reaped, when it stopped (a session's cell ended) or could not be forked."""
 
 from __future__ import annotations
 
@@ -23,16 +23,18 @@ from tool_sandbox.sandbox import _spawner, child, layers, memory
 from tool_sandbox.sandbox.libc import PR_SET_PDEATHSIG, libc, set_name
 
 SPAWN = struct.Struct("=iii")  # op 1, slot, uid (-1: the worker's own)
-SIGNAL = struct.Struct("=ii")  # op (2 kill, 3 stop, 4 continue), slot
-EXITED = struct.Struct("=iiid")  # slot, forked, wait status, CPU seconds
+SIGNAL = struct.Struct("=ii")  # op (2 kill, 4 continue), slot
+EXITED = struct.Struct("=iiid")  # slot, event (_FORK_FAILED, _EXITED, _STOPPED), status, CPU seconds
 READY = struct.Struct("=q")  # bytes of the heap in huge pages
-_OP_SPAWN, _OP_KILL, _OP_STOP, _OP_CONT = 1, 2, 3, 4
+_OP_SPAWN, _OP_KILL, _OP_CONT = 1, 2, 4
+_FORK_FAILED, _EXITED, _STOPPED = 0, 1, 2
 
 
 class Exited(NamedTuple):
     slot: int
     status: int | None  # None: the child could not be forked
     cpu_seconds: float
+    stopped: bool = False  # it stopped (status: the signal), it did not exit
 
 
 def start(prepared: layers.Layers, slots: int) -> tuple[int, socket.socket, int]:
@@ -83,16 +85,11 @@ def kill(sock: socket.socket, slot: int) -> None:
     sock.send(SIGNAL.pack(_OP_KILL, slot))
 
 
-def stop(sock: socket.socket, slot: int) -> None:
-    """Freeze a session's child between cells (SIGSTOP to its group): code that forged the end
-    of its cell cannot run on without a deadline."""
-    sock.send(SIGNAL.pack(_OP_STOP, slot))
-
-
 def cont(sock: socket.socket, slot: int) -> None:
+    """Continue a session's child, stopped since its last cell ended (it stops itself)."""
     sock.send(SIGNAL.pack(_OP_CONT, slot))
 
 
 def exited(message: bytes) -> Exited:
-    slot, forked, status, cpu = EXITED.unpack(message)
-    return Exited(slot, status if forked else None, cpu)
+    slot, event, status, cpu = EXITED.unpack(message)
+    return Exited(slot, None if event == _FORK_FAILED else status, cpu, event == _STOPPED)

@@ -100,12 +100,17 @@ PRELOAD = (
 )
 _CHUNK = 1 << 16
 MAX_CONTROL_BYTES = 1 << 16  # a child's control frames are tiny; more pending is a violation
+MAX_SETUP_ERROR_CHARS = 300  # of a child's set-up failure, in answers and the log
 DISK_CHECK_SECONDS = 0.1  # how often a running call's directory is measured
 FETCH_BUDGET_BYTES = 16 << 20  # fetch_files returns at most this in all (base64 keeps a reply < MAX_FRAME)
 DISK_WALK_FAILURES = 20  # a tree that changes under this many measurements in a row counts as over budget
 UID_LEASES = "/run/toolrl-tool-sandbox/uid-leases"  # machine-wide: uid ranges are machine-wide
 UIDS_PER_LEASE = 1000  # slots of one worker: its children run as uid base + lease * 1000 + slot
 MAX_LEASES = 1000
+
+
+class ControlError(ValueError):
+    """A child's control pipe carried what the sandbox does not write there."""
 
 
 @dataclass
@@ -146,6 +151,13 @@ class Child:
     disk_bytes: int = 0  # what its directory may hold (0: unchecked)
     reaped: bool = False
     setup_error: str = ""
+    # Its control pipe is believed only until code can have run: the first frame (a set-up
+    # failure, or "started" for a session), or its end (a one-shot child closes it before the code).
+    trusted: bool = True
+    cells: int = 0  # a session's cells so far; the one running is this number
+    cell_exit: int | None = None  # what the child said of the running cell ("done" frame)
+    stopped: bool = False  # the forker saw it stop since the running cell began
+    violation: str = ""  # what its code did between cells, answered as its next cell
     open_fds: set[int] = field(default_factory=set)
     outbox: bytearray = field(default_factory=bytearray)  # request bytes the pipe has not taken yet
     close_after_write: bool = False
@@ -239,7 +251,10 @@ class Worker:
                 raise SystemExit("tool-sandbox worker: the forker exited")
             gone = forker.exited(data)
             kid = self.children.get(gone.slot)
-            if kid is not None:
+            if kid is not None and gone.stopped:
+                kid.stopped = True
+                self.end_cell(kid)
+            elif kid is not None:
                 try:
                     self.reap(kid, gone.status, gone.cpu_seconds)
                 except Exception:  # e.g. an unreadable leftover: log it, keep serving the others
@@ -257,8 +272,8 @@ class Worker:
         if kid.call is not None:
             cpu_exhausted = cpu_seconds >= kid.cpu_seconds
             self.finish(kid, outcome.classify(status, kid.call.timed_out, kid.call.exceeded, cpu_exhausted))
-        elif kid.setup_error:
-            print(f"tool-sandbox worker: child setup failed: {kid.setup_error}", file=sys.stderr)
+        elif kid.setup_error:  # repr: one line, whatever the text holds
+            print(f"tool-sandbox worker: child setup failed: {kid.setup_error!r}", file=sys.stderr)
         for fd in list(kid.open_fds):
             self.close_fd(kid, fd)
         self.close_request(kid)
@@ -310,7 +325,10 @@ class Worker:
 
     def start(self, msg: dict[str, Any], kid: Child, mode: str, frame: bytes) -> None:
         if mode == "exec":
-            forker.cont(self.forker, kid.slot)  # stopped since its last cell (see finish)
+            forker.cont(self.forker, kid.slot)  # it stopped itself when its last cell ended
+        if mode != "run":
+            kid.cells += 1
+            kid.cell_exit, kid.stopped = None, False
         now = time.monotonic()
         max_output = int(msg.get("maxOutputBytes", 4096))
         kid.call = Call(
@@ -373,8 +391,6 @@ class Worker:
                     f"fetch_files returned at most {FETCH_BUDGET_BYTES} bytes in all;"
                     f" cut short or left out: {', '.join(cut)}",
                 )
-        if session_alive:
-            forker.stop(self.forker, kid.slot)  # between cells nothing of a session runs
         if call.session_open:
             if session_alive:
                 kid.session = self.next_session
@@ -395,6 +411,8 @@ class Worker:
                 return
             if not data:
                 self.close_fd(kid, fd)
+                if role == "ctl":
+                    kid.trusted = False
                 return
             if role == "ctl":
                 kid.ctl_buf += data
@@ -404,7 +422,8 @@ class Worker:
                     for frame in wire.split(kid.ctl_buf):
                         self.on_control(kid, frame)
                 except Exception as exc:  # the code wrote on the control pipe (any garbage: deep JSON too)
-                    self.violated(kid, f"the code wrote on the sandbox's control pipe ({exc}); it is closed")
+                    why = exc.args[0] if isinstance(exc, ControlError) else type(exc).__name__
+                    self.violated(kid, f"the code wrote on the sandbox's control pipe ({why}); it is closed")
                     return
             elif kid.call is not None:
                 self.collect(kid, kid.call, role, data)
@@ -422,27 +441,53 @@ class Worker:
             self.kill(kid)
 
     def violated(self, kid: Child, why: str) -> None:
-        """Stop listening to a child that broke the protocol and kill it; its call ends as killed."""
-        if kid.call is not None:
-            kid.call.violation = why
+        """Stop listening to a child that broke the protocol and kill it; its call ends as killed.
+        Between a session's cells (what its code wrote before it stopped) the next cell answers so."""
         if kid.ctl_r in kid.open_fds:
             self.close_fd(kid, kid.ctl_r)
+        if kid.call is None and kid.session is not None:
+            kid.violation = why
+            return
+        if kid.call is not None:
+            kid.call.violation = why
         self.kill(kid)
 
     def on_control(self, kid: Child, frame: Any) -> None:
+        """A frame from a child. Only the first is the pool's own word (written before any code
+        ran); after it, the code may have written anything, so nothing decides a verdict's fault,
+        and a cell's end needs the kernel's word too (end_cell)."""
         if not isinstance(frame, dict):
-            raise TypeError(f"a control frame is a JSON object, not {type(frame).__name__}")
-        if "setupError" in frame:
-            kid.setup_error = str(frame["setupError"])
-        elif frame.get("done") and kid.call is not None:
-            for fd, role in ((kid.out_r, "out"), (kid.err_r, "err")):
-                if fd in kid.open_fds:
-                    self.on_readable(kid, role, drain=True)
-            code = frame.get("exitCode", 0)
-            if not isinstance(code, int):
-                raise TypeError(f"exitCode {code!r} is not an integer")
-            result = outcome.Outcome(outcome.OK if code == 0 else outcome.ERROR, code, "")
-            self.finish(kid, result, session_alive=True)
+            raise ControlError("not a JSON object")
+        if kid.trusted:
+            kid.trusted = False
+            if "setupError" in frame:
+                kid.setup_error = str(frame["setupError"])[:MAX_SETUP_ERROR_CHARS]
+            elif frame != {"started": True}:
+                raise ControlError("not what a starting child writes")
+            return
+        code = frame.get("exitCode")
+        if set(frame) != {"done", "exitCode", "cell"} or not isinstance(code, int) or not 0 <= code <= 255:
+            raise ControlError("not the end of a cell")
+        if kid.call is None:
+            return  # between cells (written before the child stopped itself): nothing to end
+        if frame["cell"] != kid.cells:
+            raise ControlError("the end of another cell")
+        kid.cell_exit = code  # the last word before the child stops counts (the runner's own)
+        self.end_cell(kid)
+
+    def end_cell(self, kid: Child) -> None:
+        """A session's cell ends once the child said so and the kernel says it stopped: nothing of
+        the cell's code runs on (it continues with the next cell, and that cell's deadline)."""
+        call = kid.call
+        if call is None or kid.cell_exit is None or not kid.stopped:
+            return
+        if call.timed_out or call.exceeded or call.disk_exceeded or call.violation:
+            return  # killed: answered when it is reaped
+        for fd, role in ((kid.out_r, "out"), (kid.err_r, "err")):
+            if fd in kid.open_fds:
+                self.on_readable(kid, role, drain=True)
+        status = outcome.OK if kid.cell_exit == 0 else outcome.ERROR
+        self.finish(kid, outcome.Outcome(status, kid.cell_exit, ""), session_alive=True)
 
     # ---- server messages ------------------------------------------------------------------
 
@@ -481,6 +526,24 @@ class Worker:
             if kid is None or kid.call is not None:
                 why = "unknown or closed session" if kid is None else "session is busy with another call"
                 self.reply_error(msg, outcome.ERROR, why)
+                return
+            if kid.violation:  # the code's doing, in its last cell: this cell ends the session
+                self.sessions.pop(kid.session or -1, None)
+                self.kill(kid)
+                self.send(
+                    {
+                        "id": msg["id"],
+                        "status": outcome.KILLED,
+                        "exitCode": None,
+                        "stdout": "",
+                        "stderr": "",
+                        "truncated": False,
+                        "durationSeconds": 0.0,
+                        "message": kid.violation,
+                        "sandboxError": False,
+                        "sessionAlive": False,
+                    }
+                )
                 return
             self.start(msg, kid, "exec", frame)
         elif op == "close":
