@@ -4,12 +4,18 @@ tested with the server as root (a uid per child) and as in its pod (children sha
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import requests
-from sandbox_process import SandboxProcess, process_state, recovered
+from sandbox_process import SandboxProcess, descendants, process_state, recovered
+from tool_sandbox.config import ToolConfig
 
 
 @pytest.fixture(scope="module", params=["root", "pod"])
@@ -97,4 +103,116 @@ def test_a_cell_claimed_done_by_a_stopped_thread_cannot_run_on(any_server: Sandb
     after = any_server.execute("print(1)", session=session, timeoutSeconds=2)
     assert after["status"] in ("killed", "timeout") and after["fault"] == "code", after
     assert after["status"] != "killed" or "control pipe" in after["message"], after
+    recovered(any_server)
+
+
+TASKS = ToolConfig(name="python", type="python").max_processes  # the test servers' tools keep the default
+THREAD_BOMB = """
+import threading
+threading.stack_size(32768)
+hold = threading.Event()
+started = []
+
+def start(count):
+    try:
+        for _ in range(count):
+            threading.Thread(target=hold.wait, daemon=True).start()
+            started.append(1)
+    except RuntimeError:
+        pass
+
+creators = [threading.Thread(target=start, args=({per},)) for _ in range({creators})]
+[c.start() for c in creators]
+start({per})
+[c.join() for c in creators]
+print(len(started) + len(creators) + 1)
+{hold}
+"""
+
+
+def test_one_call_cannot_take_every_task_of_the_pod(any_server: SandboxProcess) -> None:
+    """Threads with small stacks: one call took every pid of the pod (no limit where children share
+    the server's uid) and ordinary calls around it failed, blamed on their code."""
+    bomb = THREAD_BOMB.format(per=1500, creators=0, hold="import time\ntime.sleep(2)")
+    with ThreadPoolExecutor(9) as pool:
+        taken = pool.submit(any_server.execute, bomb, timeoutSeconds=10)  # holds its threads for 2 s
+        ordinary = [pool.submit(any_server.execute, f"print({i})") for i in range(8)]
+        answers = [call.result() for call in ordinary]
+        bomb_answer = taken.result()
+    assert bomb_answer["status"] == "ok", bomb_answer
+    most = int(bomb_answer["stdout"])
+    assert most <= TASKS, f"one call ran {most} tasks, more than its {TASKS}"
+    assert [(a["status"], a["stdout"]) for a in answers] == [("ok", f"{i}\n") for i in range(8)], answers
+    # Threads started from several threads at once: still bounded (twice the limit at worst).
+    concurrent = any_server.execute(THREAD_BOMB.format(per=400, creators=4, hold=""), timeoutSeconds=10)
+    assert concurrent["status"] == "ok" and int(concurrent["stdout"]) <= 2 * TASKS, concurrent
+    assert any_server.execute(THREAD_BOMB.format(per=10, creators=0, hold=""))["stdout"] == "11\n"
+    recovered(any_server)
+
+
+def _cgroup_of(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "pids" in controllers.split(",") or controllers == "":
+            return path
+    return "/"
+
+
+@contextlib.contextmanager
+def pods_pid_limit(server: SandboxProcess, headroom: int) -> Iterator[None]:
+    """The server and everything under it in a pids cgroup allowing `headroom` more tasks than it
+    runs now, as a pod under the kubelet's pod pids limit; moved back afterwards."""
+    v1 = Path("/sys/fs/cgroup/pids")
+    root = v1 if (v1 / "cgroup.procs").exists() else Path("/sys/fs/cgroup")
+    if root != v1 and "pids" not in (root / "cgroup.subtree_control").read_text().split():
+        pytest.skip("no pids cgroup controller to write (cgroup v1 pids or v2 with pids enabled at the root)")
+    home = root / _cgroup_of(os.getpid()).lstrip("/")
+    group = root / f"toolrl-test-{os.getpid()}-{time.monotonic_ns()}"
+    group.mkdir()
+
+    def move(into: Path) -> None:
+        for pid in [server.process.pid, *descendants(server.process.pid)]:
+            with contextlib.suppress(OSError):  # gone meanwhile
+                (into / "cgroup.procs").write_text(str(pid))
+
+    try:
+        move(group)
+        move(group)  # children forked while moving
+        (group / "pids.max").write_text(str(int((group / "pids.current").read_text()) + headroom))
+        yield
+    finally:
+        (group / "pids.max").write_text("max")
+        for _ in range(50):
+            move(home)
+            if not (group / "cgroup.procs").read_text().split():
+                break
+            time.sleep(0.1)
+        group.rmdir()
+
+
+def test_a_fork_that_fails_is_the_pools_fault(any_server: SandboxProcess) -> None:
+    """When the pod's pids are used up, a call whose sandbox process cannot be forked failed with
+    fault "code" ("sandbox process vanished"): the trainer then scored innocent code."""
+    hold = THREAD_BOMB.format(per=10000, creators=0, hold="")  # its threads wait while the session lives
+    sessions = [_session(any_server) for _ in range(3)]
+    with pods_pid_limit(any_server, headroom=2 * TASKS):
+        for session in sessions:  # each within its own limit; together they use up the pod's pids
+            any_server.execute(hold, session=session, timeoutSeconds=10)
+        with ThreadPoolExecutor(16) as pool:  # more at once than there are children forked ahead
+            answers = list(
+                pool.map(lambda i: any_server.execute(f"import time\ntime.sleep(1)\nprint({i})"), range(16))
+            )
+        blamed = [a for a in answers if a["status"] != "ok" and a["fault"] != "infra"]
+        failed = [a for a in answers if a["status"] != "ok"]
+        for session in sessions:
+            requests.delete(f"{any_server.url}/v1/sessions/{session}", timeout=30)
+    assert failed, "no fork failed: the test did not use up the pids"
+    assert not blamed, blamed
+    assert all(a["sandboxError"] and "could not start a sandbox process" in a["message"] for a in failed), (
+        failed
+    )
+    deadline = time.monotonic() + 30  # the workers say they could not fork for a few seconds more
+    while requests.get(any_server.url + "/healthz", timeout=30).status_code != 200:
+        assert time.monotonic() < deadline, "still unhealthy after the pids came back"
+        time.sleep(0.5)
     recovered(any_server)

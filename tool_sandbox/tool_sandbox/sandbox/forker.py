@@ -8,8 +8,9 @@ that signals, so a pid is never signalled after it was reaped (and possibly reus
 
 The messages on the SOCK_SEQPACKET pair are fixed binary layouts, defined here and read by the
 C side: worker -> forker SPAWN (+ workdir bytes, with the request, stdout, stderr and control
-pipe ends as 4 fds) or SIGNAL (kill or continue a slot's process group); forker -> worker
-EXITED once a child was reaped, when it stopped (a session's cell ended) or could not be forked."""
+pipe ends as 4 fds), SIGNAL (kill or continue a slot's process group) or LIMIT (a call's tasks);
+forker -> worker EXITED once a child was reaped, when it stopped (a session's cell ended) or could
+not be forked."""
 
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ from tool_sandbox.sandbox.libc import PR_SET_PDEATHSIG, libc, set_name
 
 SPAWN = struct.Struct("=iii")  # op 1, slot, uid (-1: the worker's own)
 SIGNAL = struct.Struct("=ii")  # op (2 kill, 4 continue), slot
+LIMIT = struct.Struct("=iii")  # op 5, slot, tasks
 EXITED = struct.Struct("=iiid")  # slot, event (_FORK_FAILED, _EXITED, _STOPPED), status, CPU seconds
 READY = struct.Struct("=q")  # bytes of the heap in huge pages
-_OP_SPAWN, _OP_KILL, _OP_CONT = 1, 2, 4
+_OP_SPAWN, _OP_KILL, _OP_CONT, _OP_LIMIT = 1, 2, 4, 5
 _FORK_FAILED, _EXITED, _STOPPED = 0, 1, 2
 
 
@@ -35,6 +37,7 @@ class Exited(NamedTuple):
     status: int | None  # None: the child could not be forked
     cpu_seconds: float
     stopped: bool = False  # it stopped (status: the signal), it did not exit
+    fork_errno: int = 0  # why it could not be forked
 
 
 def start(prepared: layers.Layers, slots: int) -> tuple[int, socket.socket, int]:
@@ -90,6 +93,13 @@ def cont(sock: socket.socket, slot: int) -> None:
     sock.send(SIGNAL.pack(_OP_CONT, slot))
 
 
+def limit(sock: socket.socket, slot: int, tasks: int) -> None:
+    """How many tasks (threads included) a slot's child may run for its call: sent before its code."""
+    sock.send(LIMIT.pack(_OP_LIMIT, slot, tasks))
+
+
 def exited(message: bytes) -> Exited:
     slot, event, status, cpu = EXITED.unpack(message)
-    return Exited(slot, None if event == _FORK_FAILED else status, cpu, event == _STOPPED)
+    if event == _FORK_FAILED:
+        return Exited(slot, None, cpu, fork_errno=status)
+    return Exited(slot, status, cpu, event == _STOPPED)

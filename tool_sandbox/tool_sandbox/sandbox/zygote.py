@@ -102,6 +102,8 @@ _CHUNK = 1 << 16
 MAX_CONTROL_BYTES = 1 << 16  # a child's control frames are tiny; more pending is a violation
 MAX_SETUP_ERROR_CHARS = 300  # of a child's set-up failure, in answers and the log
 DISK_CHECK_SECONDS = 0.1  # how often a running call's directory is measured
+SPAWN_PAUSE_SECONDS = 0.5  # no spare is forked for this long after a fork failed (calls still try)
+FORK_FAILURE_SHOWN_SECONDS = 5.0  # a worker that failed to fork this recently says so when pinged
 FETCH_BUDGET_BYTES = 16 << 20  # fetch_files returns at most this in all (base64 keeps a reply < MAX_FRAME)
 DISK_WALK_FAILURES = 20  # a tree that changes under this many measurements in a row counts as over budget
 UID_LEASES = "/run/toolrl-tool-sandbox/uid-leases"  # machine-wide: uid ranges are machine-wide
@@ -151,6 +153,7 @@ class Child:
     disk_bytes: int = 0  # what its directory may hold (0: unchecked)
     reaped: bool = False
     setup_error: str = ""
+    setup_error_logged: bool = False
     # Its control pipe is believed only until code can have run: the first frame (a set-up
     # failure, or "started" for a session), or its end (a one-shot child closes it before the code).
     trusted: bool = True
@@ -186,11 +189,14 @@ class Worker:
             landlock=landlock.Prepared(_read_only_paths(), self.landlock_abi) if self.landlock_abi else None,
             static_filter=seccomp.static_filter(),
             self_only_filter=seccomp.self_only_template(),
+            task_filter=seccomp.task_filter() if seccomp.listener_available() else b"",
         )
         self.forker_pid = 0
         self.forker: socket.socket | None = None
         self.huge_bytes = 0
         self.spawn_error = ""  # why the last spawn failed ("" once one succeeds again)
+        self.fork_error = ""  # why the forker's last fork failed (e.g. the pod's pids limit)
+        self.fork_failed_at = -FORK_FAILURE_SHOWN_SECONDS
 
     # ---- children -------------------------------------------------------------------------
 
@@ -255,6 +261,12 @@ class Worker:
                 kid.stopped = True
                 self.end_cell(kid)
             elif kid is not None:
+                if gone.status is None:  # the pool's failure (pids exhausted?), whoever's call it was
+                    kid.setup_error = f"could not start a sandbox process: {os.strerror(gone.fork_errno)}"
+                    if kid.setup_error != self.fork_error:
+                        print(f"tool-sandbox worker: {kid.setup_error}", file=sys.stderr)
+                    self.fork_error, self.fork_failed_at = kid.setup_error, time.monotonic()
+                    kid.setup_error_logged = True
                 try:
                     self.reap(kid, gone.status, gone.cpu_seconds)
                 except Exception:  # e.g. an unreadable leftover: log it, keep serving the others
@@ -272,7 +284,7 @@ class Worker:
         if kid.call is not None:
             cpu_exhausted = cpu_seconds >= kid.cpu_seconds
             self.finish(kid, outcome.classify(status, kid.call.timed_out, kid.call.exceeded, cpu_exhausted))
-        elif kid.setup_error:  # repr: one line, whatever the text holds
+        elif kid.setup_error and not kid.setup_error_logged:  # repr: one line, whatever it holds
             print(f"tool-sandbox worker: child setup failed: {kid.setup_error!r}", file=sys.stderr)
         for fd in list(kid.open_fds):
             self.close_fd(kid, fd)
@@ -326,6 +338,8 @@ class Worker:
     def start(self, msg: dict[str, Any], kid: Child, mode: str, frame: bytes) -> None:
         if mode == "exec":
             forker.cont(self.forker, kid.slot)  # it stopped itself when its last cell ended
+        else:  # before the code: the forker answers its threads from then on
+            forker.limit(self.forker, kid.slot, int(msg["limits"]["processes"]))
         if mode != "run":
             kid.cells += 1
             kid.cell_exit, kid.stopped = None, False
@@ -553,12 +567,10 @@ class Worker:
                 self.kill(kid)
             self.send({"id": msg["id"], "status": outcome.OK, "closed": kid is not None})
         elif op == "ping":
+            recent = time.monotonic() - self.fork_failed_at < FORK_FAILURE_SHOWN_SECONDS
+            problem = self.spawn_error or (self.fork_error if recent else "")
             self.send(
-                {
-                    "id": msg["id"],
-                    "status": outcome.ERROR if self.spawn_error else outcome.OK,
-                    "message": self.spawn_error,
-                }
+                {"id": msg["id"], "status": outcome.ERROR if problem else outcome.OK, "message": problem}
             )
         else:
             self.reply_error(msg, outcome.ERROR, f"unknown worker operation {op!r}")
@@ -638,7 +650,7 @@ class Worker:
         self.send({"op": "ready", "pid": os.getpid(), "layers": self.describe()})
         wait = None
         while True:
-            if len(self.spares) < self.spare_target and self.free_slots:
+            if self.wants_spare():
                 wait = 0
             for key, _ in self.selector.select(wait):
                 if key.fd == self.in_fd:
@@ -658,10 +670,20 @@ class Worker:
             # Deadlines after the events: a child that exited in time is reaped (with its own
             # status) before a late wake-up of this worker could call it a timeout.
             wait = self.check_deadlines()
-            if len(self.spares) < self.spare_target:
+            if self.wants_spare():
                 spare = self.spawn()
                 if spare is not None:
                     self.spares.append(spare)
+            elif len(self.spares) < self.spare_target and self.free_slots:  # paused after a failed fork
+                pause = self.fork_failed_at + SPAWN_PAUSE_SECONDS - time.monotonic()
+                wait = max(pause, 0.0) if wait is None else max(min(wait, pause), 0.0)
+
+    def wants_spare(self) -> bool:
+        return (
+            len(self.spares) < self.spare_target
+            and bool(self.free_slots)
+            and time.monotonic() >= self.fork_failed_at + SPAWN_PAUSE_SECONDS
+        )
 
     def on_server(self) -> None:
         try:
@@ -694,6 +716,7 @@ class Worker:
             "hugePagesMiB": self.huge_bytes >> 20,
             "landlockAbi": self.landlock_abi,
             "seccomp": True,
+            "taskLimit": bool(self.layers.task_filter),  # threads per call bounded by the forker
             "noNewPrivs": True,
             "uidBase": self.uid_base,
             "preloaded": sorted(m for m in PRELOAD if m in sys.modules),
