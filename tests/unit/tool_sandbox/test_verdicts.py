@@ -8,7 +8,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -216,3 +216,27 @@ def test_a_fork_that_fails_is_the_pools_fault(any_server: SandboxProcess) -> Non
         assert time.monotonic() < deadline, "still unhealthy after the pids came back"
         time.sleep(0.5)
     recovered(any_server)
+
+
+@pytest.mark.parametrize("mode", ["root", "pod"])
+def test_all_calls_together_stay_within_the_pods_task_budget(
+    mode: str, make_server: Callable[..., SandboxProcess], make_pod_server: Callable[..., SandboxProcess]
+) -> None:
+    """Each call within its own limit, many calls together could still take every pid of the pod
+    (Kubernetes has no pod field for a pids limit); past the pool's budget a thread is refused, and
+    a call that fails for it is the pool's fault, not its code's."""
+    budget = 3 * TASKS
+    server = (make_server if mode == "root" else make_pod_server)(
+        "--workers", "1", "--max-tasks", str(budget)
+    )
+    sessions = [_session(server) for _ in range(4)]
+    held = [server.execute(THREAD_BOMB.format(per=1000, creators=0, hold=""), session=s) for s in sessions]
+    assert all(h["status"] == "ok" for h in held), held
+    assert sum(int(h["stdout"]) for h in held) <= budget, [h["stdout"] for h in held]
+    needs_threads = "import threading\nfor _ in range(4):\n    threading.Thread(target=print).start()"
+    refused = server.execute(needs_threads)
+    assert (refused["status"], refused["fault"]) == ("error", "infra"), refused
+    assert "--max-tasks" in refused["message"], refused
+    for session in sessions:
+        requests.delete(f"{server.url}/v1/sessions/{session}", timeout=30)
+    assert server.execute(needs_threads)["status"] == "ok"

@@ -19,13 +19,16 @@
  *   forker -> worker  int32 slot, int32 event, int32 status, float64 CPU seconds: event 1 once
  *                     that slot's child has been reaped (status: its wait status), 2 when it
  *                     stopped (a session's cell ended: status is the stop signal), 0 when it could
- *                     not be forked (status: errno).
+ *                     not be forked (status: errno), 3 when a thread of its call was refused because
+ *                     the worker's task budget was used up (by all its children together).
  *
  * Tasks of a call: a child's threads are bounded by the forker, not by RLIMIT_NPROC (which counts
  * every task of a uid, and children share the server's uid in a pod). Each child installs a seccomp
  * filter that turns clone(CLONE_THREAD) into a user notification and hands its listener to the
  * forker (over a socket only children in set-up hold); the forker lets the clone proceed while the
- * child has fewer threads than its call's limit, else it fails with EAGAIN.
+ * child has fewer threads than its call's limit, else it fails with EAGAIN. All children of a worker
+ * together stay within its task budget (its share of the pod's): the forker counts each child's
+ * tasks (when it forks it, when it starts a thread, and all of them again before refusing one).
  *
  * receive() is a child's read of its next request on the request pipe (layout in layers.py): a
  * header (mode, limits, sizes), stdin, code. For a new program it also sets the limits and stdin,
@@ -68,6 +71,7 @@
 #define EVENT_FORK_FAILED 0
 #define EVENT_EXITED 1
 #define EVENT_STOPPED 2
+#define EVENT_PRESSED 3
 #define WATCH_SOCKET UINT64_MAX
 #define WATCH_SIGCHLD (UINT64_MAX - 1)
 #define WATCH_HANDOFF (UINT64_MAX - 2)
@@ -132,7 +136,11 @@ struct child_state {
     int pidfd;
     int listener; /* its task-limit listener, -1 until handed over */
     int tasks;    /* what its call may run at once (OP_LIMIT); 1 until told */
+    int counted;  /* its tasks in the forker's count (budget) */
 };
+
+/* Tasks of all children as last counted, against the worker's budget (0: none). */
+static long tasks_counted, tasks_budget;
 
 static void *copy_bytes(Py_buffer *view) {
     void *copy = PyMem_RawMalloc(view->len ? (size_t)view->len : 1);
@@ -289,6 +297,8 @@ static void reap(int sock, int epoll, struct child_state *child, int slot) {
     epoll_ctl(epoll, EPOLL_CTL_DEL, child->pidfd, NULL);
     close(child->pidfd);
     if (child->listener >= 0) close(child->listener); /* also leaves the epoll set */
+    tasks_counted -= child->counted;
+    child->counted = 0;
     child->pid = 0;
     child->pidfd = -1;
     child->listener = -1;
@@ -340,17 +350,49 @@ static int thread_count(pid_t pid) {
    may run, else EAGAIN (Python: "can't start new thread"). Threads starting at the same instant in
    several threads of one child can each see the count before the others' clones: at most twice the
    limit, still bounded. */
-static void answer_clone(struct child_state *child) {
+/* Whether `more` tasks fit the budget; counts every child again before saying no (threads that
+   ended are noticed only then). */
+static int budget_allows(struct child_state *children, int slots, int more) {
+    if (tasks_budget <= 0 || tasks_counted + more <= tasks_budget) return 1;
+    tasks_counted = 0;
+    for (int slot = 0; slot < slots; slot++) {
+        if (children[slot].pid <= 0) continue;
+        int now = thread_count(children[slot].pid);
+        if (now >= 0) children[slot].counted = now;
+        tasks_counted += children[slot].counted;
+    }
+    return tasks_counted + more <= tasks_budget;
+}
+
+static void answer_clone(int sock, struct child_state *children, int slots, int slot) {
+    struct child_state *child = &children[slot];
     struct seccomp_notif request;
     struct seccomp_notif_resp answer;
     memset(&request, 0, sizeof request);
     if (ioctl(child->listener, SECCOMP_IOCTL_NOTIF_RECV, &request) != 0) return; /* e.g. the thread died */
     memset(&answer, 0, sizeof answer);
     answer.id = request.id;
+    answer.error = -EAGAIN;
     int threads = thread_count(child->pid);
-    if (threads >= 0 && threads < child->tasks) answer.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
-    else answer.error = -EAGAIN;
-    ioctl(child->listener, SECCOMP_IOCTL_NOTIF_SEND, &answer); /* ENOENT: it died meanwhile */
+    if (threads >= 0) {
+        tasks_counted += threads - child->counted;
+        child->counted = threads;
+    }
+    if (threads >= 0 && threads < child->tasks) {
+        if (budget_allows(children, slots, 1)) {
+            answer.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+            answer.error = 0;
+            child->counted++; /* counted before it runs: the budget is never overrun between counts */
+            tasks_counted++;
+        } else {
+            reply(sock, slot, EVENT_PRESSED, 0, 0.0); /* refused for others' tasks: not its code's doing */
+        }
+    }
+    if (ioctl(child->listener, SECCOMP_IOCTL_NOTIF_SEND, &answer) != 0 && errno == EINVAL && answer.flags) {
+        answer.flags = 0; /* a kernel without SECCOMP_USER_NOTIF_FLAG_CONTINUE (< 5.5): refuse */
+        answer.error = -EAGAIN;
+        ioctl(child->listener, SECCOMP_IOCTL_NOTIF_SEND, &answer);
+    }
 }
 
 /* Listeners handed over by children in set-up (hand_over); one that names no current child is closed. */
@@ -440,6 +482,11 @@ static int from_worker(struct forker *f, const char **child_workdir, long *child
                 reply(f->sock, slot, EVENT_FORK_FAILED, EINVAL, 0.0);
             continue; /* the rest the worker never sends: nothing to answer for */
         }
+        if (!budget_allows(children, f->slots, 1)) {
+            for (int i = 0; i < NFDS; i++) close(fds[i]);
+            reply(f->sock, slot, EVENT_FORK_FAILED, EAGAIN, 0.0);
+            continue;
+        }
         long vm = vm_bytes(&f->s);
         pid_t pid = fork();
         if (pid == 0) {
@@ -453,7 +500,8 @@ static int from_worker(struct forker *f, const char **child_workdir, long *child
         int pidfd = pid < 0 ? -1 : (int)syscall(SYS_pidfd_open, pid, 0);
         struct epoll_event exited = {.events = EPOLLIN, .data.u64 = (uint64_t)slot};
         if (pid > 0 && pidfd >= 0 && epoll_ctl(f->epoll, EPOLL_CTL_ADD, pidfd, &exited) == 0) {
-            children[slot] = (struct child_state){.pid = pid, .pidfd = pidfd, .listener = -1, .tasks = 1};
+            children[slot] = (struct child_state){.pid = pid, .pidfd = pidfd, .listener = -1, .tasks = 1, .counted = 1};
+            tasks_counted++;
             continue;
         }
         if (pid > 0) { /* cannot watch it: kill it and report it as it ends */
@@ -473,9 +521,11 @@ static PyObject *serve(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_buffer static_bpf, self_bpf, task_bpf, attr, rules;
     unsigned int self_placeholder, group_placeholder;
     unsigned long long own_rights, mt19937;
-    if (!PyArg_ParseTuple(args, "iiy*y*y*IIy*y*KK", &sock, &slots, &static_bpf, &self_bpf, &task_bpf,
+    long budget;
+    if (!PyArg_ParseTuple(args, "iily*y*y*IIy*y*KK", &sock, &slots, &budget, &static_bpf, &self_bpf, &task_bpf,
                           &self_placeholder, &group_placeholder, &attr, &rules, &own_rights, &mt19937))
         return NULL;
+    tasks_budget = budget;
     int attr_given = attr.len > 0;
     static struct forker f; /* static: a forked child returns from serve with its workdir in here */
     f.sock = sock;
@@ -562,7 +612,7 @@ static PyObject *serve(PyObject *Py_UNUSED(module), PyObject *args) {
                 int state = from_worker(&f, &workdir, &vm, &failed);
                 if (state == 1) Py_RETURN_NONE;
                 if (state == 2) return spawned(workdir, vm, failed);
-                if (child->listener >= 0) answer_clone(child);
+                if (child->listener >= 0) answer_clone(sock, f.children, slots, (int)(what & 0xFFFFFFFFu));
             } else if (what != WATCH_SOCKET) {
                 reap(sock, f.epoll, &f.children[what], (int)what);
             } else {
@@ -656,9 +706,9 @@ static PyObject *receive(PyObject *Py_UNUSED(module), PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"serve", serve, METH_VARARGS,
-     "serve(sock, slots, static_bpf, self_bpf, self_placeholder, group_placeholder, landlock_attr, "
-     "landlock_rules, own_rights, mt19937_state_address): the forker loop; returns None when the worker is gone, or in a "
-     "forked child (workdir, vm_bytes, error)."},
+     "serve(sock, slots, task_budget, static_bpf, self_bpf, task_bpf, self_placeholder, group_placeholder, "
+     "landlock_attr, landlock_rules, own_rights, mt19937_state_address): the forker loop; returns None when the worker "
+     "is gone, or in a forked child (workdir, vm_bytes, error)."},
     {"receive", receive, METH_VARARGS,
      "receive(fd, vm_bytes): a child's next request as (mode, code), None at end of file; sets the "
      "limits and stdin of a new program."},

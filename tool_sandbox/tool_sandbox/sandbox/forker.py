@@ -9,8 +9,8 @@ that signals, so a pid is never signalled after it was reaped (and possibly reus
 The messages on the SOCK_SEQPACKET pair are fixed binary layouts, defined here and read by the
 C side: worker -> forker SPAWN (+ workdir bytes, with the request, stdout, stderr and control
 pipe ends as 4 fds), SIGNAL (kill or continue a slot's process group) or LIMIT (a call's tasks);
-forker -> worker EXITED once a child was reaped, when it stopped (a session's cell ended) or could
-not be forked."""
+forker -> worker EXITED once a child was reaped, when it stopped (a session's cell ended), could
+not be forked, or was refused a thread because its worker's task budget was used up."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ LIMIT = struct.Struct("=iii")  # op 5, slot, tasks
 EXITED = struct.Struct("=iiid")  # slot, event (_FORK_FAILED, _EXITED, _STOPPED), status, CPU seconds
 READY = struct.Struct("=q")  # bytes of the heap in huge pages
 _OP_SPAWN, _OP_KILL, _OP_CONT, _OP_LIMIT = 1, 2, 4, 5
-_FORK_FAILED, _EXITED, _STOPPED = 0, 1, 2
+_FORK_FAILED, _EXITED, _STOPPED, _PRESSED = 0, 1, 2, 3
 
 
 class Exited(NamedTuple):
@@ -38,11 +38,13 @@ class Exited(NamedTuple):
     cpu_seconds: float
     stopped: bool = False  # it stopped (status: the signal), it did not exit
     fork_errno: int = 0  # why it could not be forked
+    pressed: bool = False  # a thread of its call was refused: the worker's task budget was used up
 
 
-def start(prepared: layers.Layers, slots: int) -> tuple[int, socket.socket, int]:
+def start(prepared: layers.Layers, slots: int, task_budget: int) -> tuple[int, socket.socket, int]:
     """Fork the forker from the worker; returns its pid, the worker's end of the socket and how
-    many bytes of its memory are in huge pages."""
+    many bytes of its memory are in huge pages. `task_budget`: tasks all its children may run
+    together (0: no budget)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     worker = os.getpid()
     pid = os.fork()
@@ -53,7 +55,7 @@ def start(prepared: layers.Layers, slots: int) -> tuple[int, socket.socket, int]
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             set_name(b"sandbox-forker")
             if os.getppid() == worker:
-                _serve(theirs, prepared, slots)
+                _serve(theirs, prepared, slots, task_budget)
         finally:
             os._exit(0)
     theirs.close()
@@ -61,8 +63,8 @@ def start(prepared: layers.Layers, slots: int) -> tuple[int, socket.socket, int]
     return pid, ours, READY.unpack(ready)[0] if len(ready) == READY.size else 0
 
 
-def _serve(sock: socket.socket, prepared: layers.Layers, slots: int) -> None:
-    args = (sock.fileno(), slots, *prepared.spawner_args())
+def _serve(sock: socket.socket, prepared: layers.Layers, slots: int, task_budget: int) -> None:
+    args = (sock.fileno(), slots, task_budget, *prepared.spawner_args())
     sock.send(READY.pack(memory.collapse_heap()))
     spawned = _spawner.serve(*args)
     if spawned is not None:  # in a forked, isolated child
@@ -102,4 +104,6 @@ def exited(message: bytes) -> Exited:
     slot, event, status, cpu = EXITED.unpack(message)
     if event == _FORK_FAILED:
         return Exited(slot, None, cpu, fork_errno=status)
+    if event == _PRESSED:
+        return Exited(slot, None, cpu, pressed=True)
     return Exited(slot, status, cpu, event == _STOPPED)

@@ -133,6 +133,7 @@ class Call:
     timed_out: bool = False
     exceeded: bool = False
     violation: str = ""  # why the child was killed for breaking the worker protocol
+    pressed: bool = False  # a thread was refused because others used up the worker's task budget
     next_disk_check: float = 0.0
     disk_exceeded: bool = False
     disk_walk_failures: int = 0
@@ -173,6 +174,7 @@ class Worker:
         self.root = lease.workdir
         self.spare_target = int(settings.get("spares", 2))
         self.slots = int(settings.get("slots", 64))
+        self.task_budget = int(settings.get("tasks", 0))  # this worker's share of the pod's tasks
         self.free_slots = list(range(self.slots))
         self.uid_base = lease.uid_base
         self.children: dict[int, Child] = {}  # by slot
@@ -257,7 +259,10 @@ class Worker:
                 raise SystemExit("tool-sandbox worker: the forker exited")
             gone = forker.exited(data)
             kid = self.children.get(gone.slot)
-            if kid is not None and gone.stopped:
+            if kid is not None and gone.pressed:
+                if kid.call is not None:
+                    kid.call.pressed = True
+            elif kid is not None and gone.stopped:
                 kid.stopped = True
                 self.end_cell(kid)
             elif kid is not None:
@@ -381,6 +386,13 @@ class Worker:
         if kid.setup_error:
             result = outcome.Outcome(outcome.ERROR, None, "")
             message = f"sandbox setup failed: {kid.setup_error}"
+        pressed = call.pressed and result.status != outcome.OK and not kid.setup_error
+        if pressed:  # it may have failed for what others took: the pool's fault, not its code's
+            message = _join(
+                message,
+                "a thread of this call could not start: the pool's task budget (--max-tasks) was used"
+                " up by other calls; retry",
+            )
         stdout, cut_out = outcome.cap_output(bytes(call.out), call.out_total, call.max_output)
         stderr, cut_err = outcome.cap_output(bytes(call.err), call.err_total, call.max_output)
         reply: dict[str, Any] = {
@@ -392,7 +404,7 @@ class Worker:
             "truncated": cut_out or cut_err,
             "durationSeconds": round(time.monotonic() - call.started, 6),
             "message": message,
-            "sandboxError": bool(kid.setup_error),
+            "sandboxError": bool(kid.setup_error) or pressed,
         }
         if kid.session is not None:
             reply["sessionAlive"] = session_alive
@@ -643,7 +655,9 @@ class Worker:
         return nearest
 
     def run(self) -> None:
-        self.forker_pid, self.forker, self.huge_bytes = forker.start(self.layers, self.slots)
+        self.forker_pid, self.forker, self.huge_bytes = forker.start(
+            self.layers, self.slots, self.task_budget
+        )
         self.selector.register(self.forker, selectors.EVENT_READ)
         os.set_blocking(self.in_fd, False)
         self.selector.register(self.in_fd, selectors.EVENT_READ)
@@ -717,6 +731,7 @@ class Worker:
             "landlockAbi": self.landlock_abi,
             "seccomp": True,
             "taskLimit": bool(self.layers.task_filter),  # threads per call bounded by the forker
+            "taskBudget": self.task_budget,  # tasks of all this worker's children together
             "noNewPrivs": True,
             "uidBase": self.uid_base,
             "preloaded": sorted(m for m in PRELOAD if m in sys.modules),
