@@ -7,11 +7,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import socket
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pyseccomp
 import pytest
 import requests
 from sandbox_process import SandboxProcess, descendants, process_state, recovered
@@ -240,3 +244,38 @@ def test_all_calls_together_stay_within_the_pods_task_budget(
     for session in sessions:
         requests.delete(f"{server.url}/v1/sessions/{session}", timeout=30)
     assert server.execute(needs_threads)["status"] == "ok"
+
+
+def test_kernel_state_beyond_the_call_cannot_be_reached(any_server: SandboxProcess) -> None:
+    """Native AIO (io_setup) reserved the machine-wide fs.aio-max-nr (a session held it between
+    cells); socketpair() + sendto() reached writable pathname datagram sockets outside the
+    call's directory. Sockets inside the call keep working (asyncio's self-pipe)."""
+    outside = Path(tempfile.mkdtemp(prefix="toolrl-outside-"))  # reachable by every uid
+    outside.chmod(0o755)
+    path = outside / "listener.sock"
+    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    receiver.bind(str(path))
+    path.chmod(0o777)
+    receiver.settimeout(0.5)
+    io_setup = int(pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, "io_setup"))
+    code = (
+        "import ctypes, os, socket\nlibc = ctypes.CDLL(None, use_errno=True)\nresults = []\n"
+        f"made = libc.syscall({io_setup}, 128, ctypes.byref(ctypes.c_ulong(0))) == 0\n"
+        "results.append('made' if made else ctypes.get_errno())\n"
+        "a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+        f"for attempt in (lambda: a.sendto(b'escaped', {str(path)!r}), lambda: a.connect({str(path)!r}),"
+        f" lambda: a.sendmsg([b'escaped'], [], 0, {str(path)!r}), lambda: a.bind('\\0toolrl-squat')):\n"
+        "    try:\n        attempt()\n        results.append('allowed')\n"
+        "    except OSError as exc:\n        results.append(exc.errno)\n"
+        "a.send(b'pair')\nresults.append(b.recv(16).decode())\n"
+        "import asyncio\nresults.append(asyncio.run(asyncio.sleep(0, 'loop')))\nprint(results)"
+    )
+    try:
+        answer = any_server.execute(code)
+        with contextlib.suppress(TimeoutError):
+            assert receiver.recv(64) == b"", "a datagram reached a socket outside the call's directory"
+    finally:
+        receiver.close()
+        shutil.rmtree(outside)
+    assert answer["stdout"] == f"{[1, 1, 1, 1, 1, 'pair', 'loop']}\n", answer  # EPERM each time
+    recovered(any_server)

@@ -80,6 +80,22 @@ DENIED = (
     "io_uring_setup",
     "io_uring_enter",
     "io_uring_register",
+    # Native AIO: io_setup reserves the machine-wide fs.aio-max-nr for as long as the context lives
+    # (a session holds it between cells), so one call could make every process's io_setup fail.
+    "io_setup",
+    "io_destroy",
+    "io_submit",
+    "io_cancel",
+    "io_getevents",
+    "io_pgetevents",
+    # Sockets are refused (socket above), but socketpair() is needed (asyncio's self-pipe): a
+    # datagram socket from it could still send to, or connect to, any writable pathname socket
+    # outside the call's directory (Landlock does not check those paths). Sending on the pair
+    # itself stays allowed (sendto without an address); sendmsg carries its address in memory.
+    "connect",
+    "bind",
+    "sendmsg",
+    "sendmmsg",
     "fanotify_init",
     "syslog",
     "vhangup",
@@ -173,6 +189,7 @@ def static_filter() -> bytes:
         flt.add_rule(eperm, "fcntl", sc.Arg(1, sc.EQ, command))
     for request in DENIED_IOCTL:
         flt.add_rule(eperm, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
+    flt.add_rule(eperm, "sendto", sc.Arg(4, sc.NE, 0))  # an address: somewhere other than its peer
     # Threads yes, processes no: clone without CLONE_THREAD fails; clone3 hides its flags in
     # memory, so it reports ENOSYS and the C library falls back to clone.
     flt.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, _CLONE_THREAD, 0))
