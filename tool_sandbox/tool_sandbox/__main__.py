@@ -47,6 +47,12 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
         help="/run_code output kept per stream",
     )
     serve.add_argument("--max-body-bytes", type=int, default=defaults.max_body_bytes)
+    serve.add_argument(
+        "--max-tasks",
+        type=int,
+        default=defaults.max_tasks,
+        help="processes and threads all sandboxed code may run at once (the pod's pids budget)",
+    )
     serve.add_argument("--max-connections", type=int, default=defaults.max_connections)
     serve.add_argument(
         "--header-timeout-seconds",
@@ -70,6 +76,7 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
         "max_memory_mib",
         "max_output_bytes",
         "max_body_bytes",
+        "max_tasks",
         "max_connections",
         "header_timeout_seconds",
     ):
@@ -90,6 +97,7 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
         max_memory_mib=args.max_memory_mib,
         max_output_bytes=args.max_output_bytes,
         max_body_bytes=args.max_body_bytes,
+        max_tasks=args.max_tasks,
         max_connections=args.max_connections,
         header_timeout_seconds=args.header_timeout_seconds,
         landlock=not args.no_landlock,

@@ -106,6 +106,11 @@ class ServerSettings:
         default_factory=lambda: os.path.join(os.environ.get("TMPDIR", "/tmp"), "tool-sandbox")
     )
     sandbox_uid_base: int = 200000  # children run as uid base+slot when the server is root
+    # Tasks (processes and threads) sandboxed code may run in all, split evenly between the
+    # workers: the pod's pids budget (Kubernetes has no pod field for one; the kubelet's
+    # podPidsLimit is node configuration). A call past it gets "infra"; one call alone is bounded
+    # by its tool's maxProcesses.
+    max_tasks: int = 4096
     landlock: bool = True
     allow_no_landlock: bool = False  # else /readyz fails when children would run without Landlock
 

@@ -2,7 +2,11 @@
 
 A one-shot child runs one program with script semantics (`__name__ == "__main__"`, exit code
 from `sys.exit`, a traceback on stderr) and exits. A session child keeps one namespace and runs
-cells with notebook semantics (the value of a trailing expression is printed) until told to stop."""
+cells with notebook semantics (the value of a trailing expression is printed) until told to stop.
+
+What the worker may believe of a child's control pipe: only its first frame, written before any of
+the code ran (a set-up failure, or that a session started). Once code has run it can write there
+too, so a cell's end counts only together with what the kernel reports: the child stopped itself."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import io
 import linecache
 import os
 import random
+import signal
 import sys
 import tempfile
 import threading
@@ -34,11 +39,16 @@ def main(workdir: str, vm_bytes: int, setup_error: str | None) -> None:
         sys.argv[:] = [program]  # as `python main.py`: not the worker's command line
         sys.orig_argv[:] = [sys.executable, program]
         reseed()  # while waiting for code: off the call's path
-        request = _spawner.receive(layers.REQUEST_FD, vm_bytes)  # also sets limits and stdin
+        try:
+            request = _spawner.receive(layers.REQUEST_FD, vm_bytes)  # also sets limits and stdin
+        except OSError as exc:  # before any code ran: the pool's failure, not the code's
+            _report({"setupError": str(exc)})
+            os._exit(code)
         if request is None:
             os._exit(0)
         mode, source = request
         if mode == layers.SESSION:
+            _report({"started": True})  # the last frame the worker believes
             code = _session(source, vm_bytes, program)
         else:
             os.close(layers.CONTROL_FD)
@@ -97,7 +107,8 @@ def _session(first_code: str, vm_bytes: int, program: str) -> int:
         _flush()
         if exited:
             return status  # sys.exit ends the session as it ends a kernel
-        _report({"done": True, "exitCode": status})
+        _report({"done": True, "exitCode": status, "cell": cells})
+        os.kill(os.getpid(), signal.SIGSTOP)  # the cell ends when the worker sees it; SIGCONT starts the next
         message = _spawner.receive(layers.REQUEST_FD, vm_bytes)  # also refills stdin (fd 0)
         code = None if message is None else message[1]
         sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")  # no stale buffer

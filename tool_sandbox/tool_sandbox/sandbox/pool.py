@@ -209,6 +209,7 @@ class Pool:
             "workdir": own.workdir,  # each worker leases its own part of it (zygote.Lease)
             "uidBase": own.sandbox_uid_base,
             "slots": own.capacity + own.max_sessions + own.spares_per_worker + 8,
+            "tasks": max(own.max_tasks // own.workers, 1),  # each worker's share of the pod's
             "spares": self.settings.spares_per_worker,
             "landlock": self.settings.landlock,
         }
