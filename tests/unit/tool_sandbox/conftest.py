@@ -85,23 +85,43 @@ NOBODY = 65534
 INTERPRETER = "/usr/bin/python3.11"  # Debian's python3.11 (+ python3.11-dev for the C extension)
 
 
-@contextlib.contextmanager
-def non_root_server(*args: str, tools: list[dict] | None = None) -> Iterator[SandboxProcess]:
-    """The pool as in its pod: the server runs as `nobody`, so its children share its uid. From a
-    virtualenv of Debian's Python 3.11, since an interpreter under root's home (pyenv) is not
-    reachable by another uid."""
-    assert os.geteuid() == 0, "this test starts the server as another uid: run it as root (as CI does)"
+def debian_venv(root: Path) -> str:
+    """A virtualenv of Debian's Python 3.11 with tool_sandbox installed, under `root`; returns its
+    interpreter. An interpreter under root's home (pyenv) is reachable by no other uid: neither a
+    non-root server nor, as root, the children's own uids could import from it."""
     assert os.access(INTERPRETER, os.X_OK), f"needs {INTERPRETER}: apt-get install python3.11 python3.11-dev"
     uv = shutil.which("uv")
     assert uv, "needs uv (scripts/setup.sh installs it)"
+    venv = root / "venv"
+    env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+    subprocess.run([uv, "venv", "-q", "--python", INTERPRETER, str(venv)], check=True, env=env)
+    python = str(venv / "bin" / "python")
+    install = [uv, "pip", "install", "-q", "--python", python, str(REPO / "tool_sandbox")]
+    subprocess.run(install, check=True, env=env, timeout=900)
+    os.chmod(root, 0o755)
+    return python
+
+
+@pytest.fixture(scope="session")
+def debian_python() -> Iterator[str]:
+    """debian_venv once per test session (shared by the pod server and the root one below)."""
+    root = Path(tempfile.mkdtemp(prefix="toolrl-debian-venv-"))
+    try:
+        yield debian_venv(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def non_root_server(
+    *args: str, tools: list[dict] | None = None, python: str | None = None
+) -> Iterator[SandboxProcess]:
+    """The pool as in its pod: the server runs as `nobody`, so its children share its uid. From
+    `python` (a debian_venv interpreter; one is made if None)."""
+    assert os.geteuid() == 0, "this test starts the server as another uid: run it as root (as CI does)"
     root = Path(tempfile.mkdtemp(prefix="toolrl-non-root-"))
     try:
-        venv = root / "venv"
-        env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
-        subprocess.run([uv, "venv", "-q", "--python", INTERPRETER, str(venv)], check=True, env=env)
-        python = str(venv / "bin" / "python")
-        install = [uv, "pip", "install", "-q", "--python", python, str(REPO / "tool_sandbox")]
-        subprocess.run(install, check=True, env=env, timeout=900)
+        python = python or debian_venv(root)
         os.chmod(root, 0o755)
         work = root / "server"
         work.mkdir()
@@ -119,7 +139,25 @@ def non_root_server(*args: str, tools: list[dict] | None = None) -> Iterator[San
 
 
 @pytest.fixture(scope="session")
-def pod_server() -> Iterator[SandboxProcess]:
+def pod_server(debian_python: str) -> Iterator[SandboxProcess]:
     """A server as in the pool's pod (non-root, children share its uid), shared by the modules."""
-    with non_root_server() as running:
+    with non_root_server(python=debian_python) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def debian_root_server(debian_python: str) -> Iterator[SandboxProcess]:
+    """As root (each child a uid of its own), on the Debian interpreter of the pod server: the
+    children can read its standard library (pyenv's, under a 0700 /root, only preloaded modules).
+    Its directory is searchable by those uids, as /tmp is in the pod: a program opens its own
+    main.py by its absolute path (tracebacks, inspect)."""
+    root = Path(tempfile.mkdtemp(prefix="toolrl-debian-root-"))
+    os.chmod(root, 0o711)
+    try:
+        running = start_server(root, python=debian_python)
+        try:
+            yield running
+        finally:
+            running.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

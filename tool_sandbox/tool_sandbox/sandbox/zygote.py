@@ -26,7 +26,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from tool_sandbox.sandbox import forker, landlock, layers, outcome, seccomp, tree, wire
+from tool_sandbox.sandbox import forker, landlock, layers, outcome, seccomp, semlock, tree, wire
 from tool_sandbox.sandbox.libc import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, prctl, set_name
 
 PRELOAD = (
@@ -688,15 +688,28 @@ def _decode_files(files: dict[str, Any]) -> dict[str, bytes]:
 
 
 def _place_files(workdir: str, files: dict[str, bytes], uid_base: int | None, slot: int) -> None:
-    """Write checked files into a child's working directory."""
+    """Write checked files into a child's working directory; as root, they and every directory
+    made for them belong to the child's uid (the program may write next to its files)."""
+    uid = None if uid_base is None else uid_base + slot
     for name, content in files.items():
+        _make_parents(workdir, name, uid)
         path = os.path.join(workdir, name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as handle:
             handle.write(content)
-        if uid_base is not None:
-            for target in (path, os.path.dirname(path)):
-                os.chown(target, uid_base + slot, uid_base + slot)
+        if uid is not None:
+            os.chown(path, uid, uid)
+
+
+def _make_parents(workdir: str, name: str, uid: int | None) -> None:
+    path = workdir
+    for part in name.split("/")[:-1]:
+        path = os.path.join(path, part)
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            continue
+        if uid is not None:
+            os.chown(path, uid, uid)
 
 
 def _make_workdir(root: str, workdir: str, uid: int | None) -> None:
@@ -839,6 +852,7 @@ def main() -> None:
     for name in settings.get("preload", PRELOAD):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    semlock.install()  # multiprocessing's locks without /dev/shm, for the children's threads
     settings["slots"] = slots = min(int(settings.get("slots", 64)), UIDS_PER_LEASE)
     uid_base = settings.get("uidBase") if os.geteuid() == 0 else None
     lease = claim_lease(settings["workdir"], uid_base)
