@@ -53,11 +53,25 @@ def start_server(
     return SandboxProcess.start(tmp, *args, tools=tools or default_tools, env=environment, **process)  # type: ignore[arg-type]
 
 
+@contextlib.contextmanager
+def searchable_directory(prefix: str) -> Iterator[Path]:
+    """A temporary directory the children's own uids (as root) may pass through, as /tmp in the
+    pod: a program opens its main.py by its absolute path (tracebacks, inspect). pytest's own
+    temporary directories are 0700."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(root, 0o711)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
-    running = start_server(tmp_path_factory.mktemp("sandbox"))
-    yield running
-    running.stop()
+def server() -> Iterator[SandboxProcess]:
+    with searchable_directory("toolrl-sandbox-") as root:
+        running = start_server(root)
+        yield running
+        running.stop()
 
 
 @pytest.fixture
@@ -148,16 +162,10 @@ def pod_server(debian_python: str) -> Iterator[SandboxProcess]:
 @pytest.fixture(scope="session")
 def debian_root_server(debian_python: str) -> Iterator[SandboxProcess]:
     """As root (each child a uid of its own), on the Debian interpreter of the pod server: the
-    children can read its standard library (pyenv's, under a 0700 /root, only preloaded modules).
-    Its directory is searchable by those uids, as /tmp is in the pod: a program opens its own
-    main.py by its absolute path (tracebacks, inspect)."""
-    root = Path(tempfile.mkdtemp(prefix="toolrl-debian-root-"))
-    os.chmod(root, 0o711)
-    try:
+    children can read its standard library (pyenv's, under a 0700 /root, only preloaded modules)."""
+    with searchable_directory("toolrl-debian-root-") as root:
         running = start_server(root, python=debian_python)
         try:
             yield running
         finally:
             running.stop()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)

@@ -20,6 +20,7 @@ import selectors
 import signal
 import site
 import socket
+import stat
 import sys
 import time
 import traceback
@@ -830,6 +831,23 @@ def sweep_unheld(workdir: str, locks: str) -> None:
                 os.close(fd)
 
 
+def _warn_if_unreachable(workdir: str) -> None:
+    """As root each child has a uid of its own: a directory above the children's that others
+    may not pass through keeps a program from opening its own main.py by its path (its
+    tracebacks lose their source lines, inspect fails). Said once, in the server's log."""
+    path = os.path.realpath(workdir)
+    while path != "/":
+        path = os.path.dirname(path)
+        if not os.stat(path).st_mode & stat.S_IXOTH:
+            print(
+                f"tool-sandbox worker: {path} is not searchable by other users, so sandboxed programs"
+                " (each under a uid of its own) cannot open their own files by path (tracebacks lose"
+                " their source lines); use a --workdir below a directory like /tmp",
+                file=sys.stderr,
+            )
+            return
+
+
 def _claim_fds() -> None:
     """Move the server's pipes to fds 3 and 4 (a child replaces both with its own) before
     anything else opens a descriptor, and point stdin/stdout at /dev/null so no stray print
@@ -856,6 +874,8 @@ def main() -> None:
     settings["slots"] = slots = min(int(settings.get("slots", 64)), UIDS_PER_LEASE)
     uid_base = settings.get("uidBase") if os.geteuid() == 0 else None
     lease = claim_lease(settings["workdir"], uid_base)
+    if uid_base is not None:
+        _warn_if_unreachable(lease.workdir)
     _sweep(lease, slots)
     sweep_unheld(settings["workdir"], settings["workdir"] if uid_base is None else UID_LEASES)
     worker = Worker(settings, lease)
