@@ -1,10 +1,16 @@
 """Benchmark of the tool pool: calls/s and p50/p99 latency at concurrency 1, 8 and 32 for two
-snippets, through HTTP with every isolation layer on, side by side with two baselines measured
-in the same run on the same machine:
+snippets and for HumanEval's 328 test programs (humaneval.py), through HTTP with every isolation
+layer on, side by side with two baselines measured in the same run on the same machine:
   - `fresh python`: a new `python -c` process per call (no server);
   - `subprocess server`: a SandboxFusion-`isolation: none`-style server (temp file, `python file.py`).
+Snippets go to the pool's /v1/execute, HumanEval programs to its /run_code (SandboxFusion's
+dialect); a call counts as an error unless its output (snippets) or its pass/fail verdict
+(HumanEval) is the expected one. Before measuring, every HumanEval program runs once through
+SandboxFusion's official client against the pool's /run_code: each canonical solution must pass
+and each broken one fail, else the benchmark fails.
 
-Usage: python bench/tool_sandbox/run.py [--seconds 8] [--out bench/results/tool_sandbox.json]
+Usage: python bench/tool_sandbox/run.py [--seconds 8] [--workloads ...]
+       [--out bench/results/tool_sandbox.json]
 Prints a markdown table; writes the figures as JSON."""
 
 from __future__ import annotations
@@ -22,11 +28,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
+import humaneval
 
 SNIPPETS = {
     "print(1+1)": ("print(1+1)", "2\n"),
     "numpy sum": ("import numpy; print(numpy.arange(10).sum())", "45\n"),
 }
+HUMANEVAL = "HumanEval (328 programs)"
+WORKLOADS = (*SNIPPETS, HUMANEVAL)
 CONCURRENCY = (1, 8, 32)
 HERE = Path(__file__).resolve().parent
 ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -52,21 +61,25 @@ def wait_http(url: str, seconds: float = 120) -> None:
     raise RuntimeError(f"{url} not ready")
 
 
-async def measure(
-    call: Callable[[], Awaitable[str]], expected: str, concurrency: int, seconds: float
-) -> dict[str, float]:
-    """Closed loop: `concurrency` callers for `seconds` (after a short warm-up)."""
+Caller = Callable[[int], Awaitable[bool]]
+
+
+async def measure(call: Caller, concurrency: int, seconds: float) -> dict[str, float]:
+    """Closed loop: `concurrency` callers for `seconds` (after a short warm-up); call(i) runs the
+    i-th call and says whether its answer was the expected one."""
     latencies: list[float] = []
     errors = 0
     stop_at = 0.0
+    issued = 0
 
     async def caller() -> None:
-        nonlocal errors
+        nonlocal errors, issued
         while time.monotonic() < stop_at:
+            issued += 1
             started = time.perf_counter()
-            output = await call()
+            right = await call(issued)
             latencies.append(time.perf_counter() - started)
-            errors += output != expected
+            errors += not right
 
     stop_at = time.monotonic() + min(1.0, seconds / 5)
     await asyncio.gather(*(caller() for _ in range(concurrency)))
@@ -103,29 +116,78 @@ def busy_seconds() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def http_caller(
-    session: aiohttp.ClientSession, url: str, body: dict, key: Callable[[dict], str]
-) -> Callable[[], Awaitable[str]]:
-    async def call() -> str:
-        async with session.post(url, json=body) as response:
-            return key(await response.json())
+Check = Callable[[dict], bool]
+
+
+def http_caller(session: aiohttp.ClientSession, url: str, bodies: list[dict], checks: list[Check]) -> Caller:
+    """POST the i-th body (cycling); right when its check accepts the JSON answer."""
+
+    async def call(i: int) -> bool:
+        k = i % len(bodies)
+        async with session.post(url, json=bodies[k]) as response:
+            return checks[k](await response.json())
 
     return call
 
 
-def fresh_process_caller(code: str) -> Callable[[], Awaitable[str]]:
-    async def call() -> str:
+def fresh_process_caller(codes: list[str], passes: list[bool | str]) -> Caller:
+    """`python -c` per call; right when its stdout is the expected text or, for a bool, when its
+    exit status says pass (True) or fail (False)."""
+
+    async def call(i: int) -> bool:
+        k = i % len(codes)
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE, env=ENV
+            sys.executable,
+            "-c",
+            codes[k],
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env=ENV,
         )
         stdout, _ = await process.communicate()
-        return stdout.decode()
+        if isinstance(passes[k], bool):
+            return (process.returncode == 0) == passes[k]
+        return stdout.decode() == passes[k]
 
     return call
 
 
-async def bench(seconds: float) -> list[dict]:
+def systems(session: aiohttp.ClientSession, workload: str, sandbox: str, baseline: str) -> dict[str, Caller]:
+    """The three systems for one workload: (name -> caller)."""
+    if workload == HUMANEVAL:
+        cases = humaneval.cases()
+        codes, expected = [c.code for c in cases], [c.should_pass for c in cases]
+        bodies = [{"code": code, "language": "python"} for code in codes]
+        checks = [lambda r, want=want: (r["status"] == "Success") == want for want in expected]
+        return {
+            "tool_sandbox (all layers, HTTP /run_code)": http_caller(
+                session, f"{sandbox}/run_code", bodies, checks
+            ),
+            "fresh python -c per call": fresh_process_caller(codes, list(expected)),
+            "subprocess-per-call server": http_caller(session, f"{baseline}/run_code", bodies, checks),
+        }
+    code, output = SNIPPETS[workload]
+    return {
+        "tool_sandbox (all layers, HTTP)": http_caller(
+            session,
+            f"{sandbox}/v1/execute",
+            [{"tool": "python", "input": code}],
+            [lambda r: r["stdout"] == output],
+        ),
+        "fresh python -c per call": fresh_process_caller([code], [output]),
+        "subprocess-per-call server": http_caller(
+            session,
+            f"{baseline}/run_code",
+            [{"code": code, "language": "python"}],
+            [lambda r: r["run_result"]["stdout"] == output],
+        ),
+    }
+
+
+async def bench(seconds: float, workloads: list[str]) -> tuple[list[dict], dict[str, list[str]]]:
+    """The measured rows, and what the HumanEval check found wrong on each server."""
     rows = []
+    wrong: dict[str, list[str]] = {}
     sandbox_port, baseline_port = free_port(), free_port()
     sandbox = subprocess.Popen(
         [sys.executable, "-m", "tool_sandbox", "serve", "--host", "127.0.0.1", "--port", str(sandbox_port)],
@@ -135,30 +197,25 @@ async def bench(seconds: float) -> list[dict]:
     baseline = subprocess.Popen(
         [sys.executable, str(HERE / "baseline_server.py"), str(baseline_port)], env=ENV
     )
+    sandbox_url, baseline_url = f"http://127.0.0.1:{sandbox_port}", f"http://127.0.0.1:{baseline_port}"
     try:
-        wait_http(f"http://127.0.0.1:{sandbox_port}/readyz")
+        wait_http(f"{sandbox_url}/readyz")
+        if HUMANEVAL in workloads:
+            for name, url in (("tool_sandbox", sandbox_url), ("subprocess-per-call server", baseline_url)):
+                began = time.monotonic()
+                wrong[name] = await humaneval.check(url)
+                print(
+                    f"  HumanEval through the sandbox-fusion client, {name}: {len(wrong[name])} of 328"
+                    f" verdicts wrong ({time.monotonic() - began:.1f} s)",
+                    file=sys.stderr,
+                )
         connector = aiohttp.TCPConnector(limit=64)
         async with aiohttp.ClientSession(connector=connector) as session:
-            for label, (code, expected) in SNIPPETS.items():
-                systems = {
-                    "tool_sandbox (all layers, HTTP)": http_caller(
-                        session,
-                        f"http://127.0.0.1:{sandbox_port}/v1/execute",
-                        {"tool": "python", "input": code},
-                        lambda r: r["stdout"],
-                    ),
-                    "fresh python -c per call": fresh_process_caller(code),
-                    "subprocess-per-call server": http_caller(
-                        session,
-                        f"http://127.0.0.1:{baseline_port}/run_code",
-                        {"code": code, "language": "python"},
-                        lambda r: r["run_result"]["stdout"],
-                    ),
-                }
-                for system, call in systems.items():
+            for label in workloads:
+                for system, call in systems(session, label, sandbox_url, baseline_url).items():
                     for concurrency in CONCURRENCY:
                         load = os.getloadavg()[0]
-                        result = await measure(call, expected, concurrency, seconds)
+                        result = await measure(call, concurrency, seconds)
                         rows.append(
                             {
                                 "snippet": label,
@@ -173,7 +230,7 @@ async def bench(seconds: float) -> list[dict]:
         for process in (sandbox, baseline):
             process.terminate()
             process.wait(20)
-    return rows
+    return rows, wrong
 
 
 def machine() -> dict:
@@ -196,32 +253,73 @@ def machine() -> dict:
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| snippet | system | concurrency | calls/s | p50 ms | p90 ms | p99 ms | CPU ms/call | errors |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| workload | system | concurrency | calls/s | p50 ms | p90 ms | p99 ms | CPU ms/call | errors"
+        " | load |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['snippet']} | {r['system']} | {r['concurrency']} | {r['calls_per_second']} | "
-            f"{r['p50_ms']} | {r['p90_ms']} | {r['p99_ms']} | {r['cpu_ms_per_call']} | {r['errors']} |"
+            f"{r['p50_ms']} | {r['p90_ms']} | {r['p99_ms']} | {r['cpu_ms_per_call']} | {r['errors']} | "
+            f"{r['load_before']} |"
         )
+    return "\n".join(lines)
+
+
+def ratios(rows: list[dict]) -> str:
+    """Per workload and concurrency: the pool's calls/s over the subprocess-per-call server's."""
+    lines = []
+    for r in rows:
+        if not r["system"].startswith("tool_sandbox"):
+            continue
+        base = next(
+            (
+                b
+                for b in rows
+                if b["snippet"] == r["snippet"]
+                and b["concurrency"] == r["concurrency"]
+                and b["system"] == "subprocess-per-call server"
+            ),
+            None,
+        )
+        if base and base["calls_per_second"]:
+            times = r["calls_per_second"] / base["calls_per_second"]
+            lines.append(
+                f"- {r['snippet']}, c={r['concurrency']}: {times:.1f}x"
+                f" the subprocess-per-call server ({r['calls_per_second']} vs {base['calls_per_second']}"
+                f" calls/s), p99 {r['p99_ms']} ms"
+            )
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="measured seconds per cell")
+    parser.add_argument(
+        "--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS), help="what to measure (all)"
+    )
     parser.add_argument("--out", default=str(HERE.parent / "results" / "tool_sandbox.json"))
     args = parser.parse_args()
     info = machine()
-    rows = asyncio.run(bench(args.seconds))
+    rows, wrong = asyncio.run(bench(args.seconds, args.workloads))
     info["loadavg_end"] = os.getloadavg()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"machine": info, "results": rows}, indent=2) + "\n")
+    report = {"machine": info, "results": rows, "humaneval_wrong_verdicts": wrong}
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(
         f"Machine: {info['cpus']} CPUs ({info['cpu_model']}), Linux {info['kernel']}, "
-        f"Python {info['python']}, load average at start {info['loadavg_start'][0]:.2f}\n"
+        f"Python {info['python']}, load average at start {info['loadavg_start'][0]:.2f}, "
+        f"at end {info['loadavg_end'][0]:.2f}\n"
     )
     print(table(rows))
+    print()
+    print(ratios(rows))
+    for name, found in wrong.items():
+        print(f"\nHumanEval via the sandbox-fusion client against {name}: {328 - len(found)}/328 right")
+        for line in found[:20]:
+            print(f"  {line}")
+    if wrong.get("tool_sandbox"):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

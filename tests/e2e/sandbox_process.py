@@ -102,6 +102,8 @@ class SandboxProcess:
     url: str
     process: subprocess.Popen[bytes]
     log: Path
+    python: str = sys.executable  # the interpreter it runs on
+    workdir: Path | None = None  # its --workdir
 
     @classmethod
     def start(
@@ -147,7 +149,7 @@ class SandboxProcess:
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **(env or {})},
             )
-        server = cls(f"http://127.0.0.1:{port}", process, log)
+        server = cls(f"http://127.0.0.1:{port}", process, log, python, root / "work")
         deadline = time.monotonic() + ready_seconds
         while not server.ready():
             if process.poll() is not None or time.monotonic() > deadline:

@@ -37,7 +37,7 @@ class ToolConfig:
     file_size_limit_mib: int = 16
     disk_limit_mib: int = 32  # bytes a call (or a session) may keep in its directory
     max_open_files: int = 64
-    max_processes: int = 64
+    max_processes: int = 256  # tasks of a call as root (RLIMIT_NPROC of its own uid): its threads
     max_retries: int = 3
     retry_delay_seconds: float = 0.5
     rate_limit_per_second: float = 50.0

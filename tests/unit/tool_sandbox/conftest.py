@@ -53,11 +53,25 @@ def start_server(
     return SandboxProcess.start(tmp, *args, tools=tools or default_tools, env=environment, **process)  # type: ignore[arg-type]
 
 
+@contextlib.contextmanager
+def searchable_directory(prefix: str) -> Iterator[Path]:
+    """A temporary directory the children's own uids (as root) may pass through, as /tmp in the
+    pod: a program opens its main.py by its absolute path (tracebacks, inspect). pytest's own
+    temporary directories are 0700."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(root, 0o711)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
-    running = start_server(tmp_path_factory.mktemp("sandbox"))
-    yield running
-    running.stop()
+def server() -> Iterator[SandboxProcess]:
+    with searchable_directory("toolrl-sandbox-") as root:
+        running = start_server(root)
+        yield running
+        running.stop()
 
 
 @pytest.fixture
@@ -85,23 +99,43 @@ NOBODY = 65534
 INTERPRETER = "/usr/bin/python3.11"  # Debian's python3.11 (+ python3.11-dev for the C extension)
 
 
-@contextlib.contextmanager
-def non_root_server(*args: str, tools: list[dict] | None = None) -> Iterator[SandboxProcess]:
-    """The pool as in its pod: the server runs as `nobody`, so its children share its uid. From a
-    virtualenv of Debian's Python 3.11, since an interpreter under root's home (pyenv) is not
-    reachable by another uid."""
-    assert os.geteuid() == 0, "this test starts the server as another uid: run it as root (as CI does)"
+def debian_venv(root: Path) -> str:
+    """A virtualenv of Debian's Python 3.11 with tool_sandbox installed, under `root`; returns its
+    interpreter. An interpreter under root's home (pyenv) is reachable by no other uid: neither a
+    non-root server nor, as root, the children's own uids could import from it."""
     assert os.access(INTERPRETER, os.X_OK), f"needs {INTERPRETER}: apt-get install python3.11 python3.11-dev"
     uv = shutil.which("uv")
     assert uv, "needs uv (scripts/setup.sh installs it)"
+    venv = root / "venv"
+    env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+    subprocess.run([uv, "venv", "-q", "--python", INTERPRETER, str(venv)], check=True, env=env)
+    python = str(venv / "bin" / "python")
+    install = [uv, "pip", "install", "-q", "--python", python, str(REPO / "tool_sandbox")]
+    subprocess.run(install, check=True, env=env, timeout=900)
+    os.chmod(root, 0o755)
+    return python
+
+
+@pytest.fixture(scope="session")
+def debian_python() -> Iterator[str]:
+    """debian_venv once per test session (shared by the pod server and the root one below)."""
+    root = Path(tempfile.mkdtemp(prefix="toolrl-debian-venv-"))
+    try:
+        yield debian_venv(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def non_root_server(
+    *args: str, tools: list[dict] | None = None, python: str | None = None
+) -> Iterator[SandboxProcess]:
+    """The pool as in its pod: the server runs as `nobody`, so its children share its uid. From
+    `python` (a debian_venv interpreter; one is made if None)."""
+    assert os.geteuid() == 0, "this test starts the server as another uid: run it as root (as CI does)"
     root = Path(tempfile.mkdtemp(prefix="toolrl-non-root-"))
     try:
-        venv = root / "venv"
-        env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
-        subprocess.run([uv, "venv", "-q", "--python", INTERPRETER, str(venv)], check=True, env=env)
-        python = str(venv / "bin" / "python")
-        install = [uv, "pip", "install", "-q", "--python", python, str(REPO / "tool_sandbox")]
-        subprocess.run(install, check=True, env=env, timeout=900)
+        python = python or debian_venv(root)
         os.chmod(root, 0o755)
         work = root / "server"
         work.mkdir()
@@ -126,7 +160,19 @@ def make_pod_server() -> Iterator[Callable[..., SandboxProcess]]:
 
 
 @pytest.fixture(scope="session")
-def pod_server() -> Iterator[SandboxProcess]:
+def pod_server(debian_python: str) -> Iterator[SandboxProcess]:
     """A server as in the pool's pod (non-root, children share its uid), shared by the modules."""
-    with non_root_server() as running:
+    with non_root_server(python=debian_python) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def debian_root_server(debian_python: str) -> Iterator[SandboxProcess]:
+    """As root (each child a uid of its own), on the Debian interpreter of the pod server: the
+    children can read its standard library (pyenv's, under a 0700 /root, only preloaded modules)."""
+    with searchable_directory("toolrl-debian-root-") as root:
+        running = start_server(root, python=debian_python)
+        try:
+            yield running
+        finally:
+            running.stop()

@@ -303,7 +303,7 @@ def test_sandboxfusion_and_verltool_fidelity(any_server: SandboxProcess) -> None
     )
     assert run(deep)["run_result"]["stdout"] == "50000\n"
     failing = run(
-        "import sys, os\nprint(sys.argv == [__file__], os.path.basename(__file__))\n"
+        "import sys, os\nprint(sys.argv == [os.path.basename(__file__)], os.path.basename(__file__))\n"
         "def f():\n    raise ValueError('boom')\nf()"
     )
     assert failing["run_result"]["stdout"] == "True main.py\n"

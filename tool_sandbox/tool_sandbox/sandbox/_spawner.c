@@ -31,8 +31,9 @@
  * tasks (when it forks it, when it starts a thread, and all of them again before refusing one).
  *
  * receive() is a child's read of its next request on the request pipe (layout in layers.py): a
- * header (mode, limits, sizes), stdin, code. For a new program it also sets the limits and stdin,
- * so the only Python a one-shot child runs is the code itself.
+ * header (mode, limits, sizes), stdin, code. For a new program it also writes the code to main.py
+ * and sets the limits and stdin, so the Python a one-shot child runs is the code and what a plain
+ * interpreter does around it (child.py).
  *
  * Child set-up order: its pipes first (so any failure is reported), then what needs privilege
  * (uid), then no_new_privs, Landlock and seccomp, after which the child can only lose rights;
@@ -76,6 +77,7 @@
 #define WATCH_SIGCHLD (UINT64_MAX - 1)
 #define WATCH_HANDOFF (UINT64_MAX - 2)
 #define WATCH_LISTENER (1ULL << 32) /* | slot: a child's task-limit listener */
+#define MODE_RUN 0 /* layers.RUN */
 #define MODE_EXEC 2 /* layers.EXEC */
 #define STACK_BYTES ((rlim_t)256 << 20) /* main-thread stack of sandboxed code; growth stops (SIGSEGV) at the next mapping, never into it */
 #define MT19937_WORDS 624 /* numpy's mt19937_state: uint32_t key[624]; int pos; */
@@ -680,10 +682,29 @@ static int stdin_from(const char *text, size_t size) {
     return lseek(0, 0, SEEK_SET) == 0 ? 0 : -1;
 }
 
+/* The program on disk in the working directory, as `python main.py` has it (inspect, linecache and
+   the interpreter's own traceback printer read it there). Written before the limits apply: the
+   file-size limit is the program's, not its source's. */
+static int write_program(const char *name, const char *code, size_t size) {
+    int fd = open(name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    for (size_t done = 0; done < size;) {
+        ssize_t n = write(fd, code + done, size - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            close(fd);
+            return -1;
+        }
+        done += (size_t)n;
+    }
+    return close(fd);
+}
+
 static PyObject *receive(PyObject *Py_UNUSED(module), PyObject *args) {
     int fd;
     long long vm_bytes;
-    if (!PyArg_ParseTuple(args, "iL", &fd, &vm_bytes)) return NULL;
+    const char *program;
+    if (!PyArg_ParseTuple(args, "iLy", &fd, &vm_bytes, &program)) return NULL;
     struct request r;
     int got = read_exact(fd, (char *)&r, sizeof r);
     if (got == 0) Py_RETURN_NONE;
@@ -695,6 +716,7 @@ static PyObject *receive(PyObject *Py_UNUSED(module), PyObject *args) {
     }
     const char *failed = NULL; /* stdin first: the program's own limits must not fail the set-up */
     if ((r.stdin_bytes || r.mode == MODE_EXEC) && stdin_from(body, r.stdin_bytes) != 0) failed = "stdin";
+    else if (r.mode == MODE_RUN && write_program(program, body + r.stdin_bytes, r.code_bytes) != 0) failed = program;
     else if (r.mode != MODE_EXEC && apply_limits(&r, vm_bytes) != 0) failed = "setrlimit";
     PyObject *result = NULL;
     if (failed != NULL) PyErr_SetFromErrnoWithFilename(PyExc_OSError, failed);
@@ -704,14 +726,45 @@ static PyObject *receive(PyObject *Py_UNUSED(module), PyObject *args) {
     return result;
 }
 
+/* Make the caller's frame count as `depth` frames deep for the recursion limit; returns how deep
+   it counted before. The program's module frame then has the headroom it has in a fresh
+   interpreter, not that less the worker's and the child's own frames below it. */
+static PyObject *recursion_depth(PyObject *Py_UNUSED(module), PyObject *args) {
+    int depth;
+    if (!PyArg_ParseTuple(args, "i", &depth)) return NULL;
+    PyThreadState *ts = PyThreadState_Get();
+#if PY_VERSION_HEX >= 0x030C0000
+    int before = ts->py_recursion_limit - ts->py_recursion_remaining;
+    ts->py_recursion_remaining = ts->py_recursion_limit - depth;
+#else
+    int before = ts->recursion_limit - ts->recursion_remaining;
+    ts->recursion_remaining = ts->recursion_limit - depth;
+#endif
+    return PyLong_FromLong(before);
+}
+
+/* End the process as the C library's exit() would after the interpreter's finalization: C stdio
+   buffers flushed (a program's printf through ctypes), no atexit handlers of the C library, no
+   destructors of the worker's heap. */
+static PyObject *exit_flushed(PyObject *Py_UNUSED(module), PyObject *args) {
+    int code;
+    if (!PyArg_ParseTuple(args, "i", &code)) return NULL;
+    fflush(NULL);
+    _exit(code);
+}
+
 static PyMethodDef methods[] = {
     {"serve", serve, METH_VARARGS,
      "serve(sock, slots, task_budget, static_bpf, self_bpf, task_bpf, self_placeholder, group_placeholder, "
      "landlock_attr, landlock_rules, own_rights, mt19937_state_address): the forker loop; returns None when the worker "
      "is gone, or in a forked child (workdir, vm_bytes, error)."},
     {"receive", receive, METH_VARARGS,
-     "receive(fd, vm_bytes): a child's next request as (mode, code), None at end of file; sets the "
-     "limits and stdin of a new program."},
+     "receive(fd, vm_bytes, program): a child's next request as (mode, code), None at end of file; "
+     "for a new program also writes its code to the file `program` and sets its limits and stdin."},
+    {"recursion_depth", recursion_depth, METH_VARARGS,
+     "recursion_depth(depth): count the caller's frame as `depth` deep for the recursion limit; "
+     "returns its depth before."},
+    {"exit_flushed", exit_flushed, METH_VARARGS, "exit_flushed(code): flush C stdio, then _exit(code)."},
     {NULL, NULL, 0, NULL},
 };
 

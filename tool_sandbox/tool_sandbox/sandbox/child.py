@@ -1,8 +1,12 @@
 """What a sandboxed child does once isolated: wait for code, run it, report, exit.
 
-A one-shot child runs one program with script semantics (`__name__ == "__main__"`, exit code
-from `sys.exit`, a traceback on stderr) and exits. A session child keeps one namespace and runs
-cells with notebook semantics (the value of a trailing expression is printed) until told to stop.
+A one-shot child runs its program as `python main.py` in its directory would (run_program): the
+program is the `__main__` module, main.py is on disk (written by _spawner.receive) next to the
+call's `files` and its directory is sys.path[0], stdio and the SIGINT handler are the
+interpreter's own, an uncaught exception is printed by the interpreter's own printer
+(sys.excepthook) and the end is the interpreter's (finish). A session child keeps one namespace
+and runs cells with notebook semantics (the value of a trailing expression is printed) until told
+to stop.
 
 What the worker may believe of a child's control pipe: only its first frame, written before any of
 the code ran (a set-up failure, or that a session started). Once code has run it can write there
@@ -11,8 +15,11 @@ too, so a cell's end counts only together with what the kernel reports: the chil
 from __future__ import annotations
 
 import ast
+import atexit
 import builtins
 import contextlib
+import gc
+import importlib.machinery
 import io
 import linecache
 import os
@@ -22,9 +29,16 @@ import sys
 import tempfile
 import threading
 import traceback
-from typing import Any
+import types
+from typing import Any, NoReturn
 
 from tool_sandbox.sandbox import _spawner, layers, wire
+
+# How deep the program's module frame counts for the recursion limit, as in a fresh interpreter
+# running a file (the frame itself; checked by tests/unit/tool_sandbox/test_program_fidelity.py).
+MODULE_FRAME_DEPTH = 1
+_PROGRAM = os.fsencode(layers.PROGRAM_NAME)
+_EXIT_STATUS_FLUSH_FAILED = 120  # as the interpreter's when flushing stdout fails at exit
 
 
 def main(workdir: str, vm_bytes: int, setup_error: str | None) -> None:
@@ -35,12 +49,11 @@ def main(workdir: str, vm_bytes: int, setup_error: str | None) -> None:
         os._exit(code)
     try:
         os.environ["HOME"] = os.environ["TMPDIR"] = tempfile.tempdir = workdir
-        program = os.path.join(workdir, layers.PROGRAM_NAME)
-        sys.argv[:] = [program]  # as `python main.py`: not the worker's command line
-        sys.orig_argv[:] = [sys.executable, program]
+        sys.argv[:] = [layers.PROGRAM_NAME]  # as `python main.py`: not the worker's command line
+        sys.orig_argv[:] = [sys.executable, layers.PROGRAM_NAME]
         reseed()  # while waiting for code: off the call's path
         try:
-            request = _spawner.receive(layers.REQUEST_FD, vm_bytes)  # also sets limits and stdin
+            request = _spawner.receive(layers.REQUEST_FD, vm_bytes, _PROGRAM)  # also limits, stdin, main.py
         except OSError as exc:  # before any code ran: the pool's failure, not the code's
             _report({"setupError": str(exc)})
             os._exit(code)
@@ -49,15 +62,157 @@ def main(workdir: str, vm_bytes: int, setup_error: str | None) -> None:
         mode, source = request
         if mode == layers.SESSION:
             _report({"started": True})  # the last frame the worker believes
-            code = _session(source, vm_bytes, program)
+            code = _session(source, vm_bytes, os.path.join(workdir, layers.PROGRAM_NAME))
         else:
             os.close(layers.CONTROL_FD)
             os.close(layers.REQUEST_FD)
-            code, _ = run(source, _fresh_namespace(program), notebook=False, filename=program)
-            _join_threads()
+            run_program(source, os.getcwd())
     finally:
         _flush()
         os._exit(code)
+
+
+def run_program(source: str, directory: str) -> NoReturn:
+    """Run `source` as `python main.py` in `directory` would, to the end of the process."""
+    program = os.path.join(directory, layers.PROGRAM_NAME)
+    module = _main_module(program)
+    sys.modules["__main__"] = module
+    sys.path[0] = directory
+    sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    status, interrupted, exiting = 0, False, False
+    try:
+        code = compile(source, program, "exec", dont_inherit=True)
+    except BaseException as exc:  # SyntaxError: printed as the interpreter prints it, no traceback
+        exiting = isinstance(exc, SystemExit)
+        status = _uncaught(exc.with_traceback(None))
+    else:
+        depth = _spawner.recursion_depth(MODULE_FRAME_DEPTH - 1)
+        try:
+            exec(code, module.__dict__)
+        except BaseException as exc:
+            _spawner.recursion_depth(depth)
+            _flush_io()
+            interrupted, exiting = isinstance(exc, KeyboardInterrupt), isinstance(exc, SystemExit)
+            status = _uncaught(exc.with_traceback(exc.__traceback__.tb_next if exc.__traceback__ else None))
+        else:
+            _spawner.recursion_depth(depth)
+            _flush_io()
+        del code
+    if not exiting:  # the interpreter ends a SystemExit before it gets here
+        module.__dict__.pop("__file__", None)
+        module.__dict__.pop("__cached__", None)
+    del module  # sys.modules holds it until finish releases it
+    finish(status, interrupted)
+
+
+def _main_module(program: str) -> types.ModuleType:
+    """A `__main__` module as the interpreter makes one for a file: the same names, in its order."""
+    module = types.ModuleType("__main__")
+    namespace = module.__dict__
+    namespace["__annotations__"] = {}
+    namespace["__builtins__"] = builtins
+    namespace["__file__"] = program
+    namespace["__cached__"] = None
+    namespace["__loader__"] = importlib.machinery.SourceFileLoader("__main__", program)
+    return module
+
+
+def _uncaught(exc: BaseException) -> int:
+    """Report an exception that ended the program as the interpreter does (PyErr_Print): the
+    message of a SystemExit, else sys.excepthook (by default the interpreter's own printer).
+    Returns the exit status."""
+    if isinstance(exc, SystemExit):
+        return _exit_code(exc)
+    sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, exc.__traceback__
+    hook = getattr(sys, "excepthook", None)
+    if hook is None:
+        sys.stderr.write("sys.excepthook is missing\n")
+        hook = sys.__excepthook__
+    try:
+        hook(type(exc), exc, exc.__traceback__)
+    except SystemExit as stop:  # the hook asked to exit: with its status
+        return _exit_code(stop)
+    except BaseException as error:
+        error = error.with_traceback(error.__traceback__.tb_next if error.__traceback__ else None)
+        sys.stderr.write("Error in sys.excepthook:\n")
+        sys.__excepthook__(type(error), error, error.__traceback__)
+        sys.stderr.write("\nOriginal exception was:\n")
+        sys.__excepthook__(type(exc), exc, exc.__traceback__)
+    return 1
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """The exit status `raise SystemExit(code)` gives an interpreter (its message printed)."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF if -(1 << 63) <= code < 1 << 63 else 0xFF  # C exit() of a C long
+    sys.stderr.write(str(code))
+    sys.stderr.write("\n")
+    return 1
+
+
+def finish(status: int, interrupted: bool = False) -> NoReturn:
+    """End as the interpreter ends a program (Py_FinalizeEx, then exit): join non-daemon threads,
+    run atexit handlers, flush stdout and stderr, release the program's module (finalizers of its
+    objects run with its globals intact), flush again, flush C stdio and exit. An uncaught
+    KeyboardInterrupt ends the process by SIGINT, as the interpreter does."""
+    threading._shutdown()  # type: ignore[attr-defined]  # what the interpreter calls at exit
+    atexit._run_exitfuncs()
+    if not _flush_std_files():
+        status = _EXIT_STATUS_FLUSH_FAILED
+    main = sys.modules.get("__main__")
+    if main is not None:
+        _flush_open_files(vars(main))
+    del main
+    sys.modules["__main__"] = None  # type: ignore[assignment]  # as finalize_modules does
+    for name in ("last_type", "last_value", "last_traceback"):
+        sys.__dict__.pop(name, None)
+    gc.collect()
+    if not _flush_std_files():
+        status = _EXIT_STATUS_FLUSH_FAILED
+    if interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    _spawner.exit_flushed(status)
+    raise AssertionError("unreachable")  # exit_flushed never returns
+
+
+def _flush_open_files(namespace: dict[str, Any]) -> None:
+    """Flush files the program left open in its globals. The interpreter's finalization closes
+    them with their buffers written; collecting them here as garbage could close a file's raw
+    descriptor before its buffer (the collector finalizes in no fixed order) and lose the data."""
+    for value in list(namespace.values()):
+        if isinstance(value, io.IOBase):
+            with contextlib.suppress(Exception):
+                if not value.closed and value.writable():
+                    value.flush()
+
+
+def _flush_io() -> None:
+    """As the interpreter right after running a file: stderr, then stdout, errors ignored."""
+    for stream in (sys.stderr, sys.stdout):
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+
+def _flush_std_files() -> bool:
+    """Flush sys.stdout and sys.stderr as the interpreter does at exit; False if stdout failed."""
+    ok = True
+    for stream in (sys.stdout, sys.stderr):
+        if stream is None or getattr(stream, "closed", False):
+            continue
+        try:
+            stream.flush()
+        except Exception as exc:
+            if stream is sys.stdout:
+                ok = False
+                with contextlib.suppress(Exception):
+                    sys.stderr.write(f"Exception ignored in: {stream!r}\n")
+                    traceback.print_exception(exc, file=sys.stderr)
+    return ok
 
 
 def reseed() -> None:
@@ -73,14 +228,14 @@ def run(code: str, namespace: dict[str, Any], notebook: bool, filename: str) -> 
     try:
         last = None
         if notebook:  # the syntax tree only where the last expression is wanted
-            tree = ast.parse(code, filename, "exec")
+            tree = ast.parse(code, filename, "exec")  # never inherits this module's future flags
             if tree.body and isinstance(tree.body[-1], ast.Expr):
                 last = ast.Expression(tree.body.pop().value)
-            exec(compile(tree, filename, "exec"), namespace)
+            exec(compile(tree, filename, "exec", dont_inherit=True), namespace)
         else:
-            exec(compile(code, filename, "exec"), namespace)
+            exec(compile(code, filename, "exec", dont_inherit=True), namespace)
         if last is not None:
-            value = eval(compile(last, filename, "eval"), namespace)
+            value = eval(compile(last, filename, "eval", dont_inherit=True), namespace)
             if value is not None:
                 print(repr(value))
         return 0, False
@@ -98,7 +253,7 @@ def _remember_source(filename: str, code: str) -> None:
 
 
 def _session(first_code: str, vm_bytes: int, program: str) -> int:
-    namespace = _fresh_namespace(program)
+    namespace = _session_namespace(program)
     code: str | None = first_code
     cells = 0
     while code is not None:
@@ -109,30 +264,19 @@ def _session(first_code: str, vm_bytes: int, program: str) -> int:
             return status  # sys.exit ends the session as it ends a kernel
         _report({"done": True, "exitCode": status, "cell": cells})
         os.kill(os.getpid(), signal.SIGSTOP)  # the cell ends when the worker sees it; SIGCONT starts the next
-        message = _spawner.receive(layers.REQUEST_FD, vm_bytes)  # also refills stdin (fd 0)
+        message = _spawner.receive(layers.REQUEST_FD, vm_bytes, _PROGRAM)  # also refills stdin (fd 0)
         code = None if message is None else message[1]
         sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")  # no stale buffer
     return 0
 
 
-def _fresh_namespace(program: str) -> dict[str, Any]:
-    return {"__name__": "__main__", "__builtins__": builtins, "__file__": program}
-
-
-def _exit_code(exc: SystemExit) -> int:
-    if exc.code is None:
-        return 0
-    if isinstance(exc.code, int):
-        return exc.code & 0xFF
-    print(exc.code, file=sys.stderr)
-    return 1
-
-
-def _join_threads() -> None:
-    """Wait for non-daemon threads, as the interpreter does at exit."""
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+def _session_namespace(program: str) -> dict[str, Any]:
+    """The namespace of a session's cells: the `__main__` module, its directory on sys.path."""
+    module = types.ModuleType("__main__")
+    module.__dict__.update(__builtins__=builtins, __file__=program)
+    sys.modules["__main__"] = module
+    sys.path[0] = os.path.dirname(program)
+    return module.__dict__
 
 
 def _flush() -> None:

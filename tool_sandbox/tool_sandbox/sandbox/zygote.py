@@ -20,13 +20,14 @@ import selectors
 import signal
 import site
 import socket
+import stat
 import sys
 import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from tool_sandbox.sandbox import forker, landlock, layers, outcome, seccomp, tree, wire
+from tool_sandbox.sandbox import forker, landlock, layers, outcome, seccomp, semlock, tree, wire
 from tool_sandbox.sandbox.libc import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, prctl, set_name
 
 PRELOAD = (
@@ -789,15 +790,28 @@ def _decode_files(files: dict[str, Any]) -> dict[str, bytes]:
 
 
 def _place_files(workdir: str, files: dict[str, bytes], uid_base: int | None, slot: int) -> None:
-    """Write checked files into a child's working directory."""
+    """Write checked files into a child's working directory; as root, they and every directory
+    made for them belong to the child's uid (the program may write next to its files)."""
+    uid = None if uid_base is None else uid_base + slot
     for name, content in files.items():
+        _make_parents(workdir, name, uid)
         path = os.path.join(workdir, name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as handle:
             handle.write(content)
-        if uid_base is not None:
-            for target in (path, os.path.dirname(path)):
-                os.chown(target, uid_base + slot, uid_base + slot)
+        if uid is not None:
+            os.chown(path, uid, uid)
+
+
+def _make_parents(workdir: str, name: str, uid: int | None) -> None:
+    path = workdir
+    for part in name.split("/")[:-1]:
+        path = os.path.join(path, part)
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            continue
+        if uid is not None:
+            os.chown(path, uid, uid)
 
 
 def _make_workdir(root: str, workdir: str, uid: int | None) -> None:
@@ -918,6 +932,23 @@ def sweep_unheld(workdir: str, locks: str) -> None:
                 os.close(fd)
 
 
+def _warn_if_unreachable(workdir: str) -> None:
+    """As root each child has a uid of its own: a directory above the children's that others
+    may not pass through keeps a program from opening its own main.py by its path (its
+    tracebacks lose their source lines, inspect fails). Said once, in the server's log."""
+    path = os.path.realpath(workdir)
+    while path != "/":
+        path = os.path.dirname(path)
+        if not os.stat(path).st_mode & stat.S_IXOTH:
+            print(
+                f"tool-sandbox worker: {path} is not searchable by other users, so sandboxed programs"
+                " (each under a uid of its own) cannot open their own files by path (tracebacks lose"
+                " their source lines); use a --workdir below a directory like /tmp",
+                file=sys.stderr,
+            )
+            return
+
+
 def _claim_fds() -> None:
     """Move the server's pipes to fds 3 and 4 (a child replaces both with its own) before
     anything else opens a descriptor, and point stdin/stdout at /dev/null so no stray print
@@ -940,9 +971,12 @@ def main() -> None:
     for name in settings.get("preload", PRELOAD):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    semlock.install()  # multiprocessing's locks without /dev/shm, for the children's threads
     settings["slots"] = slots = min(int(settings.get("slots", 64)), UIDS_PER_LEASE)
     uid_base = settings.get("uidBase") if os.geteuid() == 0 else None
     lease = claim_lease(settings["workdir"], uid_base)
+    if uid_base is not None:
+        _warn_if_unreachable(lease.workdir)
     _sweep(lease, slots)
     sweep_unheld(settings["workdir"], settings["workdir"] if uid_base is None else UID_LEASES)
     worker = Worker(settings, lease)
