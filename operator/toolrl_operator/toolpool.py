@@ -34,6 +34,10 @@ TMP_HEADROOM_MIB = 256  # /tmp beyond the calls' own budgets: workers' leases, s
 # threads; one call alone is bounded by its tool's maxProcesses.
 TASKS_PER_SLOT = 64  # per call or session a replica holds at once
 MAX_POOL_TASKS = 16384  # at most, whatever the capacity: well below a node's pid_max (32768 by default)
+# On SIGTERM the pool answers nothing new (503) and gives calls in flight this long to end, then
+# answers the rest as its own failure; the pod's grace period leaves it time to write them.
+DRAIN_SECONDS = 20
+TERMINATION_GRACE_SECONDS = DRAIN_SECONDS + 10
 
 
 def tmp_size_mib(spec: dict[str, Any]) -> int:
@@ -59,6 +63,7 @@ def server_args(spec: dict[str, Any]) -> list[str]:
         "--capacity", str(pool["capacityPerReplica"]),
         "--max-sessions", str(pool["maxSessionsPerReplica"]),
         "--max-tasks", str(pool_tasks(spec)),
+        "--drain-seconds", str(DRAIN_SECONDS),
     ]  # fmt: skip
     if not pool["requireLandlock"]:
         args.append("--allow-no-landlock")
@@ -121,6 +126,7 @@ def build_deployment(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": SANDBOX_UID,

@@ -60,6 +60,12 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
         default=defaults.header_timeout_seconds,
         help="a connection must send a request's headers within this",
     )
+    serve.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=defaults.drain_seconds,
+        help="on SIGTERM, how long calls in flight may still run (then they fail as the pool's fault)",
+    )
     serve.add_argument("--no-landlock", action="store_true", help="do not use Landlock even if available")
     serve.add_argument(
         "--allow-no-landlock",
@@ -100,6 +106,7 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
         max_tasks=args.max_tasks,
         max_connections=args.max_connections,
         header_timeout_seconds=args.header_timeout_seconds,
+        drain_seconds=args.drain_seconds,
         landlock=not args.no_landlock,
         allow_no_landlock=args.allow_no_landlock,
     )

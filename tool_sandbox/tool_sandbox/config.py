@@ -102,6 +102,9 @@ class ServerSettings:
     header_timeout_seconds: float = 15.0
     body_timeout_seconds: float = 60.0
     max_connections: int = 512
+    # SIGTERM: calls in flight get this long to end, then answer as the pool's failure (below the
+    # pod's terminationGracePeriodSeconds, which the operator sets from it).
+    drain_seconds: float = 20.0
     workdir: str = field(
         default_factory=lambda: os.path.join(os.environ.get("TMPDIR", "/tmp"), "tool-sandbox")
     )

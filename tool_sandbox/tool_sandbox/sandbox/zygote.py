@@ -581,9 +581,16 @@ class Worker:
             self.send({"id": msg["id"], "status": outcome.OK, "closed": kid is not None})
         elif op == "ping":
             recent = time.monotonic() - self.fork_failed_at < FORK_FAILURE_SHOWN_SECONDS
-            problem = self.spawn_error or (self.fork_error if recent else "")
+            fork_error = self.fork_error if recent else ""
+            problem = self.spawn_error or fork_error
             self.send(
-                {"id": msg["id"], "status": outcome.ERROR if problem else outcome.OK, "message": problem}
+                {
+                    "id": msg["id"],
+                    "status": outcome.ERROR if problem else outcome.OK,
+                    "message": problem,
+                    "spawnError": self.spawn_error,  # its directory: not fixed by waiting
+                    "forkError": fork_error,  # e.g. the pod's pids, for now
+                }
             )
         else:
             self.reply_error(msg, outcome.ERROR, f"unknown worker operation {op!r}")
