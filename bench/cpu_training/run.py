@@ -26,7 +26,9 @@ import threading
 import time
 from pathlib import Path
 
+import generation
 import psutil
+from trainer_entry.protocols import get_protocol
 from trainer_entry.tiny_model import build_tiny_model, warm_up, write_toy_data
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "e2e"))
@@ -40,6 +42,7 @@ LEARNING_RATE = 5.0e-4  # 2e-3 was tried first: the reward fell from 0.13 to 0 o
 
 ENGINES = ("vllm", "hf")
 HIDDEN = 64
+PROTOCOL = "python-tags"
 
 
 def job(model: Path, data: Path, steps: int, engine: str) -> dict:
@@ -58,7 +61,7 @@ def job(model: Path, data: Path, steps: int, engine: str) -> dict:
                 "totalTrainingSteps": steps,
                 "klLoss": {"enabled": False, "coef": 0.001},
             },
-            "rollout": {"engine": engine, "protocol": "python-tags", "maxToolTurns": 1},
+            "rollout": {"engine": engine, "protocol": PROTOCOL, "maxToolTurns": 1},
             "tools": [{"name": "python", "type": "python", "timeoutSeconds": 5}],
             "reward": {"preset": "exact-match"},
             "cluster": {"workers": {"replicas": 1, "gpusPerWorker": 0}},
@@ -179,6 +182,7 @@ def run_engine(engine: str, root: Path, model: Path, data: Path, steps_wanted: i
     }
 
 
+GENERATION_ROWS = ("engine_start_s", "sequences_per_batch", "tokens_per_batch", "tokens_per_s_median")
 ROWS = (
     "startup_to_first_step_s",
     "step_s_median",
@@ -204,19 +208,24 @@ def main() -> int:
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-cpu-training-"))
     model = build_tiny_model(root, "tiny-qwen2", hidden=HIDDEN, layers=2)
-    warm = warm_up(model, "python-tags", seconds=args.warm_up_seconds)
+    warm = warm_up(model, PROTOCOL, seconds=args.warm_up_seconds)
     data = write_toy_data(root / "data")
+    stop = list(get_protocol(PROTOCOL).stop)
+    generated = generation.measure(job(model, data, args.steps, "vllm"), model, data, stop, args.engines)
     results = {engine: run_engine(engine, root, model, data, args.steps) for engine in args.engines}
     result = {
         "machine": f"{os.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.0f} GiB",
         "model": f"tiny Qwen2, 2 layers x {HIDDEN}",
         "warm_up": warm.__dict__,
+        "generation": generated,
         **results,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(f"{result['machine']}; {result['model']}")
     print("| measure | " + " | ".join(args.engines) + " |\n|---|" + "---|" * len(args.engines))
+    for key in GENERATION_ROWS:
+        print(f"| generation: {key} | " + " | ".join(str(generated[e][key]) for e in args.engines) + " |")
     for key in ROWS:
         cells = [str(results[e][key]) if results[e] else "failed" for e in args.engines]
         print(f"| {key} | " + " | ".join(cells) + " |")
