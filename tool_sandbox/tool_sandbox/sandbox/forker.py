@@ -13,6 +13,7 @@ EXITED once a child was reaped (forked 0: the fork failed)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -58,6 +59,7 @@ def start(prepared: layers.Layers, slots: int) -> tuple[int, socket.socket, int]
 
 def _serve(sock: socket.socket, prepared: layers.Layers, slots: int) -> None:
     args = (sock.fileno(), slots, *prepared.spawner_args())
+    gc.freeze()  # what the worker made since its own freeze: a child's collection walks only its own objects
     sock.send(READY.pack(memory.collapse_heap()))
     spawned = _spawner.serve(*args)
     if spawned is not None:  # in a forked, isolated child
