@@ -44,7 +44,8 @@ async def run_code(request: web.Request) -> web.Response:
         "stderr": stderr.decode(errors="replace"),
     }
     ok = status == "Finished" and process.returncode == 0
-    return web.json_response({"status": "Success" if ok else "Failed", "run_result": result})
+    # `message` as SandboxFusion sends it (its official client requires the field)
+    return web.json_response({"status": "Success" if ok else "Failed", "message": "", "run_result": result})
 
 
 def main() -> None:

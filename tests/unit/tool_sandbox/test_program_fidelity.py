@@ -245,7 +245,7 @@ PROGRAMS = {
     "atexit_handlers": Program(
         dedent(
             """\
-            import atexit, sys
+            import atexit, sys, weakref
             def first():
                 print('first registered, runs last')
             def second(x):
@@ -254,6 +254,10 @@ PROGRAMS = {
                 raise ValueError('in atexit')
             atexit.register(first)
             atexit.register(second, 42)
+            class Holder:
+                pass
+            kept = Holder()
+            weakref.finalize(kept, print, 'finalizer of a live object, at exit')
             print('main done')
             sys.exit(3)
             """

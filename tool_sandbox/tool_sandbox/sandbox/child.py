@@ -14,6 +14,8 @@ too, so a cell's end counts only together with what the kernel reports: the chil
 
 from __future__ import annotations
 
+import _io
+import _signal
 import ast
 import atexit
 import builtins
@@ -24,7 +26,6 @@ import io
 import linecache
 import os
 import random
-import signal
 import sys
 import tempfile
 import threading
@@ -39,6 +40,9 @@ from tool_sandbox.sandbox import _spawner, layers, wire
 MODULE_FRAME_DEPTH = 1
 _PROGRAM = os.fsencode(layers.PROGRAM_NAME)
 _EXIT_STATUS_FLUSH_FAILED = 120  # as the interpreter's when flushing stdout fails at exit
+# What can hold unwritten data: the C base classes, not io's ABCs (an ABC's isinstance walks and
+# caches subclasses, touching hundreds of the worker's pages, each copied into the child).
+_BUFFERED = (_io._BufferedIOBase, _io._TextIOBase)
 
 
 def main(workdir: str, vm_bytes: int, setup_error: str | None) -> None:
@@ -48,9 +52,15 @@ def main(workdir: str, vm_bytes: int, setup_error: str | None) -> None:
         _report({"setupError": setup_error})
         os._exit(code)
     try:
+        # While waiting for code (off the call's path): the process a program will run in.
+        directory = os.getcwd()  # the working directory as the kernel resolves it, as python's
+        program = os.path.join(directory, layers.PROGRAM_NAME)
         os.environ["HOME"] = os.environ["TMPDIR"] = tempfile.tempdir = workdir
         sys.argv[:] = [layers.PROGRAM_NAME]  # as `python main.py`: not the worker's command line
         sys.orig_argv[:] = [sys.executable, layers.PROGRAM_NAME]
+        sys.modules["__main__"] = _main_module(program)
+        sys.path[0] = directory
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)  # the worker ignores SIGINT
         reseed()  # while waiting for code: off the call's path
         try:
             request = _spawner.receive(layers.REQUEST_FD, vm_bytes, _PROGRAM)  # also limits, stdin, main.py
@@ -62,24 +72,20 @@ def main(workdir: str, vm_bytes: int, setup_error: str | None) -> None:
         mode, source = request
         if mode == layers.SESSION:
             _report({"started": True})  # the last frame the worker believes
-            code = _session(source, vm_bytes, os.path.join(workdir, layers.PROGRAM_NAME))
+            code = _session(source, vm_bytes, program)
         else:
             os.close(layers.CONTROL_FD)
             os.close(layers.REQUEST_FD)
-            run_program(source, os.getcwd())
+            run_program(source, program)
     finally:
         _flush()
         os._exit(code)
 
 
-def run_program(source: str, directory: str) -> NoReturn:
-    """Run `source` as `python main.py` in `directory` would, to the end of the process."""
-    program = os.path.join(directory, layers.PROGRAM_NAME)
-    module = _main_module(program)
-    sys.modules["__main__"] = module
-    sys.path[0] = directory
-    sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+def run_program(source: str, program: str) -> NoReturn:
+    """Run `source` as `python main.py` runs the file `program` (its `__main__` module, sys.path
+    and signal handlers were set up by main), to the end of the process."""
+    module = sys.modules["__main__"]
     status, interrupted, exiting = 0, False, False
     try:
         code = compile(source, program, "exec", dont_inherit=True)
@@ -159,8 +165,10 @@ def finish(status: int, interrupted: bool = False) -> NoReturn:
     run atexit handlers, flush stdout and stderr, release the program's module (finalizers of its
     objects run with its globals intact), flush again, flush C stdio and exit. An uncaught
     KeyboardInterrupt ends the process by SIGINT, as the interpreter does."""
-    threading._shutdown()  # type: ignore[attr-defined]  # what the interpreter calls at exit
-    atexit._run_exitfuncs()
+    if threading.active_count() > 1:  # else it would find nothing to wait for
+        threading._shutdown()  # type: ignore[attr-defined]  # what the interpreter calls at exit
+    if atexit._ncallbacks():
+        atexit._run_exitfuncs()
     if not _flush_std_files():
         status = _EXIT_STATUS_FLUSH_FAILED
     main = sys.modules.get("__main__")
@@ -174,8 +182,8 @@ def finish(status: int, interrupted: bool = False) -> NoReturn:
     if not _flush_std_files():
         status = _EXIT_STATUS_FLUSH_FAILED
     if interrupted:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
+        _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+        os.kill(os.getpid(), _signal.SIGINT)
     _spawner.exit_flushed(status)
     raise AssertionError("unreachable")  # exit_flushed never returns
 
@@ -185,7 +193,7 @@ def _flush_open_files(namespace: dict[str, Any]) -> None:
     them with their buffers written; collecting them here as garbage could close a file's raw
     descriptor before its buffer (the collector finalizes in no fixed order) and lose the data."""
     for value in list(namespace.values()):
-        if isinstance(value, io.IOBase):
+        if isinstance(value, _BUFFERED):
             with contextlib.suppress(Exception):
                 if not value.closed and value.writable():
                     value.flush()
@@ -263,7 +271,7 @@ def _session(first_code: str, vm_bytes: int, program: str) -> int:
         if exited:
             return status  # sys.exit ends the session as it ends a kernel
         _report({"done": True, "exitCode": status, "cell": cells})
-        os.kill(os.getpid(), signal.SIGSTOP)  # the cell ends when the worker sees it; SIGCONT starts the next
+        os.kill(os.getpid(), _signal.SIGSTOP)  # the cell ends when the worker sees it; SIGCONT: the next
         message = _spawner.receive(layers.REQUEST_FD, vm_bytes, _PROGRAM)  # also refills stdin (fd 0)
         code = None if message is None else message[1]
         sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")  # no stale buffer
@@ -271,11 +279,13 @@ def _session(first_code: str, vm_bytes: int, program: str) -> int:
 
 
 def _session_namespace(program: str) -> dict[str, Any]:
-    """The namespace of a session's cells: the `__main__` module, its directory on sys.path."""
+    """The namespace of a session's cells (the `__main__` module, with notebook names) and its
+    line-buffered stdio."""
     module = types.ModuleType("__main__")
     module.__dict__.update(__builtins__=builtins, __file__=program)
     sys.modules["__main__"] = module
-    sys.path[0] = os.path.dirname(program)
+    if layers.SESSION_STDIO is not None:
+        sys.stdin, sys.stdout, sys.stderr = layers.SESSION_STDIO
     return module.__dict__
 
 

@@ -14,6 +14,7 @@ not be forked, or was refused a thread because its worker's task budget was used
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -65,6 +66,7 @@ def start(prepared: layers.Layers, slots: int, task_budget: int) -> tuple[int, s
 
 def _serve(sock: socket.socket, prepared: layers.Layers, slots: int, task_budget: int) -> None:
     args = (sock.fileno(), slots, task_budget, *prepared.spawner_args())
+    gc.freeze()  # what the worker made since its own freeze: a child's collection walks only its own objects
     sock.send(READY.pack(memory.collapse_heap()))
     spawned = _spawner.serve(*args)
     if spawned is not None:  # in a forked, isolated child

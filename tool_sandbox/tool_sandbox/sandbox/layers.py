@@ -85,15 +85,22 @@ def request(mode: int, code: str, limits: Limits | None = None, stdin: str = "")
     return REQUEST.pack(mode, *numbers, len(body), len(source)) + body + source
 
 
+SESSION_STDIO: tuple[io.TextIOWrapper, io.TextIOWrapper, io.TextIOWrapper] | None = None
+
+
 def prepare_stdio() -> None:
-    """Line-buffered text streams on fds 0-2, made in the worker so children inherit them:
-    a child only swaps the descriptors underneath."""
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
-    for name, fd in (("stdout", 1), ("stderr", 2)):
-        stream = io.TextIOWrapper(
-            io.FileIO(fd, "w", closefd=False),
-            encoding="utf-8",
-            errors="backslashreplace",
-            line_buffering=True,
+    """Line-buffered UTF-8 text streams on fds 0-2 for sessions (SESSION_STDIO), made in the
+    worker so children inherit them: a child only swaps the descriptors underneath. A program
+    keeps the interpreter's own streams, as `python main.py` has them."""
+    global SESSION_STDIO
+    streams = [io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")]
+    for fd in (1, 2):
+        streams.append(
+            io.TextIOWrapper(
+                io.FileIO(fd, "w", closefd=False),
+                encoding="utf-8",
+                errors="backslashreplace",
+                line_buffering=True,
+            )
         )
-        setattr(sys, name, stream)
+    SESSION_STDIO = (streams[0], streams[1], streams[2])

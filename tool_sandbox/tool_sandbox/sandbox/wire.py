@@ -3,11 +3,13 @@ length, then JSON (requests to a child are binary: layers.REQUEST)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the server's side only: asyncio (and the logging it imports) stays out of workers
+    import asyncio
 
 _HEADER = struct.Struct(">I")
 HEADER_SIZE = _HEADER.size

@@ -9,6 +9,7 @@ Run as `python -m tool_sandbox.sandbox.zygote '<json settings>'`."""
 
 from __future__ import annotations
 
+import atexit
 import base64
 import contextlib
 import fcntl
@@ -24,6 +25,7 @@ import stat
 import sys
 import time
 import traceback
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -956,6 +958,15 @@ def _warn_if_unreachable(workdir: str) -> None:
             return
 
 
+def _forget_exit_handlers() -> None:
+    """The worker leaves by os._exit: the atexit handlers its own set-up registered (pyseccomp's
+    weakref.finalize registers one) are for nobody. Dropped, so a child's exit runs only those
+    of its program, as a fresh interpreter's does; weakref.finalize registers again when a
+    program makes its first finalizer."""
+    atexit._clear()
+    weakref.finalize._registered_with_atexit = False  # type: ignore[attr-defined]
+
+
 def _claim_fds() -> None:
     """Move the server's pipes to fds 3 and 4 (a child replaces both with its own) before
     anything else opens a descriptor, and point stdin/stdout at /dev/null so no stray print
@@ -987,6 +998,7 @@ def main() -> None:
     _sweep(lease, slots)
     sweep_unheld(settings["workdir"], settings["workdir"] if uid_base is None else UID_LEASES)
     worker = Worker(settings, lease)
+    _forget_exit_handlers()
     gc.collect()
     gc.freeze()  # the collector never walks (and so never copies) what every process shares
     worker.run()
