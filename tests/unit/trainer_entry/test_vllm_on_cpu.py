@@ -30,7 +30,7 @@ def test_the_workspace_pins_the_gpu_images_torch_stack() -> None:
 
 def test_the_vllm_distribution_is_the_cpu_build_of_the_gpu_images_vllm() -> None:
     """verl reads `importlib.metadata.version("vllm")`; vLLM picks its CPU platform from the `+cpu`."""
-    from trainer_entry.vllm_on_cpu import VLLM_VERSION
+    from trainer_entry.verl_plugin import VLLM_VERSION
 
     project = tomllib.loads((ROOT / "trainer_entry" / "vllm-cpu" / "pyproject.toml").read_text())["project"]
     gpu_vllm = pins(ROOT / "images" / "trainer" / "requirements.txt")["vllm"]
