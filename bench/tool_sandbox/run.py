@@ -64,17 +64,19 @@ def wait_http(url: str, seconds: float = 120) -> None:
 Caller = Callable[[int], Awaitable[bool]]
 
 
-async def measure(call: Caller, concurrency: int, seconds: float) -> dict[str, float]:
-    """Closed loop: `concurrency` callers for `seconds` (after a short warm-up); call(i) runs the
-    i-th call and says whether its answer was the expected one."""
+async def measure(call: Caller, concurrency: int, seconds: float, calls: int = 0) -> dict[str, float]:
+    """Closed loop: `concurrency` callers for `seconds`, or for exactly `calls` calls when given
+    (after a short warm-up); call(i) runs the i-th call and says whether its answer was the
+    expected one."""
     latencies: list[float] = []
     errors = 0
     stop_at = 0.0
     issued = 0
+    limit = 0
 
     async def caller() -> None:
         nonlocal errors, issued
-        while time.monotonic() < stop_at:
+        while time.monotonic() < stop_at and (not limit or issued < limit):
             issued += 1
             started = time.perf_counter()
             right = await call(issued)
@@ -87,7 +89,7 @@ async def measure(call: Caller, concurrency: int, seconds: float) -> dict[str, f
     errors = 0
     busy_before = busy_seconds()
     began = time.monotonic()
-    stop_at = began + seconds
+    stop_at, issued, limit = (began + 3600, 0, calls) if calls else (began + seconds, issued, 0)
     await asyncio.gather(*(caller() for _ in range(concurrency)))
     elapsed = time.monotonic() - began
     busy = busy_seconds() - busy_before
@@ -215,7 +217,10 @@ async def bench(seconds: float, workloads: list[str]) -> tuple[list[dict], dict[
                 for system, call in systems(session, label, sandbox_url, baseline_url).items():
                     for concurrency in CONCURRENCY:
                         load = os.getloadavg()[0]
-                        result = await measure(call, concurrency, seconds)
+                        # HumanEval: one whole pass (each program once), so every system and
+                        # concurrency runs the same mix of fast and slow programs
+                        passes = len(humaneval.cases()) if label == HUMANEVAL else 0
+                        result = await measure(call, concurrency, seconds, passes)
                         rows.append(
                             {
                                 "snippet": label,

@@ -30,7 +30,7 @@ def test_the_workspace_pins_the_gpu_images_torch_stack() -> None:
 
 def test_the_vllm_distribution_is_the_cpu_build_of_the_gpu_images_vllm() -> None:
     """verl reads `importlib.metadata.version("vllm")`; vLLM picks its CPU platform from the `+cpu`."""
-    from trainer_entry.vllm_on_cpu import VLLM_VERSION
+    from trainer_entry.verl_plugin import VLLM_VERSION
 
     project = tomllib.loads((ROOT / "trainer_entry" / "vllm-cpu" / "pyproject.toml").read_text())["project"]
     gpu_vllm = pins(ROOT / "images" / "trainer" / "requirements.txt")["vllm"]
@@ -82,3 +82,22 @@ def test_linear_layers_keep_their_weights_for_verls_weight_sync(linear_method) -
     layer.weight.data.copy_(second)  # what model.load_weights does in verl's sync
     method.process_weights_after_loading(layer)
     torch.testing.assert_close(method.apply(layer, x), x @ second.T, rtol=1e-4, atol=1e-4)
+
+
+def test_the_vllm_engine_is_replaced_on_the_cpu_platform_only() -> None:
+    """On GPUs verl's own vLLM replica runs untouched; on the cpu platform, ours (in a fresh process:
+    the platform is chosen before `import verl`)."""
+    import os
+    import subprocess
+    import sys
+
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    assert RolloutReplicaRegistry._registry["vllm"].__module__ == "verl.workers.rollout.replica"
+    probe = (
+        "from verl.workers.rollout.replica import RolloutReplicaRegistry as R; "
+        "print(R._registry['vllm'].__module__, R._registry['vllm'].__name__)"
+    )
+    env = {**os.environ, "VERL_PLATFORM": "cpu"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    assert out.stdout.split()[-2:] == ["trainer_entry.verl_plugin", "_load_vllm_on_cpu"], out.stderr[-2000:]
