@@ -137,8 +137,9 @@ def test_apply_creates_every_child_and_reaches_running(cluster, namespace, opera
     assert pod_spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
 
     table = cluster.kubectl("get", "trj", "-n", namespace).stdout.splitlines()
-    assert table[0].split() == ["NAME", "PHASE", "STEP", "REWARD", "TOOLS", "AGE"]
+    assert table[0].split() == ["NAME", "PHASE", "STEP", "REWARD", "RESTARTS", "TOOLS", "AGE"]
     assert table[1].split()[:2] == [JOB, "Running"]
+    assert status["restarts"] == 0
     assert "2/2" in table[1].split()
 
     expected_events = {"Created", "PhaseRunning", "RayClusterReady", "ReplicasReady"}
