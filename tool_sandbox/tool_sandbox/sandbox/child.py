@@ -55,7 +55,7 @@ def main(workdir: str, vm_bytes: int, setup_error: str | None) -> None:
         os.environ["HOME"] = os.environ["TMPDIR"] = tempfile.tempdir = workdir
         sys.argv[:] = [layers.PROGRAM_NAME]  # as `python main.py`: not the worker's command line
         sys.orig_argv[:] = [sys.executable, layers.PROGRAM_NAME]
-        sys.modules["__main__"] = _main_module(program)  # made in the worker, named here
+        sys.modules["__main__"] = _main_module(program)
         sys.path[0] = directory
         _signal.signal(_signal.SIGINT, _signal.default_int_handler)  # the worker ignores SIGINT
         reseed()
