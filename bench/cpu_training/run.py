@@ -1,12 +1,15 @@
-"""CPU training benchmark: verl's GRPO loop through `python -m trainer_entry run`, on the toy task.
+"""CPU training benchmark: verl's GRPO loop through `python -m trainer_entry run`, on the toy task,
+with each CPU rollout engine: `vllm` (verl's vLLM server on vLLM's CPU build) and `hf` (transformers).
 
 The tiny model (`trainer_entry tiny-model`, warmed up to either call the python tool or guess) trains
-with GRPO against a real tool_sandbox process on loopback. Measured: start-up to the first step,
-seconds per steady step, the peak memory of the whole process tree (PSS, so shared pages count once),
-and learning — the mean reward and tool calls per trajectory of the first and the last steps. Bounded:
-`--steps` steps, one warm-up of at most `--warm-up-seconds`.
+with GRPO against a real tool_sandbox process on loopback, the same job and the same warmed-up model
+for each engine, one engine after the other. Measured per engine: start-up to the first step,
+seconds per steady step, generation tokens/s (the response tokens of a step over its generation
+time; observations from the tool count as response tokens for both engines), the peak memory of the
+whole process tree (PSS, so shared pages count once), and learning — the mean reward of the first
+and the last steps. Bounded: `--steps` steps per engine, one warm-up of at most `--warm-up-seconds`.
 
-    .venv/bin/python bench/cpu_training/run.py [--steps 40] [--out result.json]
+    .venv/bin/python bench/cpu_training/run.py [--steps 30] [--engines vllm hf] [--out result.json]
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ import threading
 import time
 from pathlib import Path
 
+import generation
 import psutil
+from trainer_entry.protocols import get_protocol
 from trainer_entry.tiny_model import build_tiny_model, warm_up, write_toy_data
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "e2e"))
@@ -35,7 +40,12 @@ WINDOW = 5  # steps averaged at the start and at the end
 LEARNING_RATE = 5.0e-4  # 2e-3 was tried first: the reward fell from 0.13 to 0 over 30 steps
 
 
-def job(model: Path, data: Path, steps: int) -> dict:
+ENGINES = ("vllm", "hf")
+HIDDEN = 64
+PROTOCOL = "python-tags"
+
+
+def job(model: Path, data: Path, steps: int, engine: str) -> dict:
     return {
         "apiVersion": "toolrl.dev/v1alpha1",
         "kind": "ToolRLJob",
@@ -51,7 +61,7 @@ def job(model: Path, data: Path, steps: int) -> dict:
                 "totalTrainingSteps": steps,
                 "klLoss": {"enabled": False, "coef": 0.001},
             },
-            "rollout": {"engine": "hf", "protocol": "python-tags", "maxToolTurns": 1},
+            "rollout": {"engine": engine, "protocol": PROTOCOL, "maxToolTurns": 1},
             "tools": [{"name": "python", "type": "python", "timeoutSeconds": 5}],
             "reward": {"preset": "exact-match"},
             "cluster": {"workers": {"replicas": 1, "gpusPerWorker": 0}},
@@ -107,18 +117,12 @@ def parse_steps(output: str) -> dict[int, dict[str, float]]:
     return steps
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--warm-up-seconds", type=float, default=300)
-    parser.add_argument("--out", type=Path, default=Path("bench/results/cpu_training.json"))
-    args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="bench-cpu-training-"))
-    model = build_tiny_model(root, "tiny-qwen2", hidden=64, layers=2)
-    warm = warm_up(model, "python-tags", seconds=args.warm_up_seconds)
-    data = write_toy_data(root / "data")
-    (root / "job.json").write_text(json.dumps(job(model, data, args.steps)))
-    with SandboxProcess.start(root / "pool") as pool:
+def run_engine(engine: str, root: Path, model: Path, data: Path, steps_wanted: int) -> dict | None:
+    """One training run with `engine`; its measures, or None (with the log's path) if it failed."""
+    out = root / engine
+    out.mkdir()
+    (out / "job.json").write_text(json.dumps(job(model, data, steps_wanted, engine)))
+    with SandboxProcess.start(out / "pool") as pool:
         env = {**os.environ, "TOOLRL_TOOL_POOL_URL": pool.url, "TOOLRL_METRICS_PORT": str(free_port())}
         env.pop("RAY_ADDRESS", None)
         argv = [
@@ -127,9 +131,9 @@ def main() -> int:
             "trainer_entry",
             "run",
             "--spec",
-            str(root / "job.json"),
+            str(out / "job.json"),
             "--workdir",
-            str(root / "workdir"),
+            str(out / "workdir"),
         ]
         started = time.monotonic()
         first_step_at = None
@@ -144,48 +148,92 @@ def main() -> int:
         memory.stop()
         total = time.monotonic() - started
     output = "".join(lines)
-    (root / "trainer.log").write_text(output)
+    (out / "trainer.log").write_text(output)
     steps = parse_steps(output)
-    if rc != 0 or len(steps) < args.steps:
-        print(f"trainer exited {rc} after {len(steps)} steps; log: {root / 'trainer.log'}", file=sys.stderr)
-        return 1
+    if rc != 0 or len(steps) < steps_wanted:
+        print(
+            f"{engine}: trainer exited {rc} after {len(steps)} steps; log: {out / 'trainer.log'}",
+            file=sys.stderr,
+        )
+        return None
     ordered = [steps[k] for k in sorted(steps)]
+    steady = ordered[1:]  # the first step also warms up the engine
     reward = [s.get("critic/score/mean", float("nan")) for s in ordered]
-    step_seconds = [s["timing_s/step"] for s in ordered[1:] if "timing_s/step" in s]
-    result = {
-        "machine": f"{os.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.0f} GiB",
+    return {
         "load_average_at_end": os.getloadavg(),
-        "warm_up": warm.__dict__,
         "steps": len(ordered),
         "startup_to_first_step_s": round(first_step_at - started, 1) if first_step_at else None,
         "run_s": round(total, 1),
-        "step_s_median": round(statistics.median(step_seconds), 2),
+        "step_s_median": round(statistics.median(s["timing_s/step"] for s in steady), 2),
+        "generation_s_median": round(statistics.median(s["timing_s/gen"] for s in steady), 2),
+        "generation_tokens_per_s_median": round(
+            statistics.median(1000 / s["timing_per_token_ms/gen"] for s in steady), 1
+        ),
+        "step_tokens_per_s_median": round(statistics.median(s["perf/throughput"] for s in steady), 1),
         "peak_pss_gib": round(memory.peak / 2**30, 2),
         "processes_at_peak": memory.processes,
+        "rollout_actor_log_prob_diff_max": round(
+            max(s.get("training/rollout_probs_diff_max", float("nan")) for s in ordered), 4
+        ),
         "reward_first": round(statistics.mean(reward[:WINDOW]), 3),
         "reward_last": round(statistics.mean(reward[-WINDOW:]), 3),
         "reward_per_step": [round(r, 3) for r in reward],
         "grad_norm_per_step": [round(s.get("actor/grad_norm", float("nan")), 4) for s in ordered],
     }
+
+
+GENERATION_ROWS = ("engine_start_s", "sequences_per_batch", "tokens_per_batch", "tokens_per_s_median")
+ROWS = (
+    "startup_to_first_step_s",
+    "step_s_median",
+    "generation_s_median",
+    "generation_tokens_per_s_median",
+    "step_tokens_per_s_median",
+    "peak_pss_gib",
+    "processes_at_peak",
+    "rollout_actor_log_prob_diff_max",
+    "steps",
+    "reward_first",
+    "reward_last",
+    "load_average_at_end",
+)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
+    parser.add_argument("--warm-up-seconds", type=float, default=300)
+    parser.add_argument("--out", type=Path, default=Path("bench/results/cpu_training.json"))
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="bench-cpu-training-"))
+    model = build_tiny_model(root, "tiny-qwen2", hidden=HIDDEN, layers=2)
+    warm = warm_up(model, PROTOCOL, seconds=args.warm_up_seconds)
+    data = write_toy_data(root / "data")
+    stop = list(get_protocol(PROTOCOL).stop)
+    generated = generation.measure(job(model, data, args.steps, "vllm"), model, data, stop, args.engines)
+    results = {engine: run_engine(engine, root, model, data, args.steps) for engine in args.engines}
+    result = {
+        "machine": f"{os.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.0f} GiB",
+        "model": f"tiny Qwen2, 2 layers x {HIDDEN}",
+        "warm_up": warm.__dict__,
+        "generation": generated,
+        **results,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
-    print("| measure | value |\n|---|---|")
-    for key in (
-        "machine",
-        "startup_to_first_step_s",
-        "step_s_median",
-        "peak_pss_gib",
-        "processes_at_peak",
-        "steps",
-        "reward_first",
-        "reward_last",
-    ):
-        print(f"| {key} | {result[key]} |")
+    print(f"{result['machine']}; {result['model']}")
+    print("| measure | " + " | ".join(args.engines) + " |\n|---|" + "---|" * len(args.engines))
+    for key in GENERATION_ROWS:
+        print(f"| generation: {key} | " + " | ".join(str(generated[e][key]) for e in args.engines) + " |")
+    for key in ROWS:
+        cells = [str(results[e][key]) if results[e] else "failed" for e in args.engines]
+        print(f"| {key} | " + " | ".join(cells) + " |")
     print(
         f"| warm-up | {warm.steps} steps, {warm.seconds:.0f} s, calls {warm.call_rate:.0%}, "
         f"copies {warm.copy_rate:.0%} |"
     )
-    return 0
+    return 0 if all(results.values()) else 1
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from typing import Any
 from urllib.parse import urlencode
 
@@ -73,10 +72,9 @@ def resource_path(api_version: str, kind: str, namespace: str, name: str = "", s
 class Kube:
     """A thin JSON-over-REST client on top of the kubernetes package's authenticated transport."""
 
-    def __init__(self, api_client: client.ApiClient, field_manager: str, attempts: int = 5) -> None:
+    def __init__(self, api_client: client.ApiClient, field_manager: str) -> None:
         self.api_client = api_client
         self.field_manager = field_manager
-        self.attempts = attempts
 
     def request(
         self,
@@ -86,27 +84,25 @@ class Kube:
         content_type: str = "application/json",
         query: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        """One API call, retried on conflicts, throttling and server errors with a short backoff."""
+        """One API call, not retried here: retries have one home per caller, the reconciler's work
+        queue (which backs off per job) and the autoscaler's next tick. Retrying inside as well
+        multiplied the attempts and held a sync thread through every inner backoff."""
         if query:
             path = f"{path}?{urlencode(query)}"
-        for attempt in range(self.attempts):
-            method_, url, headers, body_, _ = self.api_client.param_serialize(
-                method,
-                path,
-                header_params={"Content-Type": content_type, "Accept": "application/json"},
-                body=body,
-                auth_settings=["BearerToken"],
-            )
-            response = self.api_client.call_api(
-                method_, url, header_params=headers, body=body_, _request_timeout=REQUEST_TIMEOUT
-            )
-            response.read()
-            if 200 <= response.status < 300:
-                return json.loads(response.data or b"{}")
-            if response.status not in RETRIABLE or attempt == self.attempts - 1:
-                raise api_error(response.status, response.data)
-            time.sleep(min(0.1 * 2**attempt, 2.0))
-        raise AssertionError("unreachable")
+        method_, url, headers, body_, _ = self.api_client.param_serialize(
+            method,
+            path,
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api_client.call_api(
+            method_, url, header_params=headers, body=body_, _request_timeout=REQUEST_TIMEOUT
+        )
+        response.read()
+        if 200 <= response.status < 300:
+            return json.loads(response.data or b"{}")
+        raise api_error(response.status, response.data)
 
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """Create or update `manifest` by server-side apply; returns the live object."""

@@ -30,7 +30,7 @@ from .naming import (
 )
 from .reconcile import Reconciler
 from .settings import Settings
-from .status import pod_waiting_cause
+from .status import lost_trainer, pod_waiting_cause
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
@@ -202,11 +202,13 @@ for _child in CHILD_KINDS:
 async def pod_event(
     type: str, body: kopf.Body, namespace: str, labels: kopf.Labels, memo: kopf.Memo, **_: Any
 ) -> None:
-    """The job's Ray and tool-pool pods (KubeRay copies the template's labels): why they wait."""
+    """The job's Ray, submitter and tool-pool pods (KubeRay copies the templates' labels): why
+    they wait, and whether a submitter pod shows the trainer lost."""
     memo.reconciler.pod_seen(
         (namespace, labels[LABEL_JOB]),
         body["metadata"]["name"],
         labels.get(LABEL_COMPONENT, ""),
         pod_waiting_cause(body),
         deleted=type == "DELETED",
+        lost=lost_trainer(body),
     )

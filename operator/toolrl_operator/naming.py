@@ -23,6 +23,8 @@ LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 COMPONENT_TOOL_POOL = "tool-pool"
 COMPONENT_TRAINER = "trainer"
 COMPONENT_CONFIG = "config"
+# The container of KubeRay's submitter Job (the operator's template): its pods' fate is the trainer's.
+SUBMITTER_CONTAINER = "ray-job-submitter"
 
 TOOL_POOL_PORT = 8080
 TRAINER_METRICS_PORT = 9400

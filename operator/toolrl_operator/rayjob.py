@@ -17,6 +17,7 @@ from .naming import (
     RAY_DASHBOARD_PORT,
     RAY_GCS_PORT,
     REWARD_DIR,
+    SUBMITTER_CONTAINER,
     TRAINER_METRICS_PORT,
     child_metadata,
     config_name,
@@ -32,7 +33,7 @@ from .settings import Settings
 
 GPU_RESOURCE = "nvidia.com/gpu"
 WORKER_GROUP = "gpu-workers"
-# A CPU-only job (gpusPerWorker 0, rollout.engine hf) runs verl's cpu platform: each worker advertises
+# A CPU-only job (gpusPerWorker 0, rollout.engine vllm or hf) runs verl's cpu platform: each worker advertises
 # one *logical* Ray GPU, since verl's resource pools always ask Ray for "GPU" bundles. trainer_entry
 # sets trainer.n_gpus_per_node to the same number (translate.LOGICAL_GPUS_PER_CPU_WORKER; a test
 # checks they agree).
@@ -59,7 +60,6 @@ POD_SECURITY: dict[str, Any] = {
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 
-SUBMITTER_CONTAINER = "ray-job-submitter"
 # `ray job submit` and then following the log: ~150 MiB resident (the Ray CLI), next to no CPU.
 # KubeRay's default asks for 500m, a quarter of a 2-CPU node.
 SUBMITTER_RESOURCES = {"requests": {"cpu": "50m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}

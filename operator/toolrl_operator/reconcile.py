@@ -11,11 +11,18 @@ backoff; a permanent one (a manifest the API server rejects, KEDA not set up) se
 resync, which also catches anything a watch missed).
 
 What is cached, and why it is safe: for each child, the hash of the manifest last applied and
-the resourceVersion the API server answered with. A child is skipped only while both still hold
-(its watch shows the same resourceVersion): any edit, deletion or status change of the child
-changes its resourceVersion and gets it applied again. The autoscaler's replica count reaches
-the Deployment through the job's `status.toolPool.desiredReplicas` (tool pool builder), so
-applying never fights it.
+the resourceVersion the API server answered with. Between resyncs a child is skipped while both
+still hold (its watch shows the same resourceVersion): any edit, deletion or status change of the
+child changes its resourceVersion and gets it applied again. The periodic resync applies every
+child regardless (server-side apply of an unchanged object is a no-op write): it repairs what no
+watch reports, a deletion in a watch gap or any change of an unwatched kind (the ScaledObject).
+A child whose uid changed across an apply was re-created, and the job's Events say so. The
+autoscaler's replica count reaches the Deployment through the job's
+`status.toolPool.desiredReplicas` (tool pool builder), so applying never fights it.
+
+Threads: the watches (on the event loop) and the syncs (on worker threads) share a job's
+`JobState`; what both touch (`live`, `pods`) is read and written under its lock, which is never
+held across an API call.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +49,10 @@ from .settings import Settings
 from .status import (
     FAILED,
     RECONCILED,
+    RECOVERING,
+    RESUMED,
+    TRAINER_RESTARTED,
+    LostTrainer,
     Problems,
     compute_status,
     now,
@@ -90,15 +102,37 @@ def first(store: Iterable[Any] | None) -> Any:
     return next(iter(store), None) if store is not None else None
 
 
+@dataclass(frozen=True)
+class PodSeen:
+    """What the status needs of one of the job's pods."""
+
+    component: str
+    cause: tuple[str, str] | None  # why it waits (pod_waiting_cause)
+    lost: LostTrainer | None  # the trainer it shows lost (lost_trainer)
+
+
+@dataclass(frozen=True)
+class Applied:
+    """A child as the API server answered its last apply."""
+
+    digest: str  # manifest_hash of what was applied
+    resource_version: str
+    uid: str
+
+
 @dataclass
 class JobState:
     """What the operator remembers of one job between syncs (dropped when the job goes)."""
 
+    # written by the watches and the syncs: under `lock`
     live: dict[ChildId, str] = field(default_factory=dict)  # resourceVersion by watch (DELETED: gone)
-    applied: dict[ChildId, tuple[str, str]] = field(default_factory=dict)  # (hash, resourceVersion)
+    pods: dict[str, PodSeen] = field(default_factory=dict)
+    # the syncs' own (one sync of a job at a time)
+    applied: dict[ChildId, Applied] = field(default_factory=dict)
     status: dict[str, Any] = field(default_factory=dict)  # the operator's fields as last written
     permanent: tuple[int, str, str, float] | None = None  # generation, reason, message, when
-    pods: dict[str, tuple[str, tuple[str, str] | None]] = field(default_factory=dict)  # component, cause
+    reapply: bool = True  # the next sync applies every child, cached or not (resync sets it)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
 
 class Reconciler:
@@ -135,32 +169,45 @@ class Reconciler:
     def child_seen(self, key: Key, kind: str, name: str, resource_version: str, deleted: bool) -> None:
         if first(self.jobs.get(key)) is None:
             return  # the job is gone (its children are garbage-collected) or not listed yet
-        self.state.setdefault(key, JobState()).live[(kind, name)] = DELETED if deleted else resource_version
+        state = self.state.setdefault(key, JobState())
+        with state.lock:
+            state.live[(kind, name)] = DELETED if deleted else resource_version
         self.queue.add(key)
 
     def pod_seen(
-        self, key: Key, name: str, component: str, cause: tuple[str, str] | None, deleted: bool
+        self,
+        key: Key,
+        name: str,
+        component: str,
+        cause: tuple[str, str] | None,
+        deleted: bool,
+        lost: LostTrainer | None = None,
     ) -> None:
-        """A pod of the job: only a change of why it waits matters to the status."""
+        """A pod of the job: only a change of why it waits, or of whether it shows a lost trainer,
+        matters to the status."""
         state = self.state.get(key)
         if state is None:
             if deleted:
                 return
             state = self.state.setdefault(key, JobState())  # pruned by resync if the job is gone
-        before = state.pods.get(name)
-        if deleted:
-            state.pods.pop(name, None)
-        else:
-            state.pods[name] = (component, cause)
-        if (before[1] if before else None) != (None if deleted else cause):
+        seen = None if deleted else PodSeen(component, cause, lost)
+        with state.lock:
+            before = state.pods.pop(name, None)
+            if seen is not None:
+                state.pods[name] = seen
+        if _shown(before) != _shown(seen):
             self.queue.add(key)
 
     def resync(self) -> None:
-        """Queue every known job: repairs anything a watch missed, retries permanent errors."""
+        """Queue every known job for a sync that applies all its children: repairs anything no
+        watch reported, retries permanent errors."""
         keys = set(self.jobs)
         for key in self.state.keys() - keys:
             del self.state[key]
         for key in keys:
+            state = self.state.setdefault(key, JobState())
+            with state.lock:
+                state.reapply = True
             self.queue.add(key)
 
     # ---- workers -------------------------------------------------------------------------------
@@ -241,6 +288,7 @@ class Reconciler:
             reconcile_error=error,
             trainer_waiting=_first_cause(state, COMPONENT_TRAINER),
             pool_waiting=_first_cause(state, COMPONENT_TOOL_POOL),
+            lost_trainers=_lost_trainers(state),
         )
         self._write_status(key, job, state, generation, problems, announcements)
         RECONCILE_DURATION.observe(time.monotonic() - started)
@@ -251,37 +299,51 @@ class Reconciler:
         """Apply the children that may differ from the cluster; what to announce."""
         suspend = rayjob["spec"]["suspend"] if rayjob else None
         children = build_children(job, self.settings, Live(rayjob_suspend=suspend))
+        with state.lock:
+            reapply, state.reapply = state.reapply, False
+            live = dict(state.live)
         due = []
         for manifest in children:
             child = (manifest["kind"], manifest["metadata"]["name"])
             digest = manifest_hash(manifest)
-            if state.applied.get(child) != (digest, state.live.get(child)):
+            applied = state.applied.get(child)
+            unchanged = applied is not None and applied.digest == digest
+            if reapply or not unchanged or applied.resource_version != live.get(child):
                 due.append((child, digest, manifest))
-        if not due:
-            return []
-        announcements = []
-        for (kind, name), _, _ in due:
-            if state.live.get((kind, name)) == DELETED and (kind, name) in state.applied:
-                message = f"re-created the deleted {kind} {name}"
-                announcements.append((events.WARNING, events.CHILD_DELETED, message))
+        try:
+            return self._apply_due(job, rayjob, state, due)
+        except Exception:
+            if reapply:  # what this resync's pass did not get through is applied in full next time
+                with state.lock:
+                    state.reapply = True
+            raise
+
+    def _apply_due(
+        self,
+        job: dict[str, Any],
+        rayjob: dict[str, Any] | None,
+        state: JobState,
+        due: list[tuple[ChildId, str, dict[str, Any]]],
+    ) -> list[tuple[str, str, str]]:
+        announcements: list[tuple[str, str, str]] = []
         others = [item for item in due if not BY_KIND[item[0][0]].after_others]
         # Independent objects go in parallel; then, one by one, those that refer to them.
         futures = [self.apply_threads.submit(self._apply, manifest) for _, _, manifest in others]
         failure: Exception | None = None
         for (child, digest, _), future in zip(others, futures, strict=True):
             try:
-                _remember(state, child, digest, future.result())
+                announcements += _remember(state, child, digest, future.result())
             except Exception as err:  # the others are still remembered: not re-applied next time
                 failure = failure or err
         if failure is not None:
             raise failure
         for child, digest, manifest in [item for item in due if BY_KIND[item[0][0]].after_others]:
             previous = state.applied.get(child)
-            _remember(state, child, digest, self._apply(manifest))
+            announcements += _remember(state, child, digest, self._apply(manifest))
             if child[0] != "RayJob":
                 continue
             wanted = bool(manifest["spec"].get("suspend"))
-            changed = previous is None or previous[0] != digest
+            changed = previous is None or previous.digest != digest
             kueue = bool(job["spec"]["cluster"].get("queueName"))  # then Kueue suspends and resumes
             if changed and not kueue and rayjob is not None and bool(rayjob["spec"]["suspend"]) != wanted:
                 announcements.append(_suspension(wanted))
@@ -336,10 +398,19 @@ class Reconciler:
             log.warning("event %s on %s/%s not posted: %s", reason, *key, err)
 
 
-def _remember(state: JobState, child: ChildId, digest: str, live: Mapping[str, Any]) -> None:
-    version = live["metadata"]["resourceVersion"]
-    state.applied[child] = (digest, version)
-    state.live[child] = version  # what the API answered is as current as a watch event
+def _remember(
+    state: JobState, child: ChildId, digest: str, live: Mapping[str, Any]
+) -> list[tuple[str, str, str]]:
+    """Record what the API answered (as current as a watch event); announce a re-creation: the
+    child was deleted since its last apply (seen by a watch, or found at a resync)."""
+    meta = live["metadata"]
+    previous = state.applied.get(child)
+    state.applied[child] = Applied(digest, meta["resourceVersion"], meta.get("uid", ""))
+    with state.lock:
+        state.live[child] = meta["resourceVersion"]
+    if previous is None or previous.uid == meta.get("uid", ""):
+        return []
+    return [(events.WARNING, events.CHILD_DELETED, f"re-created the deleted {child[0]} {child[1]}")]
 
 
 def _suspension(suspended: bool) -> tuple[str, str, str]:
@@ -365,16 +436,28 @@ def overlay(status: Mapping[str, Any], ours: Mapping[str, Any]) -> dict[str, Any
 
 
 def _first_cause(state: JobState, component: str) -> tuple[str, str] | None:
-    causes = sorted(
-        (name, cause) for name, (comp, cause) in state.pods.items() if comp == component and cause
-    )
+    with state.lock:
+        pods = list(state.pods.items())
+    causes = sorted((name, pod.cause) for name, pod in pods if pod.component == component and pod.cause)
     return causes[0][1] if causes else None
 
 
+def _shown(pod: PodSeen | None) -> tuple[Any, Any]:
+    return (pod.cause, pod.lost) if pod else (None, None)
+
+
+def _lost_trainers(state: JobState) -> tuple[LostTrainer, ...]:
+    with state.lock:
+        return tuple(sorted(pod.lost for pod in state.pods.values() if pod.lost))
+
+
 def status_announcements(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """Events for a status change: the phase (a failure as a Warning with its reason), and the
-    pool, the Ray cluster and the children becoming ready or unready."""
+    """Events for a status change: the phase (a failure as a Warning with its reason), the pool,
+    the Ray cluster and the children becoming ready or unready, a trainer restarted and resumed."""
     out = []
+    if new.get("restarts", 0) > old.get("restarts", 0):
+        recovering = next(c for c in new["conditions"] if c["type"] == RECOVERING)
+        out.append((events.WARNING, TRAINER_RESTARTED, recovering["message"]))
     if old.get("phase") != new["phase"]:
         message = f"{old.get('phase') or 'New'} -> {new['phase']}: {new['message']}"
         if new["phase"] == FAILED:
@@ -389,4 +472,6 @@ def status_announcements(old: Mapping[str, Any], new: Mapping[str, Any]) -> list
             out.append((events.NORMAL, cond["reason"], cond["message"]))
         if cond["type"] == RECONCILED and flipped and cond["status"] == "True" and cond["type"] in before:
             out.append((events.NORMAL, cond["reason"], cond["message"]))
+        if cond["type"] == RECOVERING and flipped and cond["reason"] == RESUMED:
+            out.append((events.NORMAL, RESUMED, cond["message"]))
     return out

@@ -7,14 +7,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .naming import tool_pool_url
+from .naming import SUBMITTER_CONTAINER, tool_pool_url
 
 PENDING, PROVISIONING, RUNNING = "Pending", "Provisioning", "Running"
 SUCCEEDED, FAILED, SUSPENDED = "Succeeded", "Failed", "Suspended"
 TERMINAL_PHASES = frozenset({SUCCEEDED, FAILED})
 
 RECONCILED = "Reconciled"  # False while the operator cannot apply the job's children
-CONDITION_TYPES = ("ToolPoolReady", "ClusterReady", RECONCILED, "Running", "Succeeded", "Failed", "Suspended")
+# True from a lost trainer (TRAINER_RESTARTED) until the restarted one reports progress (RESUMED);
+# present once a job's trainer was first restarted
+RECOVERING = "Recovering"
+TRAINER_RESTARTED, RESUMED = "TrainerRestarted", "TrainingResumed"
+CONDITION_TYPES = (
+    "ToolPoolReady", "ClusterReady", RECONCILED, "Running", "Succeeded", "Failed", "Suspended", RECOVERING
+)  # fmt: skip
 INCOMPLETE_TRAINING = "IncompleteTraining"
 BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
 # Container waiting reasons that mean a pod will not start without someone acting.
@@ -82,15 +88,43 @@ class Phase:
     message: str
 
 
+@dataclass(frozen=True, order=True)
+class LostTrainer:
+    """A pod of KubeRay's submitter Job that failed while its attempt went on: the trainer it
+    submitted and followed was lost (seen: the Ray head pod deleted or its process killed; the
+    submitter's log stream breaks). KubeRay's Job runs another submitter pod, which submits the
+    trainer again to the (new) head; the trainer resumes from the last checkpoint."""
+
+    ended: str  # the container's finishedAt (RFC 3339), which orders them
+    pod: str
+    detail: str  # "Error, exit code 1"
+
+
+def lost_trainer(pod: Mapping[str, Any]) -> LostTrainer | None:
+    """The LostTrainer a pod shows, or None (any other pod, or a submitter still running or done)."""
+    status = pod.get("status") or {}
+    names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+    if status.get("phase") != "Failed" or SUBMITTER_CONTAINER not in names:
+        return None
+    for container in status.get("containerStatuses") or []:
+        ended = (container.get("state") or {}).get("terminated")
+        if container.get("name") == SUBMITTER_CONTAINER and ended:
+            detail = f"{ended.get('reason') or 'Terminated'}, exit code {ended.get('exitCode')}"
+            return LostTrainer(ended.get("finishedAt") or "", pod["metadata"]["name"], detail)
+    reason = status.get("reason") or "Failed"  # e.g. evicted before its container ran
+    return LostTrainer("", pod["metadata"]["name"], f"{reason}: {status.get('message') or 'pod failed'}")
+
+
 @dataclass(frozen=True)
 class Problems:
     """What the status must name besides the RayJob's state: an error applying the children
-    (reconcile.py), and why the trainer's or the pool's pods wait (pod_waiting_cause), each a
-    (reason, message) or None."""
+    (reconcile.py), why the trainer's or the pool's pods wait (pod_waiting_cause), each a
+    (reason, message) or None, and the trainers lost within the current attempt (lost_trainer)."""
 
     reconcile_error: tuple[str, str] | None = None
     trainer_waiting: tuple[str, str] | None = None
     pool_waiting: tuple[str, str] | None = None
+    lost_trainers: tuple[LostTrainer, ...] = ()
 
 
 def pod_waiting_cause(pod: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -301,11 +335,16 @@ def compute_status(
             previous, RECONCILED, applied_ok, applied_reason, applied_message, observed_generation, now
         ),
     ]
+    restarts, recovering = restarts_and_recovery(old, phase.phase, problems.lost_trainers)
+    if recovering is not None and recovering[0]:
+        phase = Phase(phase.phase, recovering[1], recovering[2])
     for ctype in ("Running", "Succeeded", "Failed", "Suspended"):
         active = PHASE_CONDITIONS.get(phase.phase) == ctype
         reason = phase.reason if active else f"Not{ctype}"
         message = phase.message if active else f"the job is {phase.phase}"
         conditions.append(_condition(previous, ctype, active, reason, message, observed_generation, now))
+    if recovering is not None:
+        conditions.append(_condition(previous, RECOVERING, *recovering, observed_generation, now))
 
     status: dict[str, Any] = {
         "phase": phase.phase,
@@ -313,6 +352,7 @@ def compute_status(
         "message": phase.message,
         "observedGeneration": observed_generation,
         "attempt": attempt(rayjob) if rayjob is not None else old.get("attempt", 1),
+        **restarts,
         "rayJobName": (rayjob or {}).get("metadata", {}).get("name", ""),
         "rayClusterName": rj.get("rayClusterName", ""),
         "dashboardURL": rj.get("dashboardURL", ""),
@@ -330,6 +370,36 @@ def compute_status(
     if phase.phase in TERMINAL_PHASES:
         status["completionTime"] = rj.get("endTime") or old.get("completionTime") or now
     return status
+
+
+def restarts_and_recovery(
+    old: Mapping[str, Any], phase: str, lost: tuple[LostTrainer, ...]
+) -> tuple[dict[str, Any], tuple[bool, str, str] | None]:
+    """`restarts` and `lastRestart` of the status, and the Recovering condition (None before the
+    first restart). A lost trainer counts once: those that ended after the last one counted (the
+    status is the record, so an operator restart counts nothing twice). The job recovers until the
+    trainer reports progress after the loss."""
+    restarts, last = int(old.get("restarts") or 0), old.get("lastRestart")
+    new = sorted(t for t in lost if not last or t.ended > last["time"])
+    if new:
+        restarts += len(new)
+        last = {"time": new[-1].ended or now(), "pod": new[-1].pod, "detail": new[-1].detail}
+    fields: dict[str, Any] = {"restarts": restarts, **({"lastRestart": last} if last else {})}
+    if not last:
+        return fields, None
+    progress = old.get("progress") or {}
+    reported = progress.get("lastUpdateTime") or ""
+    if phase in (RUNNING, PROVISIONING) and reported <= last["time"]:
+        message = (
+            f"restart {restarts}: the trainer was lost ({last['pod']} ended: {last['detail']}, at "
+            f"{last['time']}; a lost Ray head does this); KubeRay submits it again and training resumes "
+            f"from the last checkpoint"
+        )
+        return fields, (True, TRAINER_RESTARTED, message)
+    if reported > last["time"]:
+        message = f"training resumed after restart {restarts}: step {progress.get('step')} reported"
+        return fields, (False, RESUMED, message)
+    return fields, (False, f"Not{RECOVERING}", f"the job is {phase}")
 
 
 def _differs(old: Any, new: Any) -> bool:

@@ -29,6 +29,15 @@ from .status import pool_stopped
 SANDBOX_UID = 10001  # the tool-sandbox image's user (images/tool-sandbox/Dockerfile)
 CHECKSUM_ANNOTATION = "toolrl.dev/tools-checksum"
 TMP_HEADROOM_MIB = 256  # /tmp beyond the calls' own budgets: workers' leases, search indexes, slack
+# The pool pod's pids budget: Kubernetes has no pod field for one (the kubelet's podPidsLimit is node
+# configuration), so tool_sandbox enforces it (--max-tasks) over all its sandboxed processes and
+# threads; one call alone is bounded by its tool's maxProcesses.
+TASKS_PER_SLOT = 64  # per call or session a replica holds at once
+MAX_POOL_TASKS = 16384  # at most, whatever the capacity: well below a node's pid_max (32768 by default)
+# On SIGTERM the pool answers nothing new (503) and gives calls in flight this long to end, then
+# answers the rest as its own failure; the pod's grace period leaves it time to write them.
+DRAIN_SECONDS = 20
+TERMINATION_GRACE_SECONDS = DRAIN_SECONDS + 10
 
 
 def tmp_size_mib(spec: dict[str, Any]) -> int:
@@ -40,6 +49,12 @@ def tmp_size_mib(spec: dict[str, Any]) -> int:
     return budget * (pool["capacityPerReplica"] + pool["maxSessionsPerReplica"]) + TMP_HEADROOM_MIB
 
 
+def pool_tasks(spec: dict[str, Any]) -> int:
+    """Processes and threads a pool pod's sandboxed code may run at once (its pids budget)."""
+    pool = spec["toolPool"]
+    return min(TASKS_PER_SLOT * (pool["capacityPerReplica"] + pool["maxSessionsPerReplica"]), MAX_POOL_TASKS)
+
+
 def server_args(spec: dict[str, Any]) -> list[str]:
     """tool_sandbox's command line (after the image's entrypoint) for this job's pool."""
     pool = spec["toolPool"]
@@ -47,6 +62,8 @@ def server_args(spec: dict[str, Any]) -> list[str]:
         "--config", f"{CONFIG_MOUNT}/{TOOLS_KEY}",
         "--capacity", str(pool["capacityPerReplica"]),
         "--max-sessions", str(pool["maxSessionsPerReplica"]),
+        "--max-tasks", str(pool_tasks(spec)),
+        "--drain-seconds", str(DRAIN_SECONDS),
     ]  # fmt: skip
     if not pool["requireLandlock"]:
         args.append("--allow-no-landlock")
@@ -109,6 +126,7 @@ def build_deployment(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": SANDBOX_UID,

@@ -7,6 +7,7 @@ loopback port, for tests, benchmarks and the demo.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -37,6 +38,63 @@ def descendants(pid: int) -> list[int]:
             found.append(child)
             pending.append(child)
     return found
+
+
+def process_state(pid: int) -> str:
+    """A process's state letter from /proc (R running, S sleeping, T stopped, Z zombie), or "gone"."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def process_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def sysv_objects() -> int:
+    """System V shared memory segments, message queues and semaphore sets on the machine."""
+    return sum(
+        len(Path(f"/proc/sysvipc/{kind}").read_text().splitlines()) - 1 for kind in ("shm", "msg", "sem")
+    )
+
+
+def tree_bytes(root: Path) -> int:
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames + dirnames:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def workdir_of(server: SandboxProcess) -> Path:
+    return server.log.parent / "work"
+
+
+def recovered(server: SandboxProcess, ipc_before: int | None = None) -> None:
+    """After a hostile call: the next call answers correctly within a second, /healthz is 200 and
+    nothing of earlier calls is left (System V objects, files, running sandboxed code)."""
+    health = requests.get(server.url + "/healthz", timeout=30)
+    assert health.status_code == 200, health.text
+    seconds = []
+    for _ in range(3):  # within a second; the best of three, since other work shares the two cores
+        started = time.monotonic()
+        answer = server.execute("print(6 * 7)")
+        assert (answer["status"], answer["stdout"]) == ("ok", "42\n"), answer
+        seconds.append(time.monotonic() - started)
+    assert min(seconds) < 1.0, seconds
+    if ipc_before is not None:
+        assert sysv_objects() == ipc_before
+    assert tree_bytes(workdir_of(server)) < 4 << 20  # spares' empty directories only
+    deadline = time.monotonic() + 30  # no code runs outside a call: spares wait, sessions are stopped
+    children = [p for p in descendants(server.process.pid) if process_name(p) == "sandbox-child"]
+    while running := [p for p in children if process_state(p) == "R"]:
+        assert time.monotonic() < deadline, f"sandboxed code still running after its call: {running}"
+        time.sleep(0.2)
 
 
 @dataclass

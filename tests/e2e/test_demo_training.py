@@ -11,8 +11,11 @@ on first use (~17 min cold, ~4 min when only trainer_entry changed, cached by it
 
 from __future__ import annotations
 
+import itertools
+import os
+import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,11 +26,15 @@ from localcluster.cluster import real_node_cluster
 from operator_process import Sampler, get_json, wait_until
 from toolrl_operator.autoscaler import ROLLOUT_PRESCALE, ROLLOUT_PREWARM, ROLLOUT_TRAINING
 from training_cluster import (
+    CHECKPOINT_CLAIM,
     CPU_EXAMPLE,
+    OPERATOR_NAMESPACE,
+    TRAINER_UID,
     JobState,
     TrainingCluster,
     dashboard_queries,
     finite_over,
+    local_volume,
     plot_run,
     stage_toy_data,
     training_cluster,
@@ -37,6 +44,7 @@ pytestmark = pytest.mark.timeout(5400)
 
 NAMESPACE = "e2e-train"
 TRAINING_TIMEOUT = 2400  # verl's start-up in pods is 2-8 min here, with the machine's load
+SAVE_FREQ = 2  # the faulted run's checkpoint interval: the most steps a lost trainer may redo
 # A reward bug that the check before training cannot see (the ground truth is a number) but every
 # generated answer meets (a whole response: tool call, its output, the answer): it raises in training.
 BROKEN_REWARD = """
@@ -220,3 +228,145 @@ def test_a_reward_that_raises_in_training_fails_the_job_with_the_trainers_reason
         events
     )
     assert get_json(tc.cluster, "trj", "broken-reward", "-n", tc.namespace)["status"]["phase"] == "Failed"
+
+
+# ----- faults mid-training: the run loses nothing -----------------------------------------------
+
+
+@dataclass
+class FaultedRun:
+    run: Run
+    step_at_fault: int  # the trainer's last reported step when the faults hit
+    checkpoint_at_fault: int  # the newest checkpoint on the volume then
+    log: str  # the submitter's log of the restarted trainer
+    fault_at: float  # monotonic, as the samples
+
+    def seconds_until(self, seen: Callable[[JobState], bool]) -> float | None:
+        """Seconds from the faults to the first sample after them that shows `seen`."""
+        return next(
+            (at - self.fault_at for at, s in self.run.samples if at > self.fault_at and seen(s)), None
+        )
+
+
+def _newest_checkpoint(checkpoints: Path) -> int:
+    marker = next(checkpoints.rglob("latest_checkpointed_iteration.txt"), None)
+    return int(marker.read_text().strip()) if marker else 0
+
+
+def _delete_pods(tc: TrainingCluster, namespace: str, selector: str) -> list[str]:
+    names = tc.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "name").stdout.split()
+    if names:
+        tc.kubectl("delete", "-n", namespace, *names, "--grace-period=0", "--force", "--wait=false")
+    return names
+
+
+@pytest.fixture(scope="module")
+def faulted(tc: TrainingCluster) -> FaultedRun:
+    """The CPU example with checkpoints every SAVE_FREQ steps. Once a checkpoint is saved and the
+    trainer has gone past it, at one moment: the Ray head pod is deleted (no grace), every
+    tool-pool pod is deleted, and the operator's pod is killed."""
+    name = "faults"
+    host_dir = tc.workdir / "volumes" / tc.namespace / CHECKPOINT_CLAIM
+    host_dir.mkdir(parents=True, exist_ok=True)
+    os.chown(host_dir, TRAINER_UID, TRAINER_UID)
+    tc.cluster.apply(local_volume(tc.namespace, CHECKPOINT_CLAIM, host_dir))
+    job = yaml.safe_load(CPU_EXAMPLE.read_text())
+    job["metadata"]["name"] = name
+    job["spec"]["checkpoint"] = {
+        "saveFreq": SAVE_FREQ,
+        "resume": "auto",
+        "volume": {"persistentVolumeClaim": {"claimName": CHECKPOINT_CLAIM}},
+    }
+    applied = time.time()
+    tc.cluster.apply(job, "-n", tc.namespace)
+    with Sampler(lambda: tc.state(name), interval=2) as sampler:
+
+        def past_a_checkpoint() -> int | None:
+            step = tc.state(name).step
+            saved = _newest_checkpoint(host_dir)
+            return step if saved and step and step > saved else None
+
+        wait_until(past_a_checkpoint, TRAINING_TIMEOUT, f"{name} to train past a checkpoint", interval=1)
+        step_at_fault, checkpoint_at_fault = tc.state(name).step or 0, _newest_checkpoint(host_dir)
+        fault_at = time.monotonic()
+        job_pods = f"toolrl.dev/job={name}"
+        assert _delete_pods(tc, tc.namespace, f"{job_pods},ray.io/node-type=head"), "no head pod to delete"
+        assert _delete_pods(tc, tc.namespace, f"{job_pods},app.kubernetes.io/component=tool-pool")
+        assert _delete_pods(tc, OPERATOR_NAMESPACE, "app.kubernetes.io/name=toolrl-operator")
+        wait_until(
+            lambda: tc.job(name).get("status", {}).get("phase") in ("Succeeded", "Failed"),
+            TRAINING_TIMEOUT,
+            f"{name} to end after the faults",
+            interval=5,
+        )
+    final = (time.monotonic(), tc.state(name))
+    run = Run(tc.job(name), [*sampler.samples, final], applied, time.time())
+    print(f"\n{name}: {run.job['status']}")
+
+    def last_submitter() -> dict[str, Any] | None:
+        """KubeRay's newest submitter pod, once it has ended (it follows the log to the end)."""
+        selector = f"batch.kubernetes.io/job-name={name}"
+        found = get_json(tc.cluster, "pods", "-n", tc.namespace, "-l", selector)["items"]
+        newest = max(found, key=lambda p: p["metadata"]["creationTimestamp"], default=None)
+        return newest if newest and newest["status"].get("phase") in ("Succeeded", "Failed") else None
+
+    submitter = wait_until(last_submitter, 300, "the restarted trainer's submitter pod to end")
+    log = tc.kubectl("logs", submitter["metadata"]["name"], "-n", tc.namespace).stdout
+    return FaultedRun(run, step_at_fault, checkpoint_at_fault, log, fault_at)
+
+
+def test_a_lost_head_pool_and_operator_cost_at_most_a_checkpoint_interval(
+    tc: TrainingCluster, faulted: FaultedRun
+) -> None:
+    status = faulted.run.job["status"]
+    assert status["phase"] == "Succeeded", status
+    total = faulted.run.job["spec"]["algorithm"]["totalTrainingSteps"]
+    assert status["progress"]["step"] == total
+    # the restarted trainer's first step follows the newest checkpoint: never step 1 again
+    first = int(re.search(r"step:(\d+) ", faulted.log).group(1))  # type: ignore[union-attr]
+    assert first > 1 and first - 1 >= faulted.checkpoint_at_fault, (first, faulted.checkpoint_at_fault)
+    redone = faulted.step_at_fault - first + 1
+    assert redone <= SAVE_FREQ, f"{redone} steps redone, more than the checkpoint interval {SAVE_FREQ}"
+    steps = [s.step for _, s in faulted.run.samples if s.step is not None]
+    assert min(steps[steps.index(faulted.step_at_fault) :]) >= first - 1, f"progress reset: {steps}"
+    shown = [step for step, _ in itertools.groupby(steps)]
+    seen = faulted.seconds_until(lambda s: s.reason == "TrainerRestarted")
+    resumed = faulted.seconds_until(lambda s: (s.step or 0) > faulted.step_at_fault)
+    print(
+        f"\nfaults at step {faulted.step_at_fault} (checkpoint {faulted.checkpoint_at_fault}): "
+        f"the restart shown after {seen} s, resumed at step {first} ({redone} redone), "
+        f"past the fault's step after {resumed} s; "
+        f"trajectories excluded {status['progress'].get('trajectoriesExcluded')}; steps sampled {shown}"
+    )
+
+
+def test_the_user_sees_the_restart_and_the_operators_restart_repeats_nothing(
+    tc: TrainingCluster, faulted: FaultedRun
+) -> None:
+    status = faulted.run.job["status"]
+    assert status["restarts"] >= 1 and status["lastRestart"]["pod"].startswith("faults"), status
+    recovering = {c["type"]: c for c in status["conditions"]}["Recovering"]
+    assert (recovering["status"], recovering["reason"]) == ("False", "TrainingResumed"), recovering
+    events = tc.events("faults")
+    reasons = [e["reason"] for e in events]
+    assert reasons.count("TrainerRestarted") == status["restarts"], reasons
+    assert "TrainingResumed" in reasons, reasons
+    # the operator was killed mid-run: its restart repeats no Event and duplicates no child
+    for once in ("Created", "PhaseRunning", "PhaseSucceeded"):
+        assert reasons.count(once) == 1, f"{once}: {reasons}"
+    for kind in ("deployments", "services", "configmaps", "rayjobs"):
+        found = get_json(tc.cluster, kind, "-n", tc.namespace, "-l", "toolrl.dev/job=faults")["items"]
+        assert len(found) == 1, (kind, [i["metadata"]["name"] for i in found])
+
+
+def test_nothing_of_the_faulted_run_is_left_behind(tc: TrainingCluster, faulted: FaultedRun) -> None:
+    """KubeRay deletes the Ray cluster when the job ends (TTL 0): no RayCluster and no Ray pod of
+    either head is left; the submitter Job keeps its pods (the trainer's log)."""
+
+    def leftovers() -> list[str]:
+        ours = "toolrl.dev/job=faults"
+        clusters = get_json(tc.cluster, "rayclusters", "-n", tc.namespace, "-l", ours)
+        pods = get_json(tc.cluster, "pods", "-n", tc.namespace, "-l", f"{ours},ray.io/node-type")
+        return [i["metadata"]["name"] for i in clusters["items"] + pods["items"]]
+
+    wait_until(lambda: not leftovers(), 300, "the faulted run's Ray cluster and pods to go")

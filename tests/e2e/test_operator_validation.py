@@ -44,9 +44,9 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("name-dns1035", {"metadata.name": "9lives"}, "must start with a lowercase letter"),
     ("tp-divides-gpus", {"rollout.tensorParallelSize": 3}, "must divide cluster.workers.gpusPerWorker"),
     (
-        "cpu-needs-hf",
-        {"cluster.workers": {"replicas": 1, "gpusPerWorker": 0}},
-        "gpusPerWorker 0 (CPU only) needs rollout.engine hf",
+        "cpu-no-sglang",
+        {"cluster.workers": {"replicas": 1, "gpusPerWorker": 0}, "rollout.engine": "sglang"},
+        "gpusPerWorker 0 (CPU only) needs rollout.engine hf or vllm",
     ),
     (
         "cpu-tp-is-1",
@@ -104,7 +104,6 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("min-items", {"tools": []}, "should have at least 1 items"),
     ("type", {"algorithm.trainBatchSize": "big"}, "must be of type integer"),
     ("gpus-minimum", {"cluster.workers.gpusPerWorker": -1}, "should be greater than or equal to 0"),
-    ("cpu-needs-hf", {"cluster.workers.gpusPerWorker": 0}, "needs rollout.engine hf"),
     ("autoscaler-enum", {"toolPool.autoscaler": "hpa"}, 'Unsupported value: "hpa"'),
     ("pool-min-1", {"toolPool.replicas": {"min": 0, "max": 4}}, "should be greater than or equal to 1"),
     (
@@ -139,6 +138,14 @@ def test_the_example_is_accepted(cluster, crd, namespace) -> None:
 
 def test_the_cpu_example_is_accepted(cluster, crd, namespace) -> None:
     cpu = yaml.safe_load((EXAMPLE.parent / "toolrljob-cpu.yaml").read_text())
+    res = dry_run(cluster, namespace, cpu)
+    assert res.returncode == 0, res.stderr
+
+
+def test_a_cpu_job_with_the_vllm_engine_is_accepted(cluster, crd, namespace) -> None:
+    """vLLM's CPU build serves CPU jobs (trainer_entry.vllm_on_cpu)."""
+    cpu = yaml.safe_load((EXAMPLE.parent / "toolrljob-cpu.yaml").read_text())
+    cpu["spec"]["rollout"]["engine"] = "vllm"
     res = dry_run(cluster, namespace, cpu)
     assert res.returncode == 0, res.stderr
 

@@ -331,6 +331,44 @@ def test_helm_chart_runs_the_operator_in_a_pod_that_reconciles_a_job(
         helm(real.bin("helm"), "uninstall", release, *base, "--wait", "--timeout", "120s", check=False)
 
 
+# Registry names of each kind containerd treats its own way: docker.io's short names (library/ and
+# registry-1.docker.io), docker.io written out, and other registries.
+ABSENT_IMAGES = (
+    "toolrl-trainer:0.0.0-absent",
+    "docker.io/library/busybox:0.0.0-absent",
+    "registry-1.docker.io/library/busybox:0.0.0-absent",
+    "ghcr.io/example/absent:1",
+    "registry.k8s.io/absent:1",
+)
+
+
+def test_the_node_pulls_nothing_from_anywhere(real: LocalCluster, images: dict[str, Image]) -> None:
+    """An image that was not imported fails to pull at once, for every registry name, through the
+    closed loopback port and without resolving the registry's name (a `lookup` in the error would
+    mean a DNS query left through the host's resolver)."""
+    ns = restricted_namespace(real)
+    template = images["tool-sandbox"]
+    for i, ref in enumerate(ABSENT_IMAGES):
+        manifest = pod(f"pull-{i}", template, ["true"])
+        manifest["spec"]["containers"][0].update(image=ref, imagePullPolicy="Always")
+        real.apply(manifest, "-n", ns)
+
+    def pull_errors() -> dict[str, str]:
+        errors = {}
+        for item in get_json(real, "pods", "-n", ns)["items"]:
+            for status in item["status"].get("containerStatuses") or []:
+                waiting = status["state"].get("waiting") or {}
+                if waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff") and waiting.get("message"):
+                    errors[status["image"]] = waiting["message"]
+        return errors
+
+    wait_until(lambda: len(pull_errors()) == len(ABSENT_IMAGES), 180, "every pull to fail")
+    for ref, message in pull_errors().items():
+        assert "127.0.0.1:9" in message, f"{ref}: the pull did not go to the closed port: {message}"
+        assert "lookup" not in message and "no such host" not in message, f"{ref} resolved a name: {message}"
+    real.kubectl("delete", "namespace", ns, "--wait=false")
+
+
 def test_nothing_left_the_machine(real: LocalCluster) -> None:
     """Every packet from or to 198.18.0.0/15 that tried another interface than the bridge or
     loopback was dropped and counted by the guard: there were none."""

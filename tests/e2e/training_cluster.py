@@ -45,6 +45,7 @@ HELM_WAIT = "300s"  # helm install --wait: the operator pod Ready on a loaded ma
 HELM_TIMEOUT = 360.0  # the helm process itself, beyond its own --wait
 # what examples/toolrljob-cpu.yaml mounts at /data (spec.data.volume)
 DATA_CLAIM = "toy-data"
+CHECKPOINT_CLAIM = "checkpoints"  # a job that saves checkpoints mounts it (tests of recovery)
 MODEL_DIR, TOY_DIR = "/data/tiny-qwen2", "/data/toy"
 TRAINER_UID = 1000  # the trainer image's user (operator/toolrl_operator/rayjob.py RAY_UID)
 # Scrapes every 5 s (the chart's default is 15 s) so that a few-minute run draws a curve.
@@ -64,6 +65,8 @@ class JobState(NamedTuple):
     ray_job: str | None  # the RayJob's jobStatus (Ray's own)
     desired_replicas: int | None  # the tool pool's
     ready_replicas: int | None
+    reason: str | None = None  # the job's (kubectl get trj -o wide, describe)
+    restarts: int | None = None
 
 
 @dataclass
@@ -97,6 +100,8 @@ class TrainingCluster:
             rayjob.get("jobStatus"),
             pool.get("desiredReplicas"),
             pool.get("readyReplicas"),
+            status.get("reason"),
+            status.get("restarts"),
         )
 
     def events(self, name: str) -> list[dict[str, Any]]:
@@ -120,17 +125,9 @@ def ensure_images(cluster: LocalCluster, log: Callable[[str], None] = print) -> 
     return images
 
 
-def toy_data_manifests(namespace: str, host_dir: Path, image: Image) -> list[dict[str, Any]]:
-    """A PersistentVolume on the real node's disk, the claim the CPU example mounts, and the Job
-    that writes the tiny model and toy dataset into it with the trainer image (as a user would
-    stage a model on a cluster's storage)."""
-    pv_name = f"{namespace}-{DATA_CLAIM}"
-    restricted_container = {
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "runAsNonRoot": True,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+def local_volume(namespace: str, claim: str, host_dir: Path) -> list[dict[str, Any]]:
+    """A PersistentVolume on the real node's disk at `host_dir` and its claim `claim`."""
+    pv_name = f"{namespace}-{claim}"
     return [
         {
             "apiVersion": "v1",
@@ -141,7 +138,7 @@ def toy_data_manifests(namespace: str, host_dir: Path, image: Image) -> list[dic
                 "accessModes": ["ReadWriteMany"],
                 "persistentVolumeReclaimPolicy": "Retain",
                 "storageClassName": "",
-                "claimRef": {"namespace": namespace, "name": DATA_CLAIM},
+                "claimRef": {"namespace": namespace, "name": claim},
                 "local": {"path": str(host_dir)},
                 "nodeAffinity": {
                     "required": {
@@ -155,7 +152,7 @@ def toy_data_manifests(namespace: str, host_dir: Path, image: Image) -> list[dic
         {
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
-            "metadata": {"name": DATA_CLAIM, "namespace": namespace},
+            "metadata": {"name": claim, "namespace": namespace},
             "spec": {
                 "accessModes": ["ReadWriteMany"],
                 "storageClassName": "",
@@ -163,6 +160,21 @@ def toy_data_manifests(namespace: str, host_dir: Path, image: Image) -> list[dic
                 "resources": {"requests": {"storage": "1Gi"}},
             },
         },
+    ]
+
+
+def toy_data_manifests(namespace: str, host_dir: Path, image: Image) -> list[dict[str, Any]]:
+    """A PersistentVolume on the real node's disk, the claim the CPU example mounts, and the Job
+    that writes the tiny model and toy dataset into it with the trainer image (as a user would
+    stage a model on a cluster's storage)."""
+    restricted_container = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    return [
+        *local_volume(namespace, DATA_CLAIM, host_dir),
         {
             "apiVersion": "batch/v1",
             "kind": "Job",
@@ -304,7 +316,8 @@ def training_cluster(
                 "uninstall", RELEASE, "-n", OPERATOR_NAMESPACE, "--wait", "--timeout", "120s", check=False
             )
             tc.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
-            tc.kubectl("delete", "pv", f"{namespace}-{DATA_CLAIM}", "--wait=false", check=False)
+            for claim in (DATA_CLAIM, CHECKPOINT_CLAIM):
+                tc.kubectl("delete", "pv", f"{namespace}-{claim}", "--wait=false", check=False)
 
 
 # ----- what a user looks at ------------------------------------------------------------------

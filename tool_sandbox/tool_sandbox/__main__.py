@@ -47,12 +47,24 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
         help="/run_code output kept per stream",
     )
     serve.add_argument("--max-body-bytes", type=int, default=defaults.max_body_bytes)
+    serve.add_argument(
+        "--max-tasks",
+        type=int,
+        default=defaults.max_tasks,
+        help="processes and threads all sandboxed code may run at once (the pod's pids budget)",
+    )
     serve.add_argument("--max-connections", type=int, default=defaults.max_connections)
     serve.add_argument(
         "--header-timeout-seconds",
         type=float,
         default=defaults.header_timeout_seconds,
         help="a connection must send a request's headers within this",
+    )
+    serve.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=defaults.drain_seconds,
+        help="on SIGTERM, how long calls in flight may still run (then they fail as the pool's fault)",
     )
     serve.add_argument("--no-landlock", action="store_true", help="do not use Landlock even if available")
     serve.add_argument(
@@ -70,6 +82,7 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
         "max_memory_mib",
         "max_output_bytes",
         "max_body_bytes",
+        "max_tasks",
         "max_connections",
         "header_timeout_seconds",
     ):
@@ -90,8 +103,10 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
         max_memory_mib=args.max_memory_mib,
         max_output_bytes=args.max_output_bytes,
         max_body_bytes=args.max_body_bytes,
+        max_tasks=args.max_tasks,
         max_connections=args.max_connections,
         header_timeout_seconds=args.header_timeout_seconds,
+        drain_seconds=args.drain_seconds,
         landlock=not args.no_landlock,
         allow_no_landlock=args.allow_no_landlock,
     )

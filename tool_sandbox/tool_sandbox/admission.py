@@ -10,11 +10,12 @@ from collections.abc import AsyncIterator
 
 
 class Rejected(Exception):
-    """The queue is full; retry after `retry_after` seconds."""
+    """The queue is full (429), or the server is shutting down (503); retry after `retry_after` seconds."""
 
-    def __init__(self, retry_after: int) -> None:
-        super().__init__(f"tool pool at capacity; retry after {retry_after}s")
+    def __init__(self, retry_after: int, message: str = "", status: int = 429) -> None:
+        super().__init__(message or f"tool pool at capacity; retry after {retry_after}s")
         self.retry_after = retry_after
+        self.status = status
 
 
 class Admission:
@@ -29,6 +30,15 @@ class Admission:
     def retry_after(self) -> int:
         """Seconds until the queue has probably drained, at least 1."""
         return max(1, math.ceil(self._mean_seconds * (self.waiting + 1) / self.capacity))
+
+    @contextlib.asynccontextmanager
+    async def free_slot(self) -> AsyncIterator[bool]:
+        """A slot only if one is free now (no call waits): True inside it, else False at once."""
+        if self._slots.locked() or self.waiting:
+            yield False
+            return
+        async with self.slot():
+            yield True
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:

@@ -102,10 +102,18 @@ class ServerSettings:
     header_timeout_seconds: float = 15.0
     body_timeout_seconds: float = 60.0
     max_connections: int = 512
+    # SIGTERM: calls in flight get this long to end, then answer as the pool's failure (below the
+    # pod's terminationGracePeriodSeconds, which the operator sets from it).
+    drain_seconds: float = 20.0
     workdir: str = field(
         default_factory=lambda: os.path.join(os.environ.get("TMPDIR", "/tmp"), "tool-sandbox")
     )
     sandbox_uid_base: int = 200000  # children run as uid base+slot when the server is root
+    # Tasks (processes and threads) sandboxed code may run in all, split evenly between the
+    # workers: the pod's pids budget (Kubernetes has no pod field for one; the kubelet's
+    # podPidsLimit is node configuration). A call past it gets "infra"; one call alone is bounded
+    # by its tool's maxProcesses.
+    max_tasks: int = 4096
     landlock: bool = True
     allow_no_landlock: bool = False  # else /readyz fails when children would run without Landlock
 

@@ -1,5 +1,9 @@
 """Stateful sessions: a sandboxed process per session whose variables survive between calls,
-with a cap on live sessions and an idle time-to-live."""
+with a cap on live sessions and an idle time-to-live.
+
+Sessions come in two kinds that never reach each other's routes: the pool's own (`api`, opened by
+POST /v1/sessions, named by an unguessable id) and VerlTool's trajectories (`verltool`, named by
+the caller's address and its trajectory id, which others could guess)."""
 
 from __future__ import annotations
 
@@ -21,11 +25,16 @@ class SessionExists(Exception):
     """A live session already has this id."""
 
 
+API = "api"
+VERLTOOL = "verltool"
+
+
 @dataclass
 class Session:
     id: str
     tool: PythonTool
     handle: SessionHandle
+    kind: str
     last_used: float = field(default_factory=time.monotonic)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one cell at a time
     waiting: int = 0  # calls queued behind the one running (they hold no execution slot)
@@ -42,7 +51,9 @@ class Sessions:
     def __len__(self) -> int:
         return len(self.live) + self._opening
 
-    async def open(self, tool: PythonTool, session_id: str | None = None) -> Session | ToolResult:
+    async def open(
+        self, tool: PythonTool, session_id: str | None = None, kind: str = API
+    ) -> Session | ToolResult:
         """Start a session process; a ToolResult explains a failure to start."""
         if session_id is not None and session_id in self.live:
             raise SessionExists(f"session {session_id!r} is already live; use it or close it first")
@@ -55,20 +66,20 @@ class Sessions:
             self._opening -= 1
         if isinstance(handle, ToolResult):
             return handle
-        session = Session(session_id or secrets.token_hex(12), tool, handle)
+        session = Session(session_id or secrets.token_hex(12), tool, handle, kind)
         if session.id in self.live:  # opened meanwhile by someone else: keep theirs, close ours
             await tool.close_session(handle)
             raise SessionExists(f"session {session.id!r} is already live; use it or close it first")
         self.live[session.id] = session
         return session
 
-    async def ensure(self, tool: PythonTool, session_id: str) -> Session | ToolResult:
+    async def ensure(self, tool: PythonTool, session_id: str, kind: str) -> Session | ToolResult:
         """The live session `session_id`, opened once however many callers ask for it at once."""
         lock, users = self._id_locks.get(session_id, (asyncio.Lock(), 0))
         self._id_locks[session_id] = (lock, users + 1)
         try:
             async with lock:
-                return self.get(session_id) or await self.open(tool, session_id)
+                return self.get(session_id, kind) or await self.open(tool, session_id, kind)
         finally:
             lock, users = self._id_locks[session_id]
             if users == 1:
@@ -76,24 +87,27 @@ class Sessions:
             else:
                 self._id_locks[session_id] = (lock, users - 1)
 
-    def get(self, session_id: str) -> Session | None:
+    def get(self, session_id: str, kind: str) -> Session | None:
+        """The live session of this kind with this id (None for another kind's)."""
         session = self.live.get(session_id)
-        if session is not None:
-            session.last_used = time.monotonic()
+        if session is None or session.kind != kind:
+            return None
+        session.last_used = time.monotonic()
         return session
 
-    async def close(self, session_id: str) -> bool:
-        session = self.live.pop(session_id, None)
-        if session is None:
+    async def close(self, session_id: str, kind: str) -> bool:
+        session = self.live.get(session_id)
+        if session is None or session.kind != kind:
             return False
+        del self.live[session_id]
         await session.tool.close_session(session.handle)
         return True
 
     async def close_idle(self) -> int:
         cutoff = time.monotonic() - self.idle_seconds
-        idle = [s.id for s in self.live.values() if s.last_used < cutoff and not s.lock.locked()]
-        for session_id in idle:
-            await self.close(session_id)
+        idle = [s for s in self.live.values() if s.last_used < cutoff and not s.lock.locked()]
+        for session in idle:
+            await self.close(session.id, session.kind)
         return len(idle)
 
     async def reap_forever(self, every: float) -> None:
@@ -103,6 +117,6 @@ class Sessions:
                 await self.close_idle()
 
     async def close_all(self) -> None:
-        for session_id in list(self.live):
+        for session in list(self.live.values()):
             with contextlib.suppress(Exception):
-                await self.close(session_id)
+                await self.close(session.id, session.kind)

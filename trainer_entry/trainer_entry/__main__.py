@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from trainer_entry.run import Environment, TrainingError, describe, run, use_cpu_platform
+from trainer_entry.run import Environment, TrainingError, check_engine, describe, run, use_cpu_platform
 from trainer_entry.spec import SpecError, cpu_only, load_job
 from trainer_entry.translate import translate
 
@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 def dry_run(job, spec_path: str) -> int:
     from trainer_entry import verl_config
 
+    check_engine(job)
     pool_url = os.environ.get("TOOLRL_TOOL_POOL_URL", DRY_RUN_POOL_URL)
     translation = translate(job, pool_url)
     notes = verl_config.check(verl_config.compose(translation.overrides))

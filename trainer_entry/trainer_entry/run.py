@@ -163,6 +163,29 @@ def check_model(path: str) -> None:
         raise SpecError(f"spec.model.path: cannot load {path!r} ({where}): {first_line(exc)}") from exc
 
 
+def check_engine(job: Job) -> None:
+    """Fail early, saying what to do, when this image cannot run the job's rollout engine: on CPUs,
+    `vllm` needs vLLM's CPU build (a GPU build, or none, fails only inside a Ray worker)."""
+    from importlib import metadata
+
+    from trainer_entry.verl_plugin import VLLM_CPU_LABEL, VLLM_VERSION
+
+    if not cpu_only(job.spec) or job.spec["rollout"]["engine"] != "vllm":
+        return
+    try:
+        installed = metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        installed = None
+    if installed != VLLM_VERSION + VLLM_CPU_LABEL:
+        have = f"vllm {installed}" if installed else "no vLLM"
+        raise SpecError(
+            "spec.rollout.engine: vllm with cluster.workers.gpusPerWorker 0 runs vLLM's CPU build "
+            f"(vllm-cpu {VLLM_VERSION}, installed as vllm {VLLM_VERSION}{VLLM_CPU_LABEL}) and this "
+            f"environment has {have}: run it with a trainer image that has vLLM's CPU build, or use "
+            "rollout.engine hf"
+        )
+
+
 def start_ray(job: Job, runtime_env: dict[str, Any]) -> None:
     """Join the Ray cluster named by RAY_ADDRESS (a RayJob's driver has it; `auto` joins one started
     with `ray start` on this machine); without it, start a local one for this run. On CPUs each
@@ -213,6 +236,7 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     from trainer_entry.hub import HubSettings, start_hub
     from trainer_entry.runner import ToolRLTaskRunner
 
+    check_engine(job)
     translation = translate(job, env.pool_url, env.pool_wait_seconds)
     write_workdir(job, translation, workdir, env.custom_reward_dir)
     config = verl_config.compose(translation.overrides)
@@ -334,4 +358,6 @@ def use_cpu_platform() -> None:
     """Select verl's cpu platform in this process (and its children) before verl picks one."""
     os.environ[cpu_platform.PLATFORM_ENV] = cpu_platform.PLATFORM
     if "verl" in sys.modules:  # imported before the choice: let the plugin adapt it now
-        cpu_platform.install()
+        from trainer_entry import verl_plugin
+
+        verl_plugin.register()

@@ -16,7 +16,7 @@ from typing import Any
 
 PROTOCOLS = ("hermes", "tool-tags", "python-tags", "react")
 ENGINES = ("vllm", "sglang", "hf")
-CPU_ENGINES = ("hf",)  # engines that run without GPUs (cluster.workers.gpusPerWorker 0)
+CPU_ENGINES = ("hf", "vllm")  # engines that run without GPUs (cluster.workers.gpusPerWorker 0)
 # The estimators of verl's AdvantageEstimator that need no extra config (tested against verl's enum).
 ESTIMATORS = ("grpo", "gae", "rloo", "reinforce_plus_plus", "remax", "grpo_passk", "gpg", "opo")
 GROUP_ESTIMATORS = ("grpo", "rloo", "grpo_passk", "opo")
@@ -249,7 +249,7 @@ def check_spec(spec: dict[str, Any]) -> None:
         _need(
             _get(spec, "rollout.engine") in CPU_ENGINES,
             "cluster.workers.gpusPerWorker",
-            "0 (CPU only) needs rollout.engine hf: vllm and sglang need GPUs",
+            "0 (CPU only) needs rollout.engine hf or vllm (vLLM's CPU build): sglang needs GPUs",
         )
         _need(
             _get(spec, "rollout.tensorParallelSize") == 1,

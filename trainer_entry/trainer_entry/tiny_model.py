@@ -48,6 +48,8 @@ CORPUS = [
 
 
 WARM_UP_PROTOCOLS = ("python-tags", "tool-tags")
+# vLLM's CPU attention (vLLM 0.24.0, `cpu_attn.py`) takes head sizes 32..512.
+HEAD_SIZE = 32
 
 
 @dataclass(frozen=True)
@@ -141,8 +143,9 @@ def build_tiny_model(root: Path, name: str = "tiny-qwen2", hidden: int = 32, lay
         hidden_size=hidden,
         intermediate_size=2 * hidden,
         num_hidden_layers=layers,
-        num_attention_heads=2 if hidden <= 32 else 4,
-        num_key_value_heads=1 if hidden <= 32 else 2,
+        # heads of HEAD_SIZE: the smallest head vLLM's CPU attention takes (`rollout.engine: vllm`)
+        num_attention_heads=max(1, hidden // HEAD_SIZE),
+        num_key_value_heads=max(1, hidden // HEAD_SIZE // 2),
         max_position_embeddings=4096,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

@@ -45,6 +45,15 @@ CPU_OVERRIDES = (
     "reward.num_workers=1",
     "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
 )
+# verl's vLLM server on vLLM's CPU build (trainer_entry.vllm_on_cpu): vLLM has no sleep mode on CPUs
+# (it refuses to start with it; verl enables it by default), and it reads gpu_memory_utilization as a
+# share of the host's memory for weights and KV cache, which on a shared node is either refused or
+# far too much: the KV cache gets a fixed size instead.
+CPU_VLLM_KV_CACHE_BYTES = 1 << 30
+CPU_VLLM_OVERRIDES = (
+    "+actor_rollout_ref.rollout.enable_sleep_mode=false",
+    f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={CPU_VLLM_KV_CACHE_BYTES}",
+)
 LOGICAL_GPUS_PER_CPU_WORKER = 1
 # Logical CPUs a CPU worker offers Ray: verl asks for 3 per GPU bundle (its resource pools'
 # max_colocate_count) plus one for each agent-loop, reward and data-storage actor; the processes
@@ -256,6 +265,8 @@ def _overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list[str]:
         out += ["trainer.val_before_train=false", "trainer.test_freq=-1"]
     if cpu_only(s):
         out += list(CPU_OVERRIDES)
+        if rollout["engine"] == "vllm":
+            out += list(CPU_VLLM_OVERRIDES)
     out += _reward(job, pool_url) + _checkpoint(job) + breaker_overrides(job, pool_url, pool_wait_seconds)
     return out + list(s["trainer"].get("extraArgs") or [])
 

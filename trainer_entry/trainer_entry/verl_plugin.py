@@ -1,8 +1,10 @@
 """What `import verl` loads from this distribution (entry point group `verl.plugins`), in every
 process of a run: the driver, the task runner and every Ray worker, with no environment to set.
 
-It registers the `cpu` platform (used when `VERL_PLATFORM=cpu`) and the `hf` rollout engine.
-verl logs a plugin that fails to load only at debug level, so failures are logged here, loudly.
+It registers the `cpu` platform (used when `VERL_PLATFORM=cpu`) and the `hf` rollout engine; on the
+cpu platform it also registers verl's vLLM replica adapted to vLLM's CPU build (`vllm_on_cpu`) as the
+`vllm` engine. verl logs a plugin that fails to load only at debug level, so failures are logged here,
+loudly.
 """
 
 from __future__ import annotations
@@ -15,10 +17,20 @@ log = logging.getLogger(__name__)
 ENGINE_NAME = "hf"
 # By name: this module runs inside `import verl`, and the engine's module imports verl itself.
 HF_ROLLOUT_MODULE = "trainer_entry.hf_rollout"
+VLLM_ENGINE_NAME = "vllm"
+VLLM_ON_CPU_MODULE = "trainer_entry.vllm_on_cpu"
+# The vLLM verl 0.9.1 pins; on CPUs its CPU build, installed as the distribution `vllm` of version
+# `0.24.0+cpu` (trainer_entry/vllm-cpu), whose internals `vllm_on_cpu` adapts.
+VLLM_VERSION = "0.24.0"
+VLLM_CPU_LABEL = "+cpu"
 
 
 def _load_replica() -> type:
     return importlib.import_module(HF_ROLLOUT_MODULE).HFReplica
+
+
+def _load_vllm_on_cpu() -> type:
+    return importlib.import_module(VLLM_ON_CPU_MODULE).CPUvLLMReplica
 
 
 def register() -> None:
@@ -30,10 +42,12 @@ def register() -> None:
     cpu_platform.install()
     replica.RolloutReplicaRegistry.register(ENGINE_NAME, _load_replica)
     base._ROLLOUT_REGISTRY[(ENGINE_NAME, "async")] = f"{HF_ROLLOUT_MODULE}.HFServerAdapter"
+    if cpu_platform.selected():
+        replica.RolloutReplicaRegistry.register(VLLM_ENGINE_NAME, _load_vllm_on_cpu)
 
 
 try:
     register()
 except Exception:  # verl would swallow it: say what broke
-    log.exception("trainer_entry: registering the cpu platform and the hf rollout with verl failed")
+    log.exception("trainer_entry: registering the cpu platform and the rollout engines with verl failed")
     raise

@@ -236,6 +236,8 @@ class LocalCluster:
         argv, check, what = self._component(name)
         logf = (self.root / "logs" / f"{name}.log").open("ab")
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
+        if name in NODE_ORDER:
+            env.update(self.node.env(name))
         proc = subprocess.Popen(
             argv,
             stdout=logf,

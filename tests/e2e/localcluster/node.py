@@ -379,7 +379,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         Root = "{r}/runc"
         SystemdCgroup = false
   # every registry resolves to a closed loopback port: the node pulls nothing from anywhere
-  # (images are imported); hosts.toml's `_default` is read by containerd >= 1.6.12
+  # (images are imported); containerd's proxy settings (env) make sure of it
   [{cri}.registry]
     config_path = "{r}/certs.d"
   [{cri}.cni]
@@ -494,6 +494,17 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     cache 30
 }}
 """
+
+    def env(self, name: str) -> dict[str, str]:
+        """What a component's environment adds to the host's. containerd sends every registry
+        request to a proxy that is the closed NO_REGISTRY port: a pull of an image that was not
+        imported fails at once and resolves no name. hosts.toml alone did not do it: containerd
+        1.6 ignores its `_default` for docker.io and looked up registry-1.docker.io through the
+        host's resolver. (Loopback addresses never go through a proxy: nothing local breaks.)"""
+        if name != "containerd":
+            return {}
+        proxy = {"HTTPS_PROXY": NO_REGISTRY, "HTTP_PROXY": NO_REGISTRY, "NO_PROXY": ""}
+        return {**proxy, **{key.lower(): value for key, value in proxy.items()}}
 
     def argv(self, name: str, kubeconfig: Path) -> list[str]:
         r = self.root

@@ -220,10 +220,25 @@ def test_tool_pool_server_flags_follow_the_spec(make_job) -> None:
         pod = build_deployment(make_job(toolPool=pool), SETTINGS)["spec"]["template"]["spec"]
         return pod["containers"][0]["args"]
 
-    assert args() == ["--config", "/etc/toolrl/tools.yaml", "--capacity", "32", "--max-sessions", "64"]
-    assert args(capacityPerReplica=8, maxSessionsPerReplica=4, requireLandlock=False) == [
-        "--config", "/etc/toolrl/tools.yaml", "--capacity", "8", "--max-sessions", "4", "--allow-no-landlock",
+    assert args() == [
+        "--config", "/etc/toolrl/tools.yaml", "--capacity", "32", "--max-sessions", "64",
+        "--max-tasks", "6144", "--drain-seconds", "20",
     ]  # fmt: skip
+    assert args(capacityPerReplica=8, maxSessionsPerReplica=4, requireLandlock=False) == [
+        "--config", "/etc/toolrl/tools.yaml", "--capacity", "8", "--max-sessions", "4", "--max-tasks", "768",
+        "--drain-seconds", "20", "--allow-no-landlock",
+    ]  # fmt: skip
+    # The pod's pids budget (enforced by the server: no pod field holds one) stays below a node's pid_max.
+    assert args(capacityPerReplica=1024, maxSessionsPerReplica=4096)[7] == "16384"
+
+
+def test_tool_pool_drains_within_its_grace_period(make_job) -> None:
+    """On SIGTERM the pool gives calls in flight --drain-seconds, then answers the rest as its own
+    failure: the pod's grace period must leave it the time to, or the kubelet kills it first."""
+    pod = build_deployment(make_job(), SETTINGS)["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    drain = float(args[args.index("--drain-seconds") + 1])
+    assert drain + 5 <= pod["terminationGracePeriodSeconds"]
 
 
 def test_tool_pool_tmp_holds_every_call_and_sessions_disk_budget(make_job) -> None:

@@ -35,6 +35,7 @@ def test_status_subresource_and_printer_columns(crd: dict[str, Any]) -> None:
         "Phase": ".status.phase",
         "Step": ".status.progress.step",
         "Reward": ".status.progress.rewardMean",
+        "Restarts": ".status.restarts",
         "Tools": ".status.toolPool.summary",
         "Age": ".metadata.creationTimestamp",
     }

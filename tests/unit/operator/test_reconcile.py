@@ -17,7 +17,8 @@ KEY = ("rl", "gsm8k-python")
 
 class FakeKube:
     """Answers like the API server: an applied object comes back with a resourceVersion that
-    changes only when the object does. `fail` maps a kind to the error its apply raises."""
+    changes only when the object does, and a uid that changes when it is created anew (after
+    `delete`). `fail` maps a kind to the error its apply raises."""
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
@@ -33,12 +34,17 @@ class FakeKube:
         self.applied.append(manifest)
         ident = (manifest["kind"], manifest["metadata"]["name"])
         old = self.objects.get(ident)
-        if old is None or {k: v for k, v in old.items() if k != "rv"} != manifest:
+        if old is None or {k: v for k, v in old.items() if k not in ("rv", "uid")} != manifest:
             self.version += 1
-            self.objects[ident] = {**copy.deepcopy(manifest), "rv": str(self.version)}
+            uid = old["uid"] if old else f"uid-{self.version}"
+            self.objects[ident] = {**copy.deepcopy(manifest), "rv": str(self.version), "uid": uid}
         live = copy.deepcopy(self.objects[ident])
         live["metadata"]["resourceVersion"] = live.pop("rv")
+        live["metadata"]["uid"] = live.pop("uid")
         return live
+
+    def delete(self, kind: str, name: str) -> None:
+        del self.objects[(kind, name)]
 
     def apply_status(self, *args: Any) -> dict[str, Any]:
         self.statuses.append(args[-1])
@@ -99,6 +105,7 @@ def test_a_deleted_child_is_recreated_with_one_event(world) -> None:
     rec, kube, _ = world
     rec.sync(KEY)
     kube.applied.clear()
+    kube.delete("Service", "gsm8k-python-tools")
     rec.child_seen(KEY, "Service", "gsm8k-python-tools", "", deleted=True)
     rec.sync(KEY)
     rec.sync(KEY)  # before the watch shows it again: no second apply, no second Event
@@ -273,3 +280,113 @@ def test_the_api_server_sends_only_the_operators_children_and_pods() -> None:
         group="toolrl.dev", version="v1alpha1", plural="toolrljobs", kind="ToolRLJob", namespaced=True
     )
     assert settings.watching.label_selectors.collect(jobs) == [], "the jobs themselves: all of them"
+
+
+def test_a_resync_repairs_what_no_watch_reported(world) -> None:
+    """A deletion in a watch gap, and an edit of the ScaledObject (not watched: KEDA may be
+    absent), are invisible to the cache; the resync's pass applies every child and repairs both."""
+    rec, kube, indexes = world
+    indexes["jobs"][KEY][0]["spec"]["toolPool"]["autoscaler"] = "keda"
+    rec.settings = Settings(prometheus_url="http://prometheus:9090")
+    rec.sync(KEY)
+    assert ("ScaledObject", "gsm8k-python-tools") in kube.objects
+    kube.delete("Service", "gsm8k-python-tools")  # no watch event: a gap
+    kube.objects[("ScaledObject", "gsm8k-python-tools")]["spec"]["maxReplicaCount"] = 99  # someone's edit
+    kube.applied.clear()
+    rec.sync(KEY)
+    assert kube.applied == [], "between resyncs the cache skips children no watch changed"
+    rec.resync()
+    rec.sync(KEY)
+    assert ("Service", "gsm8k-python-tools") in kube.objects, "the missed deletion is repaired"
+    assert kube.objects[("ScaledObject", "gsm8k-python-tools")]["spec"]["maxReplicaCount"] != 99
+    assert len(kube.applied) == len(rec_children(rec)), "a resync applies every child"
+    assert [m for _, r, m in kube.events if r == events.CHILD_DELETED] == [
+        "re-created the deleted Service gsm8k-python-tools"
+    ]
+    kube.applied.clear()
+    rec.sync(KEY)
+    assert kube.applied == [], "the resync's full pass is one pass"
+
+
+def test_a_resync_pass_that_fails_is_made_again_in_full(world) -> None:
+    rec, kube, _ = world
+    rec.sync(KEY)
+    rec.resync()
+    kube.fail["Service"] = ApiError(503, "ServiceUnavailable", "etcd is slow")
+    with pytest.raises(ApiError):
+        rec.sync(KEY)  # transient: the queue retries the key
+    del kube.fail["Service"]
+    kube.applied.clear()
+    rec.sync(KEY)
+    assert len(kube.applied) == len(rec_children(rec))
+
+
+def rec_children(rec: Reconciler) -> list[dict[str, Any]]:
+    from toolrl_operator.children import build_children
+
+    return build_children(rec.jobs[KEY][0], rec.settings)
+
+
+def test_watch_events_during_syncs_never_break_a_sync(world) -> None:
+    """The watches write a job's pods and children on the event loop while a sync thread reads
+    them; with many pods and a tiny switch interval an unguarded dict iteration breaks often."""
+    import sys
+    import threading
+    import time
+
+    rec, _, _ = world
+    waiting = ("ContainerCreating", "pulling")
+    for i in range(5000):
+        rec.pod_seen(KEY, f"tools-{i}", "tool-pool", waiting, deleted=False)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def syncs() -> None:
+        while not stop.is_set():
+            try:
+                rec.sync(KEY)
+            except BaseException as err:  # the test reports any
+                errors.append(err)
+                return
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    thread = threading.Thread(target=syncs)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 3
+        round_ = 0
+        while time.monotonic() < deadline:
+            round_ += 1
+            for i in range(5000, 5020):
+                rec.pod_seen(KEY, f"tools-{i}", "tool-pool", waiting, deleted=round_ % 2 == 1)
+                rec.child_seen(KEY, "ConfigMap", f"extra-{i}", str(round_), deleted=round_ % 2 == 1)
+            if errors:
+                break
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(interval)
+    assert errors == []
+
+
+def test_a_submitter_pod_that_failed_is_one_trainer_restart(world) -> None:
+    from toolrl_operator.status import TRAINER_RESTARTED, LostTrainer
+
+    rec, kube, indexes = world
+    indexes["rayjobs"][KEY] = [
+        {"metadata": {"name": "gsm8k-python"}, "spec": {"suspend": False},
+         "status": {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}}
+    ]  # fmt: skip
+    rec.sync(KEY)
+    rec.pod_seen(KEY, "gsm8k-python-abc", "trainer", None, deleted=False)  # the submitter, running
+    rec.sync(KEY)
+    assert kube.statuses[-1].get("restarts", 0) == 0
+    lost = LostTrainer("2026-01-01T00:01:00Z", "gsm8k-python-abc", "Error, exit code 1")
+    rec.pod_seen(KEY, "gsm8k-python-abc", "trainer", None, deleted=False, lost=lost)
+    assert len(rec.queue) == 1, "a pod showing a lost trainer queues its job"
+    rec.sync(KEY)
+    status = kube.statuses[-1]
+    assert (status["restarts"], status["reason"]) == (1, TRAINER_RESTARTED)
+    rec.sync(KEY)
+    assert reasons(kube).count(TRAINER_RESTARTED) == 1

@@ -119,3 +119,16 @@ def test_a_non_json_error_body_becomes_a_clear_api_error() -> None:
     api = _ApiClient(_Response(404, b'{"reason": "NotFound", "message": "gone"}'))
     with pytest.raises(ApiError, match="404 NotFound: gone"):
         Kube(api, "test").request("GET", "/api/v1/x")  # type: ignore[arg-type]
+
+
+def test_a_transient_api_error_is_raised_at_once_for_the_callers_one_retry() -> None:
+    """Retries have one home (the work queue's backoff, the autoscaler's next tick): the client
+    makes one call and raises, instead of sleeping through retries of its own on a sync thread."""
+    from toolrl_operator.apply import ApiError, Kube
+    from toolrl_operator.reconcile import classify
+
+    api = _ApiClient(_Response(503, b'{"reason": "ServiceUnavailable", "message": "etcd is slow"}'))
+    with pytest.raises(ApiError) as caught:
+        Kube(api, "test").request("PATCH", "/api/v1/x")  # type: ignore[arg-type]
+    assert len(api.timeouts) == 1, "one call, no retry inside the client"
+    assert classify(caught.value) is None, "transient: the work queue retries the key with backoff"

@@ -152,6 +152,13 @@ def non_root_server(
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.fixture
+def make_pod_server() -> Iterator[Callable[..., SandboxProcess]]:
+    """Start a server as in its pod (non_root_server) with extra CLI flags; stopped after the test."""
+    with contextlib.ExitStack() as stack:
+        yield lambda *args, tools=None: stack.enter_context(non_root_server(*args, tools=tools))
+
+
 @pytest.fixture(scope="session")
 def pod_server(debian_python: str) -> Iterator[SandboxProcess]:
     """A server as in the pool's pod (non-root, children share its uid), shared by the modules."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -511,6 +512,9 @@ def run_as_python_main(python: str, program: Program) -> tuple[str, str, int, di
             input=program.stdin.encode(),
             capture_output=True,
             timeout=60,
+            # as from a shell's foreground: a test run in the background inherits SIGINT ignored,
+            # and Python then leaves it ignored (os.kill(SIGINT) would print on)
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         return (
             normalise(done.stdout.decode(), directory),

@@ -239,3 +239,37 @@ def test_ray_failures_name_their_cause():
         explain_ray_failure(failed)
         == "training failed in a Ray worker: ValueError: reward function raised: boom"
     )
+
+
+@pytest.mark.parametrize("installed", [None, "0.24.0"], ids=["no-vllm", "gpu-build"])
+def test_a_cpu_vllm_job_without_vllms_cpu_build_says_what_to_do(monkeypatch, installed):
+    """Without the check, a missing (or GPU) vLLM failed only inside a Ray worker, minutes in."""
+    from importlib import metadata
+
+    from trainer_entry.run import check_engine
+
+    real = metadata.version
+
+    def version(name):
+        if name != "vllm":
+            return real(name)
+        if installed:
+            return installed
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", version)
+    cpu = {"cluster": {"workers": {"gpusPerWorker": 0}}, "rollout": {"engine": "vllm"}}
+    with pytest.raises(SpecError) as err:
+        check_engine(job(**cpu))
+    have = f"vllm {installed}" if installed else "no vLLM"
+    message = str(err.value)
+    assert "spec.rollout.engine: vllm with cluster.workers.gpusPerWorker 0 runs vLLM's CPU build" in message
+    assert f"this environment has {have}" in message and "or use rollout.engine hf" in message
+    check_engine(job(rollout={"engine": "vllm"}))  # on GPUs the image's vLLM is the GPU build
+    check_engine(job(cluster={"workers": {"gpusPerWorker": 0}}, rollout={"engine": "hf"}))
+
+
+def test_the_workspace_has_vllms_cpu_build_for_cpu_vllm_jobs():
+    from trainer_entry.run import check_engine
+
+    check_engine(job(cluster={"workers": {"gpusPerWorker": 0}}, rollout={"engine": "vllm"}))

@@ -76,7 +76,10 @@ def test_given_values_win_over_defaults_deeply():
             "spec.rollout.tensorParallelSize",
         ),
         ({"checkpoint": {"resume": "latest"}}, "spec.checkpoint.resume"),
-        ({"cluster": {"workers": {"gpusPerWorker": 0}}}, "spec.cluster.workers.gpusPerWorker"),
+        (
+            {"cluster": {"workers": {"gpusPerWorker": 0}}, "rollout": {"engine": "sglang"}},
+            "spec.cluster.workers.gpusPerWorker",
+        ),
         (
             {"cluster": {"workers": {"gpusPerWorker": -1}}, "rollout": {"engine": "hf"}},
             "spec.cluster.workers.gpusPerWorker",
@@ -205,9 +208,10 @@ def test_missing_tools_names_the_field():
         parse_job(d)
 
 
-def test_cpu_jobs_need_the_hf_engine_and_say_why():
-    with pytest.raises(SpecError, match=r"needs rollout\.engine hf: vllm and sglang need GPUs"):
-        parse_job(doc(cluster={"workers": {"gpusPerWorker": 0}}, rollout={"engine": "vllm"}))
-    cpu = parse_job(doc(cluster={"workers": {"gpusPerWorker": 0}}, rollout={"engine": "hf"}))
-    assert cpu_only(cpu.spec)
+def test_cpu_jobs_need_a_cpu_engine_and_say_why():
+    with pytest.raises(SpecError, match=r"needs rollout\.engine hf or vllm \(vLLM's CPU build\): sglang"):
+        parse_job(doc(cluster={"workers": {"gpusPerWorker": 0}}, rollout={"engine": "sglang"}))
+    for engine in ("hf", "vllm"):
+        cpu = parse_job(doc(cluster={"workers": {"gpusPerWorker": 0}}, rollout={"engine": engine}))
+        assert cpu_only(cpu.spec)
     assert not cpu_only(parse_job(doc(rollout={"engine": "hf"})).spec), "hf on GPUs is not a CPU job"

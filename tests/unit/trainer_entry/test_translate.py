@@ -5,6 +5,8 @@ from hydra.errors import ConfigCompositionException, InstantiationException
 from trainer_entry.spec import ESTIMATORS, parse_job
 from trainer_entry.translate import (
     CPU_OVERRIDES,
+    CPU_VLLM_KV_CACHE_BYTES,
+    CPU_VLLM_OVERRIDES,
     LOGICAL_GPUS_PER_CPU_WORKER,
     TOOL_CONFIG_FILE,
     hydra_value,
@@ -254,6 +256,27 @@ def test_cpu_job_runs_verls_cpu_platform_with_logical_gpus(tiny_model):
     assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
     gpu = translate(job(rollout={"engine": "hf"}), POOL).overrides
     assert not set(CPU_OVERRIDES) & set(gpu), "hf on GPUs keeps verl's GPU settings"
+
+
+def test_cpu_job_with_vllm_runs_vllms_cpu_build_without_sleep_mode(tiny_model):
+    """vLLM refuses sleep mode on CPUs and reads gpu_memory_utilization as a share of host memory:
+    a CPU vllm job turns sleep mode off and gives the KV cache a fixed size; hf and GPU jobs do not."""
+    cpu = job(
+        model={"path": str(tiny_model)},
+        rollout={"engine": "vllm", "protocol": "python-tags"},
+        cluster={"workers": {"replicas": 1, "gpusPerWorker": 0}},
+        algorithm={"rolloutsPerPrompt": 2, "trainBatchSize": 4, "totalTrainingSteps": 2},
+    )
+    overrides = translate(cpu, POOL).overrides
+    assert set(CPU_OVERRIDES) | set(CPU_VLLM_OVERRIDES) <= set(overrides)
+    cfg = composed(cpu)
+    rollout = cfg.actor_rollout_ref.rollout
+    assert (rollout.name, rollout.enable_sleep_mode) == ("vllm", False)
+    assert rollout.engine_kwargs.vllm.kv_cache_memory_bytes == CPU_VLLM_KV_CACHE_BYTES
+    assert cfg.trainer.device == "cpu"
+    hf = translate(job(rollout={"engine": "hf"}, cluster={"workers": {"gpusPerWorker": 0}}), POOL).overrides
+    gpu = translate(job(rollout={"engine": "vllm"}), POOL).overrides
+    assert not set(CPU_VLLM_OVERRIDES) & (set(hf) | set(gpu)), "only vLLM on CPUs needs them"
 
 
 def test_operator_and_trainer_agree_on_logical_gpus_and_cpus_of_a_cpu_worker():

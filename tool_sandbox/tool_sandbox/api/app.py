@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import resource
@@ -14,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from tool_sandbox.admission import Admission, Rejected
@@ -26,6 +27,7 @@ from tool_sandbox.api.requests import (
     parse_execute,
     parse_json,
     parse_session_create,
+    shown,
 )
 from tool_sandbox.config import ServerSettings, ToolConfig
 from tool_sandbox.metrics import Metrics
@@ -33,13 +35,18 @@ from tool_sandbox.sandbox import outcome
 from tool_sandbox.sandbox.libc import PR_SET_DUMPABLE, prctl
 from tool_sandbox.sandbox.pool import Pool
 from tool_sandbox.sandbox.reaper import PR_SET_CHILD_SUBREAPER, reap_orphans
-from tool_sandbox.sessions import SessionExists, SessionLimit, Sessions
+from tool_sandbox.sessions import API, VERLTOOL, SessionExists, SessionLimit, Sessions
 from tool_sandbox.tools import Tool, ToolInputError, ToolResult, build_tools, needs_pool
 from tool_sandbox.tools.python import PythonTool
 
 log = logging.getLogger(__name__)
 MAX_SESSION_WAITING = 64  # calls of one session queued behind its running cell; more get 429
-FINISHED_TRAJECTORIES_KEPT = 100_000  # finished VerlTool trajectory ids remembered (never reopened)
+# Finished VerlTool trajectories remembered (never reopened), oldest forgotten first; each by a
+# fixed-size digest of its caller and id, so a few requests with huge ids cannot fill the memory.
+FINISHED_TRAJECTORIES_KEPT = 100_000
+READINESS_SECONDS = 1.0  # a readiness answer serves every probe for this long (one check per burst)
+SHUTDOWN_SECONDS = 5.0  # after the drain, for handlers to write their answers before connections close
+SHUTTING_DOWN = "the tool server is shutting down; retry the call"
 
 
 class Service:
@@ -59,8 +66,11 @@ class Service:
             lambda: len(self.sessions.live),
         )
         self.tools_ready = False
+        self.draining = False  # SIGTERM: no call starts any more (drain)
         self._reaper: asyncio.Task[None] | None = None
         self.finished: OrderedDict[str, None] = OrderedDict()  # VerlTool sessions that were finished
+        self._readiness: asyncio.Future[list[str]] | None = None
+        self._readiness_at = 0.0
 
     @property
     def python_tools(self) -> list[str]:
@@ -85,8 +95,30 @@ class Service:
         if self.pool is not None:
             await self.pool.close()
 
-    def ready(self) -> bool:
-        return self.tools_ready and (self.pool is None or self.pool.is_ready()) and not self.unready_reason()
+    async def readiness(self) -> list[str]:
+        """Why the pool must not take traffic now ([] when ready): starting, shutting down,
+        Landlock missing, or a worker that cannot fork or run a program. The program runs in an
+        execution slot, and only when one is free (a busy pool is evidently running code); one
+        check serves every probe for READINESS_SECONDS."""
+        if self.draining:
+            return [SHUTTING_DOWN]
+        if not self.tools_ready or (self.pool is not None and not self.pool.is_ready()):
+            return ["starting: the sandbox workers are warming up"]
+        if self.unready_reason():
+            return [self.unready_reason()]
+        if self.pool is None:
+            return []
+        now = asyncio.get_running_loop().time()
+        if self._readiness is None or (
+            self._readiness.done() and now - self._readiness_at > READINESS_SECONDS
+        ):
+            self._readiness, self._readiness_at = asyncio.ensure_future(self._check_workers()), now
+        return await asyncio.shield(self._readiness)
+
+    async def _check_workers(self) -> list[str]:
+        assert self.pool is not None
+        async with self.admission.free_slot() as free:
+            return await self.pool.ready_problems(run_code=free)
 
     def unready_reason(self) -> str:
         """Why a started pool must not take traffic, or ""."""
@@ -100,11 +132,14 @@ class Service:
         return ""
 
     async def admit(self, tool: str, job: Callable[[], Awaitable[ToolResult]]) -> ToolResult:
-        """Run `job` under backpressure and record it; raises Rejected when the queue is full."""
+        """Run `job` under backpressure and record it; raises Rejected when the queue is full or
+        the server is shutting down (a queued call then never starts)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
+            self.refuse_when_draining()
             async with self.admission.slot():
+                self.refuse_when_draining()
                 result = await job()
         except Rejected:
             self.metrics.observe(tool, outcome.REJECTED, loop.time() - started, False)
@@ -112,15 +147,30 @@ class Service:
         self.metrics.observe(tool, result.status, loop.time() - started, result.truncated)
         return result
 
-    async def execute(self, request: ExecuteRequest) -> ToolResult:
+    def refuse_when_draining(self) -> None:
+        if self.draining:
+            raise Rejected(1, SHUTTING_DOWN, 503)
+
+    async def drain(self, seconds: float) -> int:
+        """Stop starting calls (they get 503, fault infra) and give those running up to `seconds`
+        to end; then answer the rest as the pool's failure. Returns how many were failed."""
+        self.draining = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while self.admission.inflight and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        return self.pool.fail_pending(SHUTTING_DOWN) if self.pool is not None else 0
+
+    async def execute(self, request: ExecuteRequest, kind: str = API) -> ToolResult:
+        """A call; with a session, one of this kind (the pool's own sessions for /v1/execute:
+        VerlTool's trajectories are reachable only through /get_observation)."""
         tool = self.tools[request.tool]
         if request.session is None:
             return await self.admit(tool.name, lambda: tool.execute(request.input, request.timeout))
-        session = self.sessions.get(request.session)
+        session = self.sessions.get(request.session, kind)
         if session is None:
-            raise RequestError(
-                f"unknown or expired session {request.session!r}; open one with POST /v1/sessions", 404
-            )
+            name = shown(request.session, 80)
+            raise RequestError(f"unknown or expired session {name}; open one with POST /v1/sessions", 404)
         if session.tool is not tool:
             raise RequestError(f"session {request.session!r} belongs to tool {session.tool.name!r}")
         # A session runs one cell at a time: its queued calls wait here, for its lock, before they
@@ -152,6 +202,7 @@ class Service:
         return result
 
     def finish_trajectory(self, session_id: str) -> None:
+        """Remember a finished trajectory (its session key: a fixed-size digest)."""
         self.finished[session_id] = None
         self.finished.move_to_end(session_id)
         while len(self.finished) > FINISHED_TRAJECTORIES_KEPT:
@@ -166,7 +217,24 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
 
 def _rejected(exc: Rejected) -> web.Response:
     body = ToolResult(status=outcome.REJECTED, message=str(exc)).to_json()
-    return _json(body, 429, {"Retry-After": str(exc.retry_after)})
+    return _json(body, exc.status, {"Retry-After": str(exc.retry_after)})
+
+
+async def _refuse_compressed(request: web.Request, encoding: str) -> web.StreamResponse:
+    """415 for a compressed body, and the connection closed without reading the rest: aiohttp
+    would inflate what it reads, and a small body can inflate to gigabytes."""
+    response = _json(
+        {
+            "error": f"request bodies with Content-Encoding {shown(encoding)} are refused (they can inflate"
+            " far past the body limit); send the body uncompressed"
+        },
+        415,
+    )
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()
+    return response
 
 
 @web.middleware
@@ -177,6 +245,9 @@ async def _errors(
     busy = request.app[BUSY]
     busy.add(request.protocol)
     try:
+        encoding = request.headers.get(hdrs.CONTENT_ENCODING, "").strip().lower()
+        if encoding not in ("", "identity"):
+            return await _refuse_compressed(request, encoding)
         return await handler(request)
     except RequestError as exc:
         return _json({"error": str(exc)}, exc.status)
@@ -245,6 +316,7 @@ def build_app(service: Service) -> web.Application:
     async def open_session(request: web.Request) -> web.Response:
         tool = service.tools[parse_session_create(await _body(request), service.python_tools)]
         assert isinstance(tool, PythonTool)
+        service.refuse_when_draining()
         try:
             session = await service.sessions.open(tool)
         except SessionLimit as exc:
@@ -255,7 +327,7 @@ def build_app(service: Service) -> web.Application:
 
     @routes.delete("/v1/sessions/{session_id}")
     async def close_session(request: web.Request) -> web.Response:
-        if not await service.sessions.close(request.match_info["session_id"]):
+        if not await service.sessions.close(request.match_info["session_id"], API):
             raise RequestError(f"unknown session {request.match_info['session_id']!r}", 404)
         return _json({"closed": True})
 
@@ -287,7 +359,16 @@ def build_app(service: Service) -> web.Application:
     async def get_observation(request: web.Request) -> web.Response:
         steps = verltool.parse_request(await _body(request))
         caller = request.remote or "unknown"
-        answers = await asyncio.gather(*(_observe(service, step, caller) for step in steps))
+        answers: list[tuple[str, bool, bool, str | None]] = [("", False, False, None)] * len(steps)
+        trajectories: dict[str, list[int]] = {}
+        for index, step in enumerate(steps):
+            trajectories.setdefault(step.trajectory_id, []).append(index)
+
+        async def in_order(indices: list[int]) -> None:  # one trajectory's steps one after another
+            for index in indices:
+                answers[index] = await _observe(service, steps[index], caller)
+
+        await asyncio.gather(*(in_order(indices) for indices in trajectories.values()))
         return _json(
             {
                 "observations": [a[0] for a in answers],
@@ -299,6 +380,8 @@ def build_app(service: Service) -> web.Application:
 
     @routes.get("/healthz")
     async def healthz(request: web.Request) -> web.Response:
+        """Liveness: runs no code and takes no execution slot (a burst of probes costs each
+        worker one ping); 503 only for what a restart mends."""
         problems = await service.pool.alive() if service.pool is not None else []
         if problems:
             return _json({"status": "unhealthy", "problems": problems}, 503)
@@ -307,10 +390,11 @@ def build_app(service: Service) -> web.Application:
     @routes.get("/readyz")
     async def readyz(request: web.Request) -> web.Response:
         layers = service.pool.layers() if service.pool is not None else {}
-        body = {"ready": service.ready(), "tools": list(service.tools), "sandbox": layers}
-        if service.unready_reason():
-            body["problem"] = service.unready_reason()
-        return _json(body, 200 if service.ready() else 503)
+        problems = await service.readiness()
+        body: dict[str, Any] = {"ready": not problems, "tools": list(service.tools), "sandbox": layers}
+        if problems:
+            body.update(problem=problems[0], problems=problems)
+        return _json(body, 503 if problems else 200)
 
     @routes.get("/metrics")
     async def metrics(request: web.Request) -> web.Response:
@@ -324,14 +408,15 @@ async def _observe(service: Service, step: verltool.Step, caller: str) -> tuple[
     """One trajectory's step: (observation, done, valid, fault). Python state lives in a session per
     trajectory, scoped to the caller's address: a trajectory id names a session only for the
     client that made it, and a finished one is never opened again."""
-    session_id = f"verltool:{caller}:{step.trajectory_id}"
+    key = f"{caller}\0{step.trajectory_id}".encode("utf-8", "surrogatepass")
+    session_id = "verltool:" + hashlib.blake2b(key, digest_size=16).hexdigest()
     if step.finish:
         service.finish_trajectory(session_id)
-        await service.sessions.close(session_id)
+        await service.sessions.close(session_id, VERLTOOL)
         return "", True, True, None
     if session_id in service.finished:
-        shown = step.trajectory_id.split(":", 1)[1]
-        why = f"[{outcome.ERROR}: trajectory {shown!r} was finished; use a new trajectory id]"
+        name = shown(step.trajectory_id.split(":", 1)[1], 80)
+        why = f"[{outcome.ERROR}: trajectory {name} was finished; use a new trajectory id]"
         return why, True, False, outcome.FAULT_CODE
     call = verltool.extract(step.action)
     if call is None:
@@ -344,11 +429,12 @@ async def _observe(service: Service, step: verltool.Step, caller: str) -> tuple[
         if kind == "python":
             tool = service.tools[names[0]]
             assert isinstance(tool, PythonTool)
-            opened = await service.sessions.ensure(tool, session_id)
+            service.refuse_when_draining()
+            opened = await service.sessions.ensure(tool, session_id, VERLTOOL)
             if isinstance(opened, ToolResult):
                 return verltool.observation(opened), False, False, opened.whose_fault()
             payload = {"code": text, "stdin": step.stdin}
-            result = await service.execute(ExecuteRequest(tool.name, payload, None, session_id))
+            result = await service.execute(ExecuteRequest(tool.name, payload, None, session_id), VERLTOOL)
         else:
             result = await service.execute(ExecuteRequest(names[0], text, None, None))
     except (Rejected, SessionLimit, SessionExists) as exc:
@@ -425,7 +511,11 @@ async def serve(settings: ServerSettings, tools: tuple[ToolConfig, ...]) -> None
     # keepalive_timeout also bounds how long a connection may take to send a request's headers
     # (aiohttp closes a connection still waiting for a whole request head when it expires).
     runner = web.AppRunner(
-        app, access_log=None, handle_signals=False, keepalive_timeout=settings.header_timeout_seconds
+        app,
+        access_log=None,
+        handle_signals=False,
+        keepalive_timeout=settings.header_timeout_seconds,
+        shutdown_timeout=SHUTDOWN_SECONDS,
     )
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, backlog=1024)
@@ -441,8 +531,11 @@ async def serve(settings: ServerSettings, tools: tuple[ToolConfig, ...]) -> None
     try:
         await service.start()
         await stop.wait()
+        log.info("shutting down: no call starts now; those running have %gs", settings.drain_seconds)
+        failed = await service.drain(settings.drain_seconds)
+        log.info("drained: %d call(s) still running were answered as the pool's failure", failed)
     finally:
         housekeeping.cancel()
+        await runner.cleanup()  # handlers write their answers first
         with contextlib.suppress(Exception):
             await service.close()
-        await runner.cleanup()

@@ -36,6 +36,8 @@ def parse_json(raw: bytes) -> Any:
         raise RequestError(f"request body is not valid JSON: {exc}") from exc
     except RecursionError:
         raise RequestError("request body nests JSON too deeply; send a flatter body") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (int_max_str_digits)
+        raise RequestError(f"request body holds a number too long to read ({exc}); send shorter") from None
 
 
 def _reject_constant(name: str) -> Any:
@@ -61,13 +63,8 @@ def parse_execute(body: Any, tools: dict[str, Any], where: str = "") -> ExecuteR
             f"{where}input is required (code for python, a query for search, a JSON body for http)"
         )
     timeout = body.get("timeoutSeconds")
-    if timeout is not None and (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
-        or timeout <= 0
-    ):
-        raise RequestError(f"{where}timeoutSeconds must be a positive finite number, got {timeout!r}")
+    if timeout is not None and not (finite(timeout) and timeout > 0):
+        raise RequestError(f"{where}timeoutSeconds must be a positive finite number, got {shown(timeout)}")
     session = body.get("session")
     if session is not None and not isinstance(session, str):
         raise RequestError(
@@ -97,3 +94,20 @@ def parse_session_create(body: Any, session_tools: list[str]) -> str:
 
 def json_kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
+
+
+def finite(value: Any) -> bool:
+    """A JSON number a float can hold: not a bool, not NaN or infinite, and no integer past a
+    float's range (10**400 is valid JSON)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def shown(value: Any, chars: int = 40) -> str:
+    """A value for an error message, cut short (a number can have thousands of digits)."""
+    text = repr(value) if not isinstance(value, int) or value.bit_length() < 128 else str(value)[: chars + 1]
+    return text if len(text) <= chars else text[:chars] + "..."

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import math
 import os
 import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
-from tool_sandbox.api.requests import RequestError, json_kind, require_object
+from tool_sandbox.api.requests import RequestError, finite, json_kind, require_object, shown
 from tool_sandbox.config import ServerSettings
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.tools.base import ToolResult
@@ -192,6 +191,6 @@ def _number(body: dict[str, Any], key: str) -> float | None:
     value = body.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise RequestError(f"{key} must be a finite number, got {value!r}")
+    if not finite(value):
+        raise RequestError(f"{key} must be a finite number, got {shown(value)}")
     return float(value)

@@ -13,9 +13,22 @@
  * Messages on the SOCK_SEQPACKET socket (layouts defined in forker.py, native byte order):
  *   worker -> forker  spawn: int32 op=1, int32 slot, int32 uid (-1: keep ours), workdir bytes,
  *                     with 4 fds (request read end; stdout, stderr and control write ends);
- *                     kill:  int32 op=2, int32 slot; stop / continue: int32 op=3 / 4, int32 slot.
- *   forker -> worker  int32 slot, int32 forked (0: fork failed), int32 wait status,
- *                     float64 CPU seconds; once that slot's child has been reaped.
+ *                     kill:  int32 op=2, int32 slot; continue: int32 op=4, int32 slot (a session's
+ *                     child, stopped by itself since its last cell); limit: int32 op=5, int32 slot,
+ *                     int32 tasks (what the call's child may run at once, threads included).
+ *   forker -> worker  int32 slot, int32 event, int32 status, float64 CPU seconds: event 1 once
+ *                     that slot's child has been reaped (status: its wait status), 2 when it
+ *                     stopped (a session's cell ended: status is the stop signal), 0 when it could
+ *                     not be forked (status: errno), 3 when a thread of its call was refused because
+ *                     the worker's task budget was used up (by all its children together).
+ *
+ * Tasks of a call: a child's threads are bounded by the forker, not by RLIMIT_NPROC (which counts
+ * every task of a uid, and children share the server's uid in a pod). Each child installs a seccomp
+ * filter that turns clone(CLONE_THREAD) into a user notification and hands its listener to the
+ * forker (over a socket only children in set-up hold); the forker lets the clone proceed while the
+ * child has fewer threads than its call's limit, else it fails with EAGAIN. All children of a worker
+ * together stay within its task budget (its share of the pod's): the forker counts each child's
+ * tasks (when it forks it, when it starts a thread, and all of them again before refusing one).
  *
  * receive() is a child's read of its next request on the request pipe (layout in layers.py): a
  * header (mode, limits, sizes), stdin, code. For a new program it also writes the code to main.py
@@ -34,6 +47,7 @@
 #include <grp.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sys/ioctl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -42,6 +56,7 @@
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -50,10 +65,18 @@
 
 #define OP_SPAWN 1
 #define OP_KILL 2
-#define OP_STOP 3 /* a session between cells: its code may run only while a cell has a deadline */
 #define OP_CONT 4
+#define OP_LIMIT 5
 #define NFDS 4
 #define REPLY_SIZE 20
+#define EVENT_FORK_FAILED 0
+#define EVENT_EXITED 1
+#define EVENT_STOPPED 2
+#define EVENT_PRESSED 3
+#define WATCH_SOCKET UINT64_MAX
+#define WATCH_SIGCHLD (UINT64_MAX - 1)
+#define WATCH_HANDOFF (UINT64_MAX - 2)
+#define WATCH_LISTENER (1ULL << 32) /* | slot: a child's task-limit listener */
 #define MODE_RUN 0 /* layers.RUN */
 #define MODE_EXEC 2 /* layers.EXEC */
 #define STACK_BYTES ((rlim_t)256 << 20) /* main-thread stack of sandboxed code; growth stops (SIGSEGV) at the next mapping, never into it */
@@ -64,6 +87,9 @@
 #endif
 #ifndef SYS_close_range
 #define SYS_close_range 436
+#endif
+#ifndef SECCOMP_USER_NOTIF_FLAG_CONTINUE
+#define SECCOMP_USER_NOTIF_FLAG_CONTINUE (1UL << 0)
 #endif
 #define SYS_LANDLOCK_CREATE_RULESET 444
 #define SYS_LANDLOCK_ADD_RULE 445
@@ -79,6 +105,8 @@ struct path_beneath {
 struct setup {
     struct sock_fprog static_filter;
     struct sock_fprog self_filter;
+    struct sock_fprog task_filter; /* len 0: no task limit (the kernel cannot notify) */
+    int handoff; /* a child's end of the socket its task-limit listener goes to the forker on */
     uint32_t self_placeholder, group_placeholder;
     const void *landlock_attr; /* NULL: no Landlock */
     size_t landlock_attr_size;
@@ -108,7 +136,13 @@ static int own_uid;
 struct child_state {
     pid_t pid; /* 0: slot free */
     int pidfd;
+    int listener; /* its task-limit listener, -1 until handed over */
+    int tasks;    /* what its call may run at once (OP_LIMIT); 1 until told */
+    int counted;  /* its tasks in the forker's count (budget) */
 };
+
+/* Tasks of all children as last counted, against the worker's budget (0: none). */
+static long tasks_counted, tasks_budget;
 
 static void *copy_bytes(Py_buffer *view) {
     void *copy = PyMem_RawMalloc(view->len ? (size_t)view->len : 1);
@@ -156,8 +190,33 @@ static int reseed_mt19937(void *state) {
 }
 
 /* Isolate the just-forked child; NULL on success, else the step that failed (errno set). */
-static const char *isolate(const struct setup *s, const char *workdir, int uid, const int fds[NFDS]) {
+/* Give the forker this child's task-limit listener: slot and pid, with the fd. */
+static int hand_over(int sock, int slot, int listener) {
+    int32_t who[2] = {slot, (int32_t)getpid()};
+    struct iovec iov = {.iov_base = who, .iov_len = sizeof who};
+    union {
+        char bytes[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes,
+                         .msg_controllen = sizeof control.bytes};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &listener, sizeof(int));
+    ssize_t sent;
+    while ((sent = sendmsg(sock, &msg, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+    }
+    return sent == (ssize_t)sizeof who ? 0 : -1;
+}
+
+static const char *isolate(const struct setup *s, const char *workdir, int uid, int slot, const int fds[NFDS]) {
     static const struct rlimit no_core = {0, 0};
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL); /* the forker blocks SIGCHLD for its signalfd */
     prctl(PR_SET_NAME, (unsigned long)"sandbox-child", 0, 0, 0);
     /* First, so that a failure below reaches the worker on the control pipe. The fds arrive above
        4 (the forker keeps 0-4 taken): request -> 3, stdout -> 1, stderr -> 2, control -> 4. */
@@ -189,6 +248,13 @@ static const char *isolate(const struct setup *s, const char *workdir, int uid, 
         const char *failed = landlock(s);
         if (failed != NULL) return failed;
     }
+    if (s->task_filter.len > 0) { /* first: the static filter may deny what the handover needs */
+        int listener = (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER,
+                                    &s->task_filter);
+        if (listener < 0) return "seccomp (task limit)";
+        if (hand_over(s->handoff, slot, listener) != 0) return "handing the task limit to the forker";
+        close(listener);
+    }
     if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &s->static_filter, 0, 0) != 0)
         return "seccomp (static filter)";
     patch_self_filter(s, getpid());
@@ -207,9 +273,9 @@ static long vm_bytes(const struct setup *s) {
     return strtol(text, NULL, 10) * s->page_size;
 }
 
-static void reply(int sock, int slot, int forked, int status, double cpu) {
+static void reply(int sock, int slot, int event, int status, double cpu) {
     char message[REPLY_SIZE];
-    int32_t head[3] = {slot, forked, status};
+    int32_t head[3] = {slot, event, status};
     memcpy(message, head, sizeof head);
     memcpy(message + sizeof head, &cpu, sizeof cpu);
     while (send(sock, message, sizeof message, MSG_NOSIGNAL) < 0 && errno == EINTR) {
@@ -232,12 +298,135 @@ static void reap(int sock, int epoll, struct child_state *child, int slot) {
     if (done < 0) status = SIGKILL; /* gone without a status: report it as killed, never as ok */
     epoll_ctl(epoll, EPOLL_CTL_DEL, child->pidfd, NULL);
     close(child->pidfd);
+    if (child->listener >= 0) close(child->listener); /* also leaves the epoll set */
+    tasks_counted -= child->counted;
+    child->counted = 0;
     child->pid = 0;
     child->pidfd = -1;
+    child->listener = -1;
     double cpu = done < 0 ? 0.0
                           : (double)usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6 +
                                 (double)usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6;
-    reply(sock, slot, 1, status, cpu);
+    reply(sock, slot, EVENT_EXITED, status, cpu);
+}
+
+/* Children that stopped: a session's child stops itself (SIGSTOP) when its cell has ended, so the
+   worker ends a cell only once the kernel says nothing of it runs any more. */
+static void report_stops(int sock, int sigfd, const struct child_state *children, int slots) {
+    struct signalfd_siginfo pending[16];
+    while (read(sigfd, pending, sizeof pending) > 0) {
+    }
+    for (;;) {
+        siginfo_t info;
+        memset(&info, 0, sizeof info);
+        if (waitid(P_ALL, 0, &info, WSTOPPED | WNOHANG) != 0 || info.si_pid == 0) return;
+        for (int slot = 0; slot < slots; slot++) {
+            if (children[slot].pid == info.si_pid) {
+                reply(sock, slot, EVENT_STOPPED, info.si_status, 0.0);
+                break;
+            }
+        }
+    }
+}
+
+/* Threads of a process, from /proc/<pid>/stat (field 20, after the parenthesised name); -1 if unknown. */
+static int thread_count(pid_t pid) {
+    char path[48], text[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    text[n] = '\0';
+    char *at = strrchr(text, ')');
+    if (at == NULL) return -1;
+    for (int field = 2; field < 20; field++) { /* ')' ends field 2; each space starts the next */
+        at = strchr(at + 1, ' ');
+        if (at == NULL) return -1;
+    }
+    return atoi(at + 1);
+}
+
+/* A child's clone(CLONE_THREAD) waits for this answer: go on while it has fewer threads than its call
+   may run, else EAGAIN (Python: "can't start new thread"). Threads starting at the same instant in
+   several threads of one child can each see the count before the others' clones: at most twice the
+   limit, still bounded. */
+/* Whether `more` tasks fit the budget; counts every child again before saying no (threads that
+   ended are noticed only then). */
+static int budget_allows(struct child_state *children, int slots, int more) {
+    if (tasks_budget <= 0 || tasks_counted + more <= tasks_budget) return 1;
+    tasks_counted = 0;
+    for (int slot = 0; slot < slots; slot++) {
+        if (children[slot].pid <= 0) continue;
+        int now = thread_count(children[slot].pid);
+        if (now >= 0) children[slot].counted = now;
+        tasks_counted += children[slot].counted;
+    }
+    return tasks_counted + more <= tasks_budget;
+}
+
+static void answer_clone(int sock, struct child_state *children, int slots, int slot) {
+    struct child_state *child = &children[slot];
+    struct seccomp_notif request;
+    struct seccomp_notif_resp answer;
+    memset(&request, 0, sizeof request);
+    if (ioctl(child->listener, SECCOMP_IOCTL_NOTIF_RECV, &request) != 0) return; /* e.g. the thread died */
+    memset(&answer, 0, sizeof answer);
+    answer.id = request.id;
+    answer.error = -EAGAIN;
+    int threads = thread_count(child->pid);
+    if (threads >= 0) {
+        tasks_counted += threads - child->counted;
+        child->counted = threads;
+    }
+    if (threads >= 0 && threads < child->tasks) {
+        if (budget_allows(children, slots, 1)) {
+            answer.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+            answer.error = 0;
+            child->counted++; /* counted before it runs: the budget is never overrun between counts */
+            tasks_counted++;
+        } else {
+            reply(sock, slot, EVENT_PRESSED, 0, 0.0); /* refused for others' tasks: not its code's doing */
+        }
+    }
+    if (ioctl(child->listener, SECCOMP_IOCTL_NOTIF_SEND, &answer) != 0 && errno == EINVAL && answer.flags) {
+        answer.flags = 0; /* a kernel without SECCOMP_USER_NOTIF_FLAG_CONTINUE (< 5.5): refuse */
+        answer.error = -EAGAIN;
+        ioctl(child->listener, SECCOMP_IOCTL_NOTIF_SEND, &answer);
+    }
+}
+
+/* Listeners handed over by children in set-up (hand_over); one that names no current child is closed. */
+static void take_listeners(int handoff, int epoll, struct child_state *children, int slots) {
+    for (;;) {
+        int32_t who[2] = {-1, 0};
+        union {
+            char bytes[CMSG_SPACE(2 * sizeof(int))];
+            struct cmsghdr align;
+        } control;
+        struct iovec iov = {.iov_base = who, .iov_len = sizeof who};
+        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes,
+                             .msg_controllen = sizeof control.bytes};
+        ssize_t got = recvmsg(handoff, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return;
+        int fds[2], nfds = 0;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+            int count = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+            for (int i = 0; i < count && nfds < 2; i++) memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        }
+        int slot = who[0];
+        int ours = got == (ssize_t)sizeof who && nfds == 1 && slot >= 0 && slot < slots && children[slot].pid == who[1] &&
+                   children[slot].pid > 0 && children[slot].listener < 0;
+        struct epoll_event clones = {.events = EPOLLIN, .data.u64 = WATCH_LISTENER | (uint64_t)slot};
+        if (ours && epoll_ctl(epoll, EPOLL_CTL_ADD, fds[0], &clones) == 0) {
+            children[slot].listener = fds[0];
+            continue;
+        }
+        for (int i = 0; i < nfds; i++) close(fds[i]);
+    }
 }
 
 static PyObject *spawned(const char *workdir, long vm, const char *failed) {
@@ -245,20 +434,112 @@ static PyObject *spawned(const char *workdir, long vm, const char *failed) {
     return Py_BuildValue("(yls)", workdir, vm, failed);
 }
 
+/* The forker's state between events. */
+struct forker {
+    struct setup s;
+    int sock, epoll, slots;
+    struct child_state *children;
+    char message[4096 + 16]; /* a spawn's workdir stays here for the child that forks from it */
+};
+
+/* Messages from the worker: spawn, kill, continue, limit. Returns 0 when drained, 1 when the worker
+   is gone, 2 in a newly forked child (then *child_workdir, *child_vm and *child_failed are set). */
+static int from_worker(struct forker *f, const char **child_workdir, long *child_vm, const char **child_failed) {
+    union { /* aligned for cmsghdr; room for more fds than expected, so extras are seen and closed */
+        char bytes[CMSG_SPACE(2 * NFDS * sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    struct child_state *children = f->children;
+    for (;;) {
+        struct iovec iov = {.iov_base = f->message, .iov_len = sizeof f->message - 1};
+        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes,
+                             .msg_controllen = sizeof control.bytes};
+        ssize_t got = recvmsg(f->sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return 0; /* EAGAIN: drained */
+        if (got == 0) return 1; /* the worker is gone */
+        int fds[2 * NFDS], nfds = 0;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+            int count = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+            for (int i = 0; i < count && nfds < 2 * NFDS; i++)
+                memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        }
+        int32_t head[3] = {0, -1, -1};
+        memcpy(head, f->message, got < 12 ? (size_t)got : sizeof head);
+        int slot = head[1];
+        f->message[got] = '\0';
+        const char *workdir = f->message + sizeof head;
+        int well_formed = !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) && slot >= 0 && slot < f->slots;
+        int spawnable = well_formed && head[0] == OP_SPAWN && got > (ssize_t)sizeof head && nfds == NFDS &&
+                        children[slot].pid == 0;
+        if (!spawnable) {
+            for (int i = 0; i < nfds; i++) close(fds[i]);
+            if (well_formed && head[0] == OP_KILL) signal_child(&children[slot], SIGKILL);
+            else if (well_formed && head[0] == OP_CONT && children[slot].pid > 0)
+                kill(-children[slot].pid, SIGCONT); /* once: a second could undo the stop that ends a quick cell */
+            else if (well_formed && head[0] == OP_LIMIT && got >= (ssize_t)sizeof head && children[slot].pid > 0)
+                children[slot].tasks = head[2];
+            else if (well_formed && head[0] == OP_SPAWN && children[slot].pid == 0)
+                reply(f->sock, slot, EVENT_FORK_FAILED, EINVAL, 0.0);
+            continue; /* the rest the worker never sends: nothing to answer for */
+        }
+        if (!budget_allows(children, f->slots, 1)) {
+            for (int i = 0; i < NFDS; i++) close(fds[i]);
+            reply(f->sock, slot, EVENT_FORK_FAILED, EAGAIN, 0.0);
+            continue;
+        }
+        long vm = vm_bytes(&f->s);
+        pid_t pid = fork();
+        if (pid == 0) {
+            *child_failed = isolate(&f->s, workdir, head[2], slot, fds);
+            *child_workdir = workdir;
+            *child_vm = vm;
+            return 2;
+        }
+        int fork_errno = errno;
+        for (int i = 0; i < NFDS; i++) close(fds[i]);
+        int pidfd = pid < 0 ? -1 : (int)syscall(SYS_pidfd_open, pid, 0);
+        struct epoll_event exited = {.events = EPOLLIN, .data.u64 = (uint64_t)slot};
+        if (pid > 0 && pidfd >= 0 && epoll_ctl(f->epoll, EPOLL_CTL_ADD, pidfd, &exited) == 0) {
+            children[slot] = (struct child_state){.pid = pid, .pidfd = pidfd, .listener = -1, .tasks = 1, .counted = 1};
+            tasks_counted++;
+            continue;
+        }
+        if (pid > 0) { /* cannot watch it: kill it and report it as it ends */
+            int status = 0;
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            if (pidfd >= 0) close(pidfd);
+            reply(f->sock, slot, EVENT_EXITED, status, 0.0);
+        } else {
+            reply(f->sock, slot, EVENT_FORK_FAILED, fork_errno, 0.0);
+        }
+    }
+}
+
 static PyObject *serve(PyObject *Py_UNUSED(module), PyObject *args) {
     int sock, slots;
-    Py_buffer static_bpf, self_bpf, attr, rules;
+    Py_buffer static_bpf, self_bpf, task_bpf, attr, rules;
     unsigned int self_placeholder, group_placeholder;
     unsigned long long own_rights, mt19937;
-    if (!PyArg_ParseTuple(args, "iiy*y*IIy*y*KK", &sock, &slots, &static_bpf, &self_bpf, &self_placeholder,
-                          &group_placeholder, &attr, &rules, &own_rights, &mt19937))
+    long budget;
+    if (!PyArg_ParseTuple(args, "iily*y*y*IIy*y*KK", &sock, &slots, &budget, &static_bpf, &self_bpf, &task_bpf,
+                          &self_placeholder, &group_placeholder, &attr, &rules, &own_rights, &mt19937))
         return NULL;
+    tasks_budget = budget;
     int attr_given = attr.len > 0;
-    struct setup s = {
+    static struct forker f; /* static: a forked child returns from serve with its workdir in here */
+    f.sock = sock;
+    f.slots = slots;
+    f.s = (struct setup){
         .static_filter = {.len = (unsigned short)(static_bpf.len / sizeof(struct sock_filter)),
                           .filter = copy_bytes(&static_bpf)},
         .self_filter = {.len = (unsigned short)(self_bpf.len / sizeof(struct sock_filter)),
                         .filter = copy_bytes(&self_bpf)},
+        .task_filter = {.len = (unsigned short)(task_bpf.len / sizeof(struct sock_filter)),
+                        .filter = copy_bytes(&task_bpf)},
+        .handoff = -1,
         .self_placeholder = self_placeholder,
         .group_placeholder = group_placeholder,
         .landlock_attr = attr_given ? copy_bytes(&attr) : NULL,
@@ -271,95 +552,77 @@ static PyObject *serve(PyObject *Py_UNUSED(module), PyObject *args) {
         .statm = open("/proc/self/statm", O_RDONLY | O_CLOEXEC),
         .page_size = sysconf(_SC_PAGESIZE),
     };
+    struct setup *s = &f.s;
     int bad_filter = static_bpf.len % sizeof(struct sock_filter) || self_bpf.len % sizeof(struct sock_filter) ||
+                     task_bpf.len % sizeof(struct sock_filter) ||
                      static_bpf.len / sizeof(struct sock_filter) > BPF_MAXINSNS ||
-                     self_bpf.len / sizeof(struct sock_filter) > BPF_MAXINSNS;
+                     self_bpf.len / sizeof(struct sock_filter) > BPF_MAXINSNS ||
+                     task_bpf.len / sizeof(struct sock_filter) > BPF_MAXINSNS;
     PyBuffer_Release(&static_bpf);
     PyBuffer_Release(&self_bpf);
+    PyBuffer_Release(&task_bpf);
     PyBuffer_Release(&attr);
     PyBuffer_Release(&rules);
     if (bad_filter) return PyErr_Format(PyExc_ValueError, "a seccomp filter is not a whole BPF program");
-    if (s.static_filter.filter == NULL || s.self_filter.filter == NULL || s.rules == NULL ||
-        (attr_given && s.landlock_attr == NULL))
+    if (s->static_filter.filter == NULL || s->self_filter.filter == NULL || s->task_filter.filter == NULL ||
+        s->rules == NULL || (attr_given && s->landlock_attr == NULL))
         return PyErr_NoMemory();
-    /* an inherited SIG_IGN would reap children behind our back (and lose their status) */
+    /* an inherited SIG_IGN would reap children behind our back (and lose their status); blocked,
+       SIGCHLD is read from a signalfd, which tells when a child stopped (exits come on pidfds) */
     signal(SIGCHLD, SIG_DFL);
-    struct child_state *children = PyMem_RawCalloc((size_t)slots, sizeof *children);
-    int epoll = epoll_create1(EPOLL_CLOEXEC);
-    struct epoll_event watch = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
-    if (children == NULL || epoll < 0 || s.statm < 0 || epoll_ctl(epoll, EPOLL_CTL_ADD, sock, &watch) != 0)
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    int sigfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
+    int handoff[2] = {-1, -1};
+    if (s->task_filter.len > 0 && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, handoff) != 0)
         return PyErr_SetFromErrno(PyExc_OSError);
+    s->handoff = handoff[1];
+    f.children = PyMem_RawCalloc((size_t)slots, sizeof *f.children);
+    f.epoll = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event watch = {.events = EPOLLIN, .data.u64 = WATCH_SOCKET};
+    struct epoll_event stops = {.events = EPOLLIN, .data.u64 = WATCH_SIGCHLD};
+    struct epoll_event listeners = {.events = EPOLLIN, .data.u64 = WATCH_HANDOFF};
+    if (f.children == NULL || f.epoll < 0 || s->statm < 0 || sigfd < 0 ||
+        epoll_ctl(f.epoll, EPOLL_CTL_ADD, sock, &watch) != 0 || epoll_ctl(f.epoll, EPOLL_CTL_ADD, sigfd, &stops) != 0 ||
+        (handoff[0] >= 0 && epoll_ctl(f.epoll, EPOLL_CTL_ADD, handoff[0], &listeners) != 0))
+        return PyErr_SetFromErrno(PyExc_OSError);
+    for (int slot = 0; slot < slots; slot++) f.children[slot].listener = -1;
 
     struct epoll_event events[64];
-    char message[4096 + 16];
-    union { /* aligned for cmsghdr; room for more fds than expected, so extras are seen and closed */
-        char bytes[CMSG_SPACE(2 * NFDS * sizeof(int))];
-        struct cmsghdr align;
-    } control;
     for (;;) {
-        int n = epoll_wait(epoll, events, 64, -1);
+        int n = epoll_wait(f.epoll, events, 64, -1);
         if (n < 0 && errno != EINTR) return PyErr_SetFromErrno(PyExc_OSError);
         for (int e = 0; e < n; e++) {
-            if (events[e].data.u64 != UINT64_MAX) {
-                int slot = (int)events[e].data.u64;
-                reap(sock, epoll, &children[slot], slot);
-                continue;
-            }
-            for (;;) {
-                struct iovec iov = {.iov_base = message, .iov_len = sizeof message - 1};
-                struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes,
-                                     .msg_controllen = sizeof control.bytes};
-                ssize_t got = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-                if (got < 0 && errno == EINTR) continue;
-                if (got < 0) break; /* EAGAIN: drained */
-                if (got == 0) Py_RETURN_NONE; /* the worker is gone */
-                int fds[2 * NFDS], nfds = 0;
-                for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
-                    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-                    int count = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-                    for (int i = 0; i < count && nfds < 2 * NFDS; i++)
-                        memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-                }
-                int32_t head[3] = {0, -1, -1};
-                memcpy(head, message, got < 12 ? (size_t)got : sizeof head);
-                int slot = head[1];
-                message[got] = '\0';
-                const char *workdir = message + sizeof head;
-                int well_formed = !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) && slot >= 0 && slot < slots;
-                int spawnable = well_formed && head[0] == OP_SPAWN && got > (ssize_t)sizeof head &&
-                                nfds == NFDS && children[slot].pid == 0;
-                if (!spawnable) {
-                    for (int i = 0; i < nfds; i++) close(fds[i]);
-                    if (well_formed && head[0] == OP_KILL) signal_child(&children[slot], SIGKILL);
-                    else if (well_formed && head[0] == OP_STOP) signal_child(&children[slot], SIGSTOP);
-                    else if (well_formed && head[0] == OP_CONT) signal_child(&children[slot], SIGCONT);
-                    else if (well_formed && head[0] == OP_SPAWN && children[slot].pid == 0)
-                        reply(sock, slot, 0, 0, 0.0); /* answered as "could not be forked" */
-                    continue; /* the rest the worker never sends: nothing to answer for */
-                }
-                long vm = vm_bytes(&s);
-                pid_t pid = fork();
-                if (pid == 0) {
-                    const char *failed = isolate(&s, workdir, head[2], fds);
-                    return spawned(workdir, vm, failed);
-                }
-                for (int i = 0; i < NFDS; i++) close(fds[i]);
-                int pidfd = pid < 0 ? -1 : (int)syscall(SYS_pidfd_open, pid, 0);
-                struct epoll_event exited = {.events = EPOLLIN, .data.u64 = (uint64_t)slot};
-                if (pid > 0 && pidfd >= 0 && epoll_ctl(epoll, EPOLL_CTL_ADD, pidfd, &exited) == 0) {
-                    children[slot].pid = pid;
-                    children[slot].pidfd = pidfd;
+            uint64_t what = events[e].data.u64;
+            if (what == WATCH_SIGCHLD) {
+                report_stops(sock, sigfd, f.children, slots);
+            } else if (what == WATCH_HANDOFF) {
+                take_listeners(handoff[0], f.epoll, f.children, slots);
+            } else if (what & WATCH_LISTENER && what != WATCH_SOCKET) {
+                struct child_state *child = &f.children[what & 0xFFFFFFFFu];
+                if (child->listener < 0) continue;
+                if (!(events[e].events & EPOLLIN)) { /* its last task is gone (reaped next) */
+                    close(child->listener);
+                    child->listener = -1;
                     continue;
                 }
-                if (pid > 0) { /* cannot watch it: kill it and report it as it ends */
-                    int status = 0;
-                    kill(pid, SIGKILL);
-                    waitpid(pid, &status, 0);
-                    if (pidfd >= 0) close(pidfd);
-                    reply(sock, slot, 1, status, 0.0);
-                } else {
-                    reply(sock, slot, 0, 0, 0.0);
-                }
+                const char *workdir = NULL, *failed = NULL;
+                long vm = 0;
+                /* its call's limit first: the worker sends it before the code, so it is queued */
+                int state = from_worker(&f, &workdir, &vm, &failed);
+                if (state == 1) Py_RETURN_NONE;
+                if (state == 2) return spawned(workdir, vm, failed);
+                if (child->listener >= 0) answer_clone(sock, f.children, slots, (int)(what & 0xFFFFFFFFu));
+            } else if (what != WATCH_SOCKET) {
+                reap(sock, f.epoll, &f.children[what], (int)what);
+            } else {
+                const char *workdir = NULL, *failed = NULL;
+                long vm = 0;
+                int state = from_worker(&f, &workdir, &vm, &failed);
+                if (state == 1) Py_RETURN_NONE;
+                if (state == 2) return spawned(workdir, vm, failed);
             }
         }
     }
@@ -492,9 +755,9 @@ static PyObject *exit_flushed(PyObject *Py_UNUSED(module), PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"serve", serve, METH_VARARGS,
-     "serve(sock, slots, static_bpf, self_bpf, self_placeholder, group_placeholder, landlock_attr, "
-     "landlock_rules, own_rights, mt19937_state_address): the forker loop; returns None when the worker is gone, or in a "
-     "forked child (workdir, vm_bytes, error)."},
+     "serve(sock, slots, task_budget, static_bpf, self_bpf, task_bpf, self_placeholder, group_placeholder, "
+     "landlock_attr, landlock_rules, own_rights, mt19937_state_address): the forker loop; returns None when the worker "
+     "is gone, or in a forked child (workdir, vm_bytes, error)."},
     {"receive", receive, METH_VARARGS,
      "receive(fd, vm_bytes, program): a child's next request as (mode, code), None at end of file; "
      "for a new program also writes its code to the file `program` and sets its limits and stdin."},

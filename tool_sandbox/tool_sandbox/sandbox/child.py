@@ -6,7 +6,11 @@ call's `files` and its directory is sys.path[0], stdio and the SIGINT handler ar
 interpreter's own, an uncaught exception is printed by the interpreter's own printer
 (sys.excepthook) and the end is the interpreter's (finish). A session child keeps one namespace
 and runs cells with notebook semantics (the value of a trailing expression is printed) until told
-to stop."""
+to stop.
+
+What the worker may believe of a child's control pipe: only its first frame, written before any of
+the code ran (a set-up failure, or that a session started). Once code has run it can write there
+too, so a cell's end counts only together with what the kernel reports: the child stopped itself."""
 
 from __future__ import annotations
 
@@ -58,12 +62,17 @@ def main(workdir: str, vm_bytes: int, setup_error: str | None) -> None:
         sys.modules["__main__"] = _main_module(program)
         sys.path[0] = directory
         _signal.signal(_signal.SIGINT, _signal.default_int_handler)  # the worker ignores SIGINT
-        reseed()
-        request = _spawner.receive(layers.REQUEST_FD, vm_bytes, _PROGRAM)  # also limits, stdin, main.py
+        reseed()  # while waiting for code: off the call's path
+        try:
+            request = _spawner.receive(layers.REQUEST_FD, vm_bytes, _PROGRAM)  # also limits, stdin, main.py
+        except OSError as exc:  # before any code ran: the pool's failure, not the code's
+            _report({"setupError": str(exc)})
+            os._exit(code)
         if request is None:
             os._exit(0)
         mode, source = request
         if mode == layers.SESSION:
+            _report({"started": True})  # the last frame the worker believes
             code = _session(source, vm_bytes, program)
         else:
             os.close(layers.CONTROL_FD)
@@ -270,7 +279,8 @@ def _session(first_code: str, vm_bytes: int, program: str) -> int:
         _flush()
         if exited:
             return status  # sys.exit ends the session as it ends a kernel
-        _report({"done": True, "exitCode": status})
+        _report({"done": True, "exitCode": status, "cell": cells})
+        os.kill(os.getpid(), _signal.SIGSTOP)  # the cell ends when the worker sees it; SIGCONT: the next
         message = _spawner.receive(layers.REQUEST_FD, vm_bytes, _PROGRAM)  # also refills stdin (fd 0)
         code = None if message is None else message[1]
         sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")  # no stale buffer

@@ -31,13 +31,15 @@ class Layers:
     landlock: landlock.Prepared | None  # None: Landlock unavailable or disabled
     static_filter: bytes  # BPF program
     self_only_filter: bytes  # BPF program with seccomp.SELF / seccomp.GROUP placeholders
+    task_filter: bytes  # BPF program notifying the forker of new threads; b"": no task limit here
 
-    def spawner_args(self) -> tuple[bytes, bytes, int, int, bytes, bytes, int, int]:
+    def spawner_args(self) -> tuple[bytes, bytes, bytes, int, int, bytes, bytes, int, int]:
         """The arguments of _spawner.serve after the socket and the slot count."""
         rules = self.landlock
         return (
             self.static_filter,
             self.self_only_filter,
+            self.task_filter,
             seccomp.SELF,
             seccomp.GROUP,
             rules.attr if rules else b"",

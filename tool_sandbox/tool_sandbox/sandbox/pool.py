@@ -20,8 +20,8 @@ _ENV_KEPT = ("PATH", "PYTHONPATH", "LANG", "LC_ALL")
 ANSWER_GRACE_SECONDS = 10.0  # beyond a call's own timeout, before the server stops waiting for its worker
 CONTROL_TIMEOUT_SECONDS = 5.0  # for operations without a timeout of their own (close, ping)
 STARTUP_GRACE_SECONDS = 120.0  # a worker not ready yet is unhealthy only after this since the pool started
-# /healthz runs this in each worker: it proves a child can be made, isolated and run, not only
-# that the worker's loop answers (a worker that cannot make directories answered pings).
+# /readyz runs this in each worker, in an execution slot when one is free: it proves a child can be
+# made, isolated and run, not only that the worker's loop answers. /healthz runs no code.
 PROBE = {
     "op": "run",
     "code": "pass",
@@ -75,6 +75,7 @@ class Pool:
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
         self._started = 0.0
+        self._pings: dict[int, asyncio.Task[dict[str, Any]]] = {}  # in flight, shared by every prober
 
     def own_pids(self) -> set[int]:
         """The worker processes (asyncio waits for these; nobody else may reap them)."""
@@ -93,6 +94,17 @@ class Pool:
 
     def layers(self) -> dict[str, Any]:
         return self.workers[0].layers
+
+    def fail_pending(self, message: str) -> int:
+        """Answer every call still waiting for a worker with WorkerLost(message) (the pool's fault):
+        at shutdown, once the calls had their time. Returns how many."""
+        failed = 0
+        for worker in self.workers:
+            for future in worker.pending.values():
+                if not future.done():
+                    future.set_exception(WorkerLost(message))
+                    failed += 1
+        return failed
 
     async def close(self) -> None:
         self._closing = True
@@ -151,35 +163,66 @@ class Pool:
             worker.pending.pop(call_id, None)
 
     async def alive(self) -> list[str]:
-        """Run a trivial program in every worker at once; one that does not answer is killed (and
-        restarted by its supervisor). A worker that is not ready (restarting, or crashing in a
-        loop) is a problem too, once the pool had time to start. Returns what is wrong."""
-        answers = await asyncio.gather(*(self._probe(w) for w in self.workers))
+        """Liveness, running no code: every worker runs and its loop answers a ping (one that does
+        not answer within 5 s is killed, and restarted by its supervisor) and can make sandbox
+        directories. A worker that is not ready (restarting, or crashing in a loop) is a problem
+        too, once the pool had time to start. Returns what is wrong."""
+        answers = await asyncio.gather(*(self._alive(w) for w in self.workers))
         return [problem for problem in answers if problem]
 
-    async def _probe(self, worker: _Worker) -> str:
+    async def _alive(self, worker: _Worker) -> str:
         if not worker.ready.is_set():
             starting = asyncio.get_running_loop().time() - self._started < STARTUP_GRACE_SECONDS
             if starting and not worker.was_ready:
                 return ""
             return f"worker {worker.index}: not running (restarted {self.restarts} times in all)"
         try:
+            ping = await self.ping(worker)
+        except WorkerLost as exc:
+            return f"worker {worker.index}: {exc}"
+        if ping.get("spawnError"):
+            return f"worker {worker.index} cannot start sandboxes: {ping['spawnError']}"
+        return ""
+
+    async def ready_problems(self, run_code: bool) -> list[str]:
+        """Readiness beyond liveness: every worker can fork children now (none failed in the last
+        seconds, e.g. for the pod's pids) and, with `run_code`, runs a trivial program."""
+        answers = await asyncio.gather(*(self._ready(w, run_code) for w in self.workers))
+        return [problem for problem in answers if problem]
+
+    async def _ready(self, worker: _Worker, run_code: bool) -> str:
+        try:
+            ping = await self.ping(worker)
+            if ping.get("status") != outcome.OK:
+                return f"worker {worker.index} cannot start sandboxes: {ping.get('message')}"
+            if not run_code:
+                return ""
             reply, _, _ = await self.call(PROBE, worker.index, worker.generation, CONTROL_TIMEOUT_SECONDS)
         except WorkerLost as exc:
-            if worker.process is not None and worker.process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    worker.process.kill()
             return f"worker {worker.index}: {exc}"
         if reply.get("status") != outcome.OK:
             return f"worker {worker.index} cannot run code: {reply.get('status')}: {reply.get('message')}"
-        # It ran on a child made earlier: the worker also says whether it can still make new ones.
-        try:
-            ping, _, _ = await self.call({"op": "ping"}, worker.index, worker.generation)
-        except WorkerLost as exc:
-            return f"worker {worker.index}: {exc}"
-        if ping.get("status") != outcome.OK:
-            return f"worker {worker.index} cannot start sandboxes: {ping.get('message')}"
         return ""
+
+    async def ping(self, worker: _Worker) -> dict[str, Any]:
+        """The worker's answer to a ping; one ping in flight per worker, whoever asks (a burst of
+        probes costs the worker one). A worker that does not answer is killed (then restarted)."""
+        task = self._pings.get(worker.index)
+        if task is None:
+            task = asyncio.ensure_future(self._ping(worker))
+            self._pings[worker.index] = task
+            task.add_done_callback(lambda _: self._pings.pop(worker.index, None))
+        return await asyncio.shield(task)
+
+    async def _ping(self, worker: _Worker) -> dict[str, Any]:
+        try:
+            reply, _, _ = await self.call({"op": "ping"}, worker.index, worker.generation)
+        except WorkerLost:
+            if worker.process is not None and worker.process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    worker.process.kill()
+            raise
+        return reply
 
     # ---- supervision ---------------------------------------------------------------------
 
@@ -209,6 +252,7 @@ class Pool:
             "workdir": own.workdir,  # each worker leases its own part of it (zygote.Lease)
             "uidBase": own.sandbox_uid_base,
             "slots": own.capacity + own.max_sessions + own.spares_per_worker + 8,
+            "tasks": max(own.max_tasks // own.workers, 1),  # each worker's share of the pod's
             "spares": self.settings.spares_per_worker,
             "landlock": self.settings.landlock,
         }

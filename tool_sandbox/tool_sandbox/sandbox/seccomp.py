@@ -1,24 +1,28 @@
 """Seccomp filters of a sandboxed child.
 
-Two filters are stacked (the kernel applies the strictest answer):
+Three filters are stacked (the kernel applies the strictest answer):
 - the static deny list, compiled once per worker with libseccomp (pyseccomp) and exported as BPF,
   so installing it in each child is one prctl;
 - a per-process filter, a few BPF instructions assembled here because its constants are the
   child's own pid (the child patches it into the placeholders SELF and GROUP): signals, rlimits
-  and scheduling calls may target only the caller itself.
-Both are installed by the child itself, in _spawner.c.
+  and scheduling calls may target only the caller itself;
+- the task limit: clone(CLONE_THREAD) becomes a user notification the forker answers (it lets the
+  thread start while the call has fewer tasks than its limit), so a call's threads are bounded
+  even where children share the server's uid and RLIMIT_NPROC cannot tell them apart.
+All are installed by the child itself, in _spawner.c.
 Denied calls fail with EPERM (code sees a PermissionError, the server sees a clean exit) rather
 than killing the process."""
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import struct
 
 import pyseccomp as sc
 
-from tool_sandbox.sandbox.libc import PR_SET_PDEATHSIG
+from tool_sandbox.sandbox.libc import PR_SET_PDEATHSIG, libc
 
 # Syscalls a sandboxed program never needs: networking, debugging other processes, kernel
 # objects, mounts and namespaces, new programs and processes, clocks, modules.
@@ -76,6 +80,22 @@ DENIED = (
     "io_uring_setup",
     "io_uring_enter",
     "io_uring_register",
+    # Native AIO: io_setup reserves the machine-wide fs.aio-max-nr for as long as the context lives
+    # (a session holds it between cells), so one call could make every process's io_setup fail.
+    "io_setup",
+    "io_destroy",
+    "io_submit",
+    "io_cancel",
+    "io_getevents",
+    "io_pgetevents",
+    # Sockets are refused (socket above), but socketpair() is needed (asyncio's self-pipe): a
+    # datagram socket from it could still send to, or connect to, any writable pathname socket
+    # outside the call's directory (Landlock does not check those paths). Sending on the pair
+    # itself stays allowed (sendto without an address); sendmsg carries its address in memory.
+    "connect",
+    "bind",
+    "sendmsg",
+    "sendmmsg",
     "fanotify_init",
     "syslog",
     "vhangup",
@@ -146,6 +166,11 @@ DENIED_IOCTL = (0x8901, 0x8902)
 _CLONE_THREAD = 0x00010000
 _RET_ALLOW = 0x7FFF0000
 _RET_EPERM = 0x00050000 | errno.EPERM
+_RET_USER_NOTIF = 0x7FC00000
+_X32_SYSCALL_BIT = 0x40000000
+_PR_SET_NO_NEW_PRIVS = 38
+_SECCOMP_SET_MODE_FILTER = 1
+_SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
 
 
 def static_filter() -> bytes:
@@ -164,6 +189,7 @@ def static_filter() -> bytes:
         flt.add_rule(eperm, "fcntl", sc.Arg(1, sc.EQ, command))
     for request in DENIED_IOCTL:
         flt.add_rule(eperm, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
+    flt.add_rule(eperm, "sendto", sc.Arg(4, sc.NE, 0))  # an address: somewhere other than its peer
     # Threads yes, processes no: clone without CLONE_THREAD fails; clone3 hides its flags in
     # memory, so it reports ENOSYS and the C library falls back to clone.
     flt.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, _CLONE_THREAD, 0))
@@ -240,3 +266,50 @@ def self_only_template() -> bytes:
         (0x06, 0, 0, _RET_ALLOW),
     ]
     return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+
+
+def task_filter() -> bytes:
+    """A BPF program sending clone(CLONE_THREAD) to the forker (a user notification) and allowing
+    the rest (the static filter refuses other clones, and its ERRNO outranks a notification)."""
+    prog = [
+        (0x20, 0, 0, 4),  # ld arch
+        (0x15, 1, 0, sc.system_arch()),  # jeq native -> skip next
+        (0x06, 0, 0, _RET_ALLOW),  # foreign arch: the static filter decides
+        (0x20, 0, 0, 0),  # ld nr
+        (0x35, 0, 1, _X32_SYSCALL_BIT),  # jge x32 -> refuse
+        (0x06, 0, 0, _RET_EPERM),
+        (0x15, 0, 3, _nr("clone")),  # jeq clone, else allow
+        (0x20, 0, 0, _arg(0)),  # ld flags
+        (0x45, 0, 1, _CLONE_THREAD),  # jset CLONE_THREAD -> notify, else allow
+        (0x06, 0, 0, _RET_USER_NOTIF),
+        (0x06, 0, 0, _RET_ALLOW),
+    ]
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+
+
+class _Program(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+
+def listener_available() -> bool:
+    """Whether a child can hand its clone calls to the forker here: the kernel has seccomp user
+    notifications and no filter around this process holds a listener already (one per process).
+    Tried in a throwaway child (filters cannot be removed)."""
+    program = task_filter()
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:
+            fprog = _Program(len(program) // 8, program)
+            if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:
+                listener = libc.syscall(
+                    _nr("seccomp"),
+                    _SECCOMP_SET_MODE_FILTER,
+                    _SECCOMP_FILTER_FLAG_NEW_LISTENER,
+                    ctypes.byref(fprog),
+                )
+                ok = listener >= 0
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0

@@ -103,12 +103,19 @@ PRELOAD = (
 )
 _CHUNK = 1 << 16
 MAX_CONTROL_BYTES = 1 << 16  # a child's control frames are tiny; more pending is a violation
+MAX_SETUP_ERROR_CHARS = 300  # of a child's set-up failure, in answers and the log
 DISK_CHECK_SECONDS = 0.1  # how often a running call's directory is measured
+SPAWN_PAUSE_SECONDS = 0.5  # no spare is forked for this long after a fork failed (calls still try)
+FORK_FAILURE_SHOWN_SECONDS = 5.0  # a worker that failed to fork this recently says so when pinged
 FETCH_BUDGET_BYTES = 16 << 20  # fetch_files returns at most this in all (base64 keeps a reply < MAX_FRAME)
 DISK_WALK_FAILURES = 20  # a tree that changes under this many measurements in a row counts as over budget
 UID_LEASES = "/run/toolrl-tool-sandbox/uid-leases"  # machine-wide: uid ranges are machine-wide
 UIDS_PER_LEASE = 1000  # slots of one worker: its children run as uid base + lease * 1000 + slot
 MAX_LEASES = 1000
+
+
+class ControlError(ValueError):
+    """A child's control pipe carried what the sandbox does not write there."""
 
 
 @dataclass
@@ -129,6 +136,7 @@ class Call:
     timed_out: bool = False
     exceeded: bool = False
     violation: str = ""  # why the child was killed for breaking the worker protocol
+    pressed: bool = False  # a thread was refused because others used up the worker's task budget
     next_disk_check: float = 0.0
     disk_exceeded: bool = False
     disk_walk_failures: int = 0
@@ -149,6 +157,14 @@ class Child:
     disk_bytes: int = 0  # what its directory may hold (0: unchecked)
     reaped: bool = False
     setup_error: str = ""
+    setup_error_logged: bool = False
+    # Its control pipe is believed only until code can have run: the first frame (a set-up
+    # failure, or "started" for a session), or its end (a one-shot child closes it before the code).
+    trusted: bool = True
+    cells: int = 0  # a session's cells so far; the one running is this number
+    cell_exit: int | None = None  # what the child said of the running cell ("done" frame)
+    stopped: bool = False  # the forker saw it stop since the running cell began
+    violation: str = ""  # what its code did between cells, answered as its next cell
     open_fds: set[int] = field(default_factory=set)
     outbox: bytearray = field(default_factory=bytearray)  # request bytes the pipe has not taken yet
     close_after_write: bool = False
@@ -161,6 +177,7 @@ class Worker:
         self.root = lease.workdir
         self.spare_target = int(settings.get("spares", 2))
         self.slots = int(settings.get("slots", 64))
+        self.task_budget = int(settings.get("tasks", 0))  # this worker's share of the pod's tasks
         self.free_slots = list(range(self.slots))
         self.uid_base = lease.uid_base
         self.children: dict[int, Child] = {}  # by slot
@@ -177,11 +194,14 @@ class Worker:
             landlock=landlock.Prepared(_read_only_paths(), self.landlock_abi) if self.landlock_abi else None,
             static_filter=seccomp.static_filter(),
             self_only_filter=seccomp.self_only_template(),
+            task_filter=seccomp.task_filter() if seccomp.listener_available() else b"",
         )
         self.forker_pid = 0
         self.forker: socket.socket | None = None
         self.huge_bytes = 0
         self.spawn_error = ""  # why the last spawn failed ("" once one succeeds again)
+        self.fork_error = ""  # why the forker's last fork failed (e.g. the pod's pids limit)
+        self.fork_failed_at = -FORK_FAILURE_SHOWN_SECONDS
 
     # ---- children -------------------------------------------------------------------------
 
@@ -242,7 +262,19 @@ class Worker:
                 raise SystemExit("tool-sandbox worker: the forker exited")
             gone = forker.exited(data)
             kid = self.children.get(gone.slot)
-            if kid is not None:
+            if kid is not None and gone.pressed:
+                if kid.call is not None:
+                    kid.call.pressed = True
+            elif kid is not None and gone.stopped:
+                kid.stopped = True
+                self.end_cell(kid)
+            elif kid is not None:
+                if gone.status is None:  # the pool's failure (pids exhausted?), whoever's call it was
+                    kid.setup_error = f"could not start a sandbox process: {os.strerror(gone.fork_errno)}"
+                    if kid.setup_error != self.fork_error:
+                        print(f"tool-sandbox worker: {kid.setup_error}", file=sys.stderr)
+                    self.fork_error, self.fork_failed_at = kid.setup_error, time.monotonic()
+                    kid.setup_error_logged = True
                 try:
                     self.reap(kid, gone.status, gone.cpu_seconds)
                 except Exception:  # e.g. an unreadable leftover: log it, keep serving the others
@@ -260,8 +292,8 @@ class Worker:
         if kid.call is not None:
             cpu_exhausted = cpu_seconds >= kid.cpu_seconds
             self.finish(kid, outcome.classify(status, kid.call.timed_out, kid.call.exceeded, cpu_exhausted))
-        elif kid.setup_error:
-            print(f"tool-sandbox worker: child setup failed: {kid.setup_error}", file=sys.stderr)
+        elif kid.setup_error and not kid.setup_error_logged:  # repr: one line, whatever it holds
+            print(f"tool-sandbox worker: child setup failed: {kid.setup_error!r}", file=sys.stderr)
         for fd in list(kid.open_fds):
             self.close_fd(kid, fd)
         self.close_request(kid)
@@ -313,7 +345,12 @@ class Worker:
 
     def start(self, msg: dict[str, Any], kid: Child, mode: str, frame: bytes) -> None:
         if mode == "exec":
-            forker.cont(self.forker, kid.slot)  # stopped since its last cell (see finish)
+            forker.cont(self.forker, kid.slot)  # it stopped itself when its last cell ended
+        else:  # before the code: the forker answers its threads from then on
+            forker.limit(self.forker, kid.slot, int(msg["limits"]["processes"]))
+        if mode != "run":
+            kid.cells += 1
+            kid.cell_exit, kid.stopped = None, False
         now = time.monotonic()
         max_output = int(msg.get("maxOutputBytes", 4096))
         kid.call = Call(
@@ -352,6 +389,13 @@ class Worker:
         if kid.setup_error:
             result = outcome.Outcome(outcome.ERROR, None, "")
             message = f"sandbox setup failed: {kid.setup_error}"
+        pressed = call.pressed and result.status != outcome.OK and not kid.setup_error
+        if pressed:  # it may have failed for what others took: the pool's fault, not its code's
+            message = _join(
+                message,
+                "a thread of this call could not start: the pool's task budget (--max-tasks) was used"
+                " up by other calls; retry",
+            )
         stdout, cut_out = outcome.cap_output(bytes(call.out), call.out_total, call.max_output)
         stderr, cut_err = outcome.cap_output(bytes(call.err), call.err_total, call.max_output)
         reply: dict[str, Any] = {
@@ -363,7 +407,7 @@ class Worker:
             "truncated": cut_out or cut_err,
             "durationSeconds": round(time.monotonic() - call.started, 6),
             "message": message,
-            "sandboxError": bool(kid.setup_error),
+            "sandboxError": bool(kid.setup_error) or pressed,
         }
         if kid.session is not None:
             reply["sessionAlive"] = session_alive
@@ -376,8 +420,6 @@ class Worker:
                     f"fetch_files returned at most {FETCH_BUDGET_BYTES} bytes in all;"
                     f" cut short or left out: {', '.join(cut)}",
                 )
-        if session_alive:
-            forker.stop(self.forker, kid.slot)  # between cells nothing of a session runs
         if call.session_open:
             if session_alive:
                 kid.session = self.next_session
@@ -398,6 +440,8 @@ class Worker:
                 return
             if not data:
                 self.close_fd(kid, fd)
+                if role == "ctl":
+                    kid.trusted = False
                 return
             if role == "ctl":
                 kid.ctl_buf += data
@@ -407,7 +451,8 @@ class Worker:
                     for frame in wire.split(kid.ctl_buf):
                         self.on_control(kid, frame)
                 except Exception as exc:  # the code wrote on the control pipe (any garbage: deep JSON too)
-                    self.violated(kid, f"the code wrote on the sandbox's control pipe ({exc}); it is closed")
+                    why = exc.args[0] if isinstance(exc, ControlError) else type(exc).__name__
+                    self.violated(kid, f"the code wrote on the sandbox's control pipe ({why}); it is closed")
                     return
             elif kid.call is not None:
                 self.collect(kid, kid.call, role, data)
@@ -425,27 +470,53 @@ class Worker:
             self.kill(kid)
 
     def violated(self, kid: Child, why: str) -> None:
-        """Stop listening to a child that broke the protocol and kill it; its call ends as killed."""
-        if kid.call is not None:
-            kid.call.violation = why
+        """Stop listening to a child that broke the protocol and kill it; its call ends as killed.
+        Between a session's cells (what its code wrote before it stopped) the next cell answers so."""
         if kid.ctl_r in kid.open_fds:
             self.close_fd(kid, kid.ctl_r)
+        if kid.call is None and kid.session is not None:
+            kid.violation = why
+            return
+        if kid.call is not None:
+            kid.call.violation = why
         self.kill(kid)
 
     def on_control(self, kid: Child, frame: Any) -> None:
+        """A frame from a child. Only the first is the pool's own word (written before any code
+        ran); after it, the code may have written anything, so nothing decides a verdict's fault,
+        and a cell's end needs the kernel's word too (end_cell)."""
         if not isinstance(frame, dict):
-            raise TypeError(f"a control frame is a JSON object, not {type(frame).__name__}")
-        if "setupError" in frame:
-            kid.setup_error = str(frame["setupError"])
-        elif frame.get("done") and kid.call is not None:
-            for fd, role in ((kid.out_r, "out"), (kid.err_r, "err")):
-                if fd in kid.open_fds:
-                    self.on_readable(kid, role, drain=True)
-            code = frame.get("exitCode", 0)
-            if not isinstance(code, int):
-                raise TypeError(f"exitCode {code!r} is not an integer")
-            result = outcome.Outcome(outcome.OK if code == 0 else outcome.ERROR, code, "")
-            self.finish(kid, result, session_alive=True)
+            raise ControlError("not a JSON object")
+        if kid.trusted:
+            kid.trusted = False
+            if "setupError" in frame:
+                kid.setup_error = str(frame["setupError"])[:MAX_SETUP_ERROR_CHARS]
+            elif frame != {"started": True}:
+                raise ControlError("not what a starting child writes")
+            return
+        code = frame.get("exitCode")
+        if set(frame) != {"done", "exitCode", "cell"} or not isinstance(code, int) or not 0 <= code <= 255:
+            raise ControlError("not the end of a cell")
+        if kid.call is None:
+            return  # between cells (written before the child stopped itself): nothing to end
+        if frame["cell"] != kid.cells:
+            raise ControlError("the end of another cell")
+        kid.cell_exit = code  # the last word before the child stops counts (the runner's own)
+        self.end_cell(kid)
+
+    def end_cell(self, kid: Child) -> None:
+        """A session's cell ends once the child said so and the kernel says it stopped: nothing of
+        the cell's code runs on (it continues with the next cell, and that cell's deadline)."""
+        call = kid.call
+        if call is None or kid.cell_exit is None or not kid.stopped:
+            return
+        if call.timed_out or call.exceeded or call.disk_exceeded or call.violation:
+            return  # killed: answered when it is reaped
+        for fd, role in ((kid.out_r, "out"), (kid.err_r, "err")):
+            if fd in kid.open_fds:
+                self.on_readable(kid, role, drain=True)
+        status = outcome.OK if kid.cell_exit == 0 else outcome.ERROR
+        self.finish(kid, outcome.Outcome(status, kid.cell_exit, ""), session_alive=True)
 
     # ---- server messages ------------------------------------------------------------------
 
@@ -485,6 +556,24 @@ class Worker:
                 why = "unknown or closed session" if kid is None else "session is busy with another call"
                 self.reply_error(msg, outcome.ERROR, why)
                 return
+            if kid.violation:  # the code's doing, in its last cell: this cell ends the session
+                self.sessions.pop(kid.session or -1, None)
+                self.kill(kid)
+                self.send(
+                    {
+                        "id": msg["id"],
+                        "status": outcome.KILLED,
+                        "exitCode": None,
+                        "stdout": "",
+                        "stderr": "",
+                        "truncated": False,
+                        "durationSeconds": 0.0,
+                        "message": kid.violation,
+                        "sandboxError": False,
+                        "sessionAlive": False,
+                    }
+                )
+                return
             self.start(msg, kid, "exec", frame)
         elif op == "close":
             kid = self.sessions.pop(int(msg.get("session", -1)), None)
@@ -493,11 +582,16 @@ class Worker:
                 self.kill(kid)
             self.send({"id": msg["id"], "status": outcome.OK, "closed": kid is not None})
         elif op == "ping":
+            recent = time.monotonic() - self.fork_failed_at < FORK_FAILURE_SHOWN_SECONDS
+            fork_error = self.fork_error if recent else ""
+            problem = self.spawn_error or fork_error
             self.send(
                 {
                     "id": msg["id"],
-                    "status": outcome.ERROR if self.spawn_error else outcome.OK,
-                    "message": self.spawn_error,
+                    "status": outcome.ERROR if problem else outcome.OK,
+                    "message": problem,
+                    "spawnError": self.spawn_error,  # its directory: not fixed by waiting
+                    "forkError": fork_error,  # e.g. the pod's pids, for now
                 }
             )
         else:
@@ -571,14 +665,16 @@ class Worker:
         return nearest
 
     def run(self) -> None:
-        self.forker_pid, self.forker, self.huge_bytes = forker.start(self.layers, self.slots)
+        self.forker_pid, self.forker, self.huge_bytes = forker.start(
+            self.layers, self.slots, self.task_budget
+        )
         self.selector.register(self.forker, selectors.EVENT_READ)
         os.set_blocking(self.in_fd, False)
         self.selector.register(self.in_fd, selectors.EVENT_READ)
         self.send({"op": "ready", "pid": os.getpid(), "layers": self.describe()})
         wait = None
         while True:
-            if len(self.spares) < self.spare_target and self.free_slots:
+            if self.wants_spare():
                 wait = 0
             for key, _ in self.selector.select(wait):
                 if key.fd == self.in_fd:
@@ -598,10 +694,20 @@ class Worker:
             # Deadlines after the events: a child that exited in time is reaped (with its own
             # status) before a late wake-up of this worker could call it a timeout.
             wait = self.check_deadlines()
-            if len(self.spares) < self.spare_target:
+            if self.wants_spare():
                 spare = self.spawn()
                 if spare is not None:
                     self.spares.append(spare)
+            elif len(self.spares) < self.spare_target and self.free_slots:  # paused after a failed fork
+                pause = self.fork_failed_at + SPAWN_PAUSE_SECONDS - time.monotonic()
+                wait = max(pause, 0.0) if wait is None else max(min(wait, pause), 0.0)
+
+    def wants_spare(self) -> bool:
+        return (
+            len(self.spares) < self.spare_target
+            and bool(self.free_slots)
+            and time.monotonic() >= self.fork_failed_at + SPAWN_PAUSE_SECONDS
+        )
 
     def on_server(self) -> None:
         try:
@@ -634,6 +740,8 @@ class Worker:
             "hugePagesMiB": self.huge_bytes >> 20,
             "landlockAbi": self.landlock_abi,
             "seccomp": True,
+            "taskLimit": bool(self.layers.task_filter),  # threads per call bounded by the forker
+            "taskBudget": self.task_budget,  # tasks of all this worker's children together
             "noNewPrivs": True,
             "uidBase": self.uid_base,
             "preloaded": sorted(m for m in PRELOAD if m in sys.modules),
