@@ -388,10 +388,13 @@ PROGRAMS = {
     "warnings_and_stderr": Program(
         dedent(
             """\
-            import sys, warnings
+            import asyncio, logging, sys, warnings
             warnings.warn('careful')
             warnings.warn('old', DeprecationWarning)
             print('to stderr', file=sys.stderr)
+            logging.basicConfig(format='%(levelname)s %(name)s: %(message)s')
+            logging.getLogger('app').warning('logged')
+            print(asyncio.run(asyncio.sleep(0, 'from asyncio')))
             print('\\u00e9t\\u00e9 \\u2713')
             """
         ),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import _io
 import _signal
+import _thread
 import ast
 import atexit
 import builtins
@@ -112,15 +113,23 @@ def run_program(source: str, program: str) -> NoReturn:
     finish(status, interrupted)
 
 
+# The loader a file's `__main__` has, made once in the worker (a child instantiating the class
+# would pay for its own copy of every page that touches); each child names its own file in it.
+_LOADER = importlib.machinery.SourceFileLoader("__main__", "")
+
+
 def _main_module(program: str) -> types.ModuleType:
-    """A `__main__` module as the interpreter makes one for a file: the same names, in its order."""
+    """A `__main__` module as the interpreter makes one for a file: the same names, in its order.
+    Made in the child: the worker's objects are frozen out of the collector's reach, and this
+    module's namespace must be collectable at the end (finish)."""
     module = types.ModuleType("__main__")
     namespace = module.__dict__
     namespace["__annotations__"] = {}
     namespace["__builtins__"] = builtins
     namespace["__file__"] = program
     namespace["__cached__"] = None
-    namespace["__loader__"] = importlib.machinery.SourceFileLoader("__main__", program)
+    _LOADER.path = program
+    namespace["__loader__"] = _LOADER
     return module
 
 
@@ -165,7 +174,7 @@ def finish(status: int, interrupted: bool = False) -> NoReturn:
     run atexit handlers, flush stdout and stderr, release the program's module (finalizers of its
     objects run with its globals intact), flush again, flush C stdio and exit. An uncaught
     KeyboardInterrupt ends the process by SIGINT, as the interpreter does."""
-    if threading.active_count() > 1:  # else it would find nothing to wait for
+    if _thread._count():  # threads other than this one are running (else nothing to wait for)
         threading._shutdown()  # type: ignore[attr-defined]  # what the interpreter calls at exit
     if atexit._ncallbacks():
         atexit._run_exitfuncs()

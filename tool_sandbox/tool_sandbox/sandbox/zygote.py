@@ -80,6 +80,7 @@ PRELOAD = (
     "ast",
     "uuid",
     "socket",
+    "asyncio",  # imports logging, whose atexit handler _forget_exit_handlers drops
     "subprocess",
     "signal",
     "glob",
