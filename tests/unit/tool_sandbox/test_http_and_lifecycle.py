@@ -203,7 +203,8 @@ def test_finished_trajectory_ids_take_bounded_memory(any_server: SandboxProcess)
     for batch in range(1, 5):
         finish(batch)
     grown = _rss(pid) - before
-    assert grown < 16 << 20, f"96 MiB of finished ids more kept {grown >> 20} MiB more"
+    # ids kept whole grow it by the 96 MiB; the allocator's own noise reached 24 MiB once (loaded machine)
+    assert grown < 48 << 20, f"96 MiB of finished ids more kept {grown >> 20} MiB more"
     again = _observe(
         any_server, {"trajectory_ids": ["3-0-" + "x" * (1 << 20)], "actions": ["<python>1</python>"]}
     )
