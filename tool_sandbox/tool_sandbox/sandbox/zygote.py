@@ -166,6 +166,9 @@ class Child:
     cell_exit: int | None = None  # what the child said of the running cell ("done" frame)
     stopped: bool = False  # the forker saw it stop since the running cell began
     violation: str = ""  # what its code did between cells, answered as its next cell
+    # An answer held until the child is reaped, so that an answered call has its slot back (the
+    # server admits the next call when this one is answered).
+    answer_when_reaped: dict[str, Any] | None = None
     open_fds: set[int] = field(default_factory=set)
     outbox: bytearray = field(default_factory=bytearray)  # request bytes the pipe has not taken yet
     close_after_write: bool = False
@@ -293,6 +296,8 @@ class Worker:
         if kid.call is not None:
             cpu_exhausted = cpu_seconds >= kid.cpu_seconds
             self.finish(kid, outcome.classify(status, kid.call.timed_out, kid.call.exceeded, cpu_exhausted))
+        elif kid.answer_when_reaped is not None:
+            self.send(kid.answer_when_reaped)
         elif kid.setup_error and not kid.setup_error_logged:  # repr: one line, whatever it holds
             print(f"tool-sandbox worker: child setup failed: {kid.setup_error!r}", file=sys.stderr)
         for fd in list(kid.open_fds):
@@ -544,10 +549,12 @@ class Worker:
                 _place_files(kid.workdir, files, self.uid_base, kid.slot)
                 self.start(msg, kid, "run" if op == "run" else "session", frame)
             except Exception as exc:  # never leave a taken child behind: its slot would be lost
-                self.kill(kid)
                 kid.call = None
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                self.reply_error(msg, outcome.ERROR, f"could not place files: {why}; send valid files")
+                kid.answer_when_reaped = _error(
+                    msg, outcome.ERROR, f"could not place files: {why}; send valid files"
+                )
+                self.kill(kid)
                 return
         elif op == "exec":
             float(msg["timeout"])
@@ -599,19 +606,7 @@ class Worker:
             self.reply_error(msg, outcome.ERROR, f"unknown worker operation {op!r}")
 
     def reply_error(self, msg: dict[str, Any], status: str, message: str) -> None:
-        self.send(
-            {
-                "id": msg.get("id"),
-                "status": status,
-                "exitCode": None,
-                "stdout": "",
-                "stderr": "",
-                "truncated": False,
-                "durationSeconds": 0.0,
-                "message": message,
-                "sandboxError": True,
-            }
-        )
+        self.send(_error(msg, status, message))
 
     def send(self, message: dict[str, Any]) -> None:
         data = wire.encode(message)
@@ -903,6 +898,21 @@ def claim_lease(root: str, uid_base: int | None, uid_leases: str | None = None) 
         uids = None if uid_base is None else uid_base + number * UIDS_PER_LEASE
         return Lease(number, os.path.join(root, str(number)), uids, fd)
     raise RuntimeError(f"all {MAX_LEASES} worker leases under {locks} are held; stop some servers")
+
+
+def _error(msg: dict[str, Any], status: str, message: str) -> dict[str, Any]:
+    """The worker's answer to a call that no code ran for."""
+    return {
+        "id": msg.get("id"),
+        "status": status,
+        "exitCode": None,
+        "stdout": "",
+        "stderr": "",
+        "truncated": False,
+        "durationSeconds": 0.0,
+        "message": message,
+        "sandboxError": True,
+    }
 
 
 def _sweep(lease: Lease, slots: int) -> None:
