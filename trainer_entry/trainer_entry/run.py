@@ -218,6 +218,7 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     config = verl_config.compose(translation.overrides)
     check_model(job.spec["model"]["path"])
     verl_config.check(config)
+    check_data(job)
     check_custom_reward(job, workdir)
     asyncio.run(wait_for_pool(env.pool_url, env.pool_wait_seconds))
 
@@ -261,6 +262,20 @@ def _stop_children(grace: float = 10.0) -> None:
     for child in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
             child.kill()
+
+
+def check_data(job: Job) -> None:
+    """Refuse data prepared for another tool-call protocol than the job's (data.check_protocol)."""
+    from trainer_entry.data import DataError, check_protocol
+
+    data = job.spec["data"]
+    files = [*data["trainFiles"], *(data.get("valFiles") or [])]
+    try:
+        notes = check_protocol(files, job.spec["rollout"]["protocol"])
+    except DataError as exc:
+        raise SpecError(f"spec.data: {exc}") from None
+    for note in notes:
+        print(f"trainer_entry: note: {note}", flush=True)
 
 
 def check_custom_reward(job: Job, workdir: Path) -> None:

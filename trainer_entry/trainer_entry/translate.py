@@ -15,6 +15,9 @@ from trainer_entry.spec import Job, cpu_only
 TOOL_CLASS = "trainer_entry.tools.PoolTool"
 AGENT_LOOP_CLASS = "trainer_entry.agent_loop.TagAgentLoop"
 HERMES_LOOP_CLASS = "trainer_entry.agent_loop.HermesAgentLoop"
+# verl's extension point for the dataset (data.custom_cls): rows without agent_name (dataset.py)
+DATASET_MODULE = "pkg://trainer_entry.dataset"
+DATASET_CLASS = "JobDataset"
 # verl's extension point for sampling (trainer.v1.sampler.custom_sampler): our circuit breaker
 SAMPLER_MODULE = "pkg://trainer_entry.breaker"
 SAMPLER_CLASS = "BreakerReplayBuffer"
@@ -219,6 +222,8 @@ def _overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list[str]:
         f"data.max_response_length={data['maxResponseLength']}",
         f"data.train_batch_size={algo['trainBatchSize']}",
         "data.return_raw_chat=true",
+        f"data.custom_cls.path={v(DATASET_MODULE)}",
+        f"data.custom_cls.name={DATASET_CLASS}",
         f"algorithm.adv_estimator={algo['advantageEstimator']}",
         f"actor_rollout_ref.rollout.n={algo['rolloutsPerPrompt']}",
         f"actor_rollout_ref.actor.use_kl_loss={v(bool(algo['klLoss']['enabled']))}",

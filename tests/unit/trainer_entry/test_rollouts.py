@@ -351,3 +351,53 @@ async def test_the_code_execution_reward_scores_the_models_own_failures(code, sa
     )
     assert scored["score"] == 0.0 and scored["has_code"] == 1.0
     assert not list(metrics.trajectories_excluded.collect()[0].samples)
+
+
+# ---- issue 23 (7): the job's protocol chooses the agent loop, whatever the data's rows name ------
+
+
+async def test_the_jobs_protocol_runs_even_when_the_rows_name_another_loop(
+    tiny_model, sandbox, tmp_path, monkeypatch
+):
+    """Rows that name an agent loop (`agent_name`, as other preparation scripts write it) are rolled out
+    with the job's protocol: verl would run the row's loop (python-tags here), which does not parse the
+    hermes call the policy makes, and no tool would run."""
+    from trainer_entry.data import write_parquet
+    from transformers import AutoTokenizer
+    from verl.experimental.agent_loop import AgentLoopWorker
+    from verl.utils.dataset.rl_dataset import collate_fn, get_dataset_class
+
+    data = tmp_path / "data" / "train.parquet"
+    row = {
+        "data_source": "gsm8k",
+        "prompt": [{"role": "user", "content": "case=multi"}],
+        "reward_model": {"style": "rule", "ground_truth": "42"},
+        "extra_info": {"index": 0},
+        "agent_name": agent_loop_name("python-tags"),
+    }
+    write_parquet([row], data)
+    job = job_for("hermes", tiny_model)
+    job.spec["data"]["trainFiles"] = [str(data)]
+    translation = translate(job, sandbox)
+    workdir = tmp_path / "workdir"
+    write_workdir(job, translation, workdir)
+    monkeypatch.chdir(workdir)
+    config = verl_config.compose([*translation.overrides, "actor_rollout_ref.rollout.agent.num_workers=1"])
+    use_sink(Sink(local=TrainerMetrics(trajectories_per_step=1)))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    dataset = get_dataset_class(config.data)([str(data)], tokenizer, config.data)
+    batch = DataProto.from_single_dict(collate_fn([dataset[0]]))
+    worker = AgentLoopWorker(
+        config, llm_client=ScriptedServer(tokenizer, {"multi": SCRIPTS["hermes"]["multi"]})
+    )
+    output = await worker.generate_sequences(batch)
+    response_len = output.batch["responses"].shape[1]
+    valid = output.batch["attention_mask"][0, -response_len:].bool()
+    segs = segments(
+        output.batch["responses"][0][valid].tolist(),
+        output.batch["response_mask"][0][valid].tolist(),
+        tokenizer,
+    )
+    obs = observations(segs)
+    assert len(obs) == 2, f"the hermes calls did not run (was the row's loop used?): {segs}"
+    assert "42" in obs[0] and "ZeroDivisionError" in obs[1]

@@ -10,6 +10,7 @@ from trainer_entry.run import (
     Environment,
     TrainingError,
     check_custom_reward,
+    check_data,
     check_model,
     describe,
     explain_ray_failure,
@@ -239,3 +240,17 @@ def test_ray_failures_name_their_cause():
         explain_ray_failure(failed)
         == "training failed in a Ray worker: ValueError: reward function raised: boom"
     )
+
+
+def test_the_run_refuses_data_prepared_for_another_protocol(tmp_path, capsys):
+    from trainer_entry.data import gsm8k_row, write_parquet
+
+    train = tmp_path / "train.parquet"
+    write_parquet(
+        [gsm8k_row({"question": "q", "answer": "#### 1"}, 0, "train", "python", "python-tags")], train
+    )
+    with pytest.raises(
+        SpecError, match=r"^spec.data: .*train.parquet: prepared for tool-call protocol python-tags"
+    ):
+        check_data(job(data={"trainFiles": [str(train)]}, rollout={"protocol": "hermes"}))
+    check_data(job(data={"trainFiles": [str(train)]}, rollout={"protocol": "python-tags"}))

@@ -84,6 +84,9 @@ def test_every_field_lands_on_its_verl_key():
     assert (mt.max_user_turns, mt.max_assistant_turns, mt.max_parallel_calls) == (5, 6, 2)
     assert mt.max_tool_response_length == 777
     assert arr.rollout.agent.default_agent_loop == "toolrl_hermes"  # verl tool_agent + exclusion
+    # rows naming another loop (agent_name) are rolled out with the job's protocol all the same
+    custom_dataset = (cfg.data.custom_cls.path, cfg.data.custom_cls.name)
+    assert custom_dataset == ("pkg://trainer_entry.dataset", "JobDataset")
     assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node) == (2, 4)
     assert cfg.trainer.save_freq == 10 and cfg.trainer.resume_mode == "auto"
     assert cfg.trainer.default_local_dir == "/checkpoints/rl/gsm8k-python"
