@@ -241,7 +241,9 @@ async def test_rollout_scored_by_our_rewards(tiny_model, sandbox, tmp_path, monk
 # ---- issue 16: an infrastructure failure keeps the trajectory out; the model's own error does not --
 
 
-async def one_trajectory(case, script, pool_url, tiny_model, tmp_path, monkeypatch, protocol="python-tags"):
+async def one_trajectory(
+    case, script, pool_url, tiny_model, tmp_path, monkeypatch, protocol="python-tags", server_cls=None
+):
     """Our agent loop's run of one trajectory, built as verl's worker builds it."""
     import hydra
     from transformers import AutoTokenizer
@@ -254,7 +256,7 @@ async def one_trajectory(case, script, pool_url, tiny_model, tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     config = verl_config.compose([*translation.overrides, "actor_rollout_ref.rollout.agent.num_workers=1"])
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    server = ScriptedServer(tokenizer, {case: script})
+    server = (server_cls or ScriptedServer)(tokenizer, {case: script})
     worker = AgentLoopWorker(config, llm_client=server)
     loop = hydra.utils.instantiate(
         config=_agent_loop_registry[agent_loop_name(protocol)],
@@ -268,7 +270,7 @@ async def one_trajectory(case, script, pool_url, tiny_model, tmp_path, monkeypat
         tools=ToolListWrap(worker.tools),
     )
     prompt = [{"role": "user", "content": f"case={case}"}]
-    return await loop.run({"temperature": 1.0, "logprobs": False}, raw_prompt=prompt, tools_kwargs={})
+    return await loop.run({"temperature": 1.0, "logprobs": True}, raw_prompt=prompt, tools_kwargs={})
 
 
 @pytest.mark.parametrize(
@@ -401,3 +403,47 @@ async def test_the_jobs_protocol_runs_even_when_the_rows_name_another_loop(
     obs = observations(segs)
     assert len(obs) == 2, f"the hermes calls did not run (was the row's loop used?): {segs}"
     assert "42" in obs[0] and "ZeroDivisionError" in obs[1]
+
+
+# ---- issue 23 (8): a stop string's tokens are neither trained nor repeated in the context -----------
+
+
+class VllmLikeServer(ScriptedServer):
+    """Generates as vLLM does with stop strings: token by token until the text holds one, returning
+    every sampled token (vLLM trims the stop string from the text only, and verl passes the ids on)."""
+
+    async def generate(self, request_id, prompt_ids, sampling_params, **kwargs):
+        case = next(c for c in self.script if f"case={c}" in self.tokenizer.decode(prompt_ids))
+        turn = self.turns[request_id] = self.turns.get(request_id, -1) + 1
+        sampled = []
+        for token in self.tokenizer.encode(self.script[case][turn], add_special_tokens=False):
+            sampled.append(token)
+            if any(stop in self.tokenizer.decode(sampled) for stop in sampling_params.get("stop") or []):
+                break
+        else:
+            sampled.append(self.tokenizer.eos_token_id)
+        return TokenOutput(token_ids=sampled, log_probs=[-0.5] * len(sampled))
+
+
+async def test_react_trains_no_stop_string_and_shows_each_observation_once(
+    sandbox, tiny_model, tmp_path, monkeypatch
+):
+    from transformers import AutoTokenizer
+
+    use_sink(Sink(local=TrainerMetrics()))
+    script = [
+        'Thought: run it\nAction: python\nAction Input: {"code": "print(6 * 7)"}\nObservation: 41\nThought',
+        'Action: Finish\nAction Input: {"return_type": "give_answer", "final_answer": "42"}',
+    ]
+    out = await one_trajectory(
+        "react", script, sandbox, tiny_model, tmp_path, monkeypatch, "react", VllmLikeServer
+    )
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    ids, mask, logprobs = out.response_ids, out.response_mask, out.response_logprobs
+    context = tokenizer.decode(ids, skip_special_tokens=True)
+    trained = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m], skip_special_tokens=True)
+    assert context.count("Observation:") == 1, context
+    assert '{"code": "print(6 * 7)"}\nObservation: 42\n' in context and "41" not in context
+    assert "Observation" not in trained, trained
+    assert [lp for lp, m in zip(logprobs, mask, strict=True) if m] == [-0.5] * sum(mask)
+    assert all(lp == 0.0 for lp, m in zip(logprobs, mask, strict=True) if not m)
