@@ -53,6 +53,9 @@ LOGICAL_GPUS_PER_CPU_WORKER = 1
 # max_colocate_count) plus one for each agent-loop, reward and data-storage actor; the processes
 # share the pod's real CPUs. The operator's RayJob says the same (`num-cpus`; a test checks).
 LOGICAL_CPUS_PER_CPU_WORKER = 16
+# CPUs verl's placement group asks for with every GPU (ResourcePoolManager.max_colocate_count: actor,
+# rollout and reward processes colocated); a node with fewer waits forever. The CRD says the same.
+VERL_CPUS_PER_GPU = 3
 # Strings Hydra reads back unchanged without quotes (must not start with a digit: 1e-6 is a float).
 PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_\-./]*")
 

@@ -36,7 +36,7 @@ def job(**spec):
             "totalEpochs": 3,
         },
         "rollout": {
-            "engine": "sglang",
+            "engine": "vllm",
             "tensorParallelSize": 2,
             "gpuMemoryUtilization": 0.5,
             "protocol": "hermes",
@@ -50,7 +50,11 @@ def job(**spec):
         ],
         "reward": {"preset": "code-execution"},
         "cluster": {"workers": {"replicas": 2, "gpusPerWorker": 4}},
-        "checkpoint": {"saveFreq": 10, "resume": "auto"},
+        "checkpoint": {
+            "saveFreq": 10,
+            "resume": "auto",
+            "volume": {"persistentVolumeClaim": {"claimName": "c"}},
+        },
     }
     base.update(spec)
     return parse_job({"metadata": {"name": "gsm8k-python", "namespace": "rl"}, "spec": base})
@@ -76,7 +80,7 @@ def test_every_field_lands_on_its_verl_key():
     assert arr.actor.use_kl_loss is True and arr.actor.kl_loss_coef == 0.002
     assert arr.actor.optim.lr == 2.0e-6
     assert cfg.trainer.total_epochs == 3
-    assert (arr.rollout.name, arr.rollout.mode) == ("sglang", "async")
+    assert (arr.rollout.name, arr.rollout.mode) == ("vllm", "async")
     assert arr.rollout.tensor_model_parallel_size == 2
     assert arr.rollout.gpu_memory_utilization == 0.5
     mt = arr.rollout.multi_turn
