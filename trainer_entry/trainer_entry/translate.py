@@ -40,13 +40,19 @@ CPU_OVERRIDES = (
     "actor_rollout_ref.actor.strategy=fsdp2",
     "actor_rollout_ref.ref.strategy=fsdp2",
     "critic.strategy=fsdp2",
-    "actor_rollout_ref.model.use_remove_padding=false",
-    "critic.model.use_remove_padding=false",
-    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-    "+critic.model.override_config.attn_implementation=sdpa",
     "actor_rollout_ref.rollout.agent.num_workers=1",
     "reward.num_workers=1",
     "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+)
+# Every job's actor and critic attend with PyTorch's SDPA: verl defaults to flash_attention_2, which
+# PyPI has no wheel of and the trainer image does not build by default (images/trainer/Dockerfile,
+# FLASH_ATTN). Remove-padding packs sequences for flash-attn's varlen kernels, so it is off with SDPA.
+# An image built with flash-attn takes it back through trainer.extraArgs (images/README.md).
+ATTENTION_OVERRIDES = (
+    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+    "+critic.model.override_config.attn_implementation=sdpa",
+    "actor_rollout_ref.model.use_remove_padding=false",
+    "critic.model.use_remove_padding=false",
 )
 LOGICAL_GPUS_PER_CPU_WORKER = 1
 # Logical CPUs a CPU worker offers Ray: verl asks for 3 per GPU bundle (its resource pools'
@@ -262,6 +268,7 @@ def _overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list[str]:
         out.append(f"trainer.total_epochs={algo['totalEpochs']}")
     if not data.get("valFiles"):
         out += ["trainer.val_before_train=false", "trainer.test_freq=-1"]
+    out += list(ATTENTION_OVERRIDES)
     if cpu_only(s):
         out += list(CPU_OVERRIDES)
     out += _reward(job, pool_url) + _checkpoint(job) + breaker_overrides(job, pool_url, pool_wait_seconds)

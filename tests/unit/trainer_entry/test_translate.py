@@ -295,3 +295,18 @@ def test_loggers_become_verls_tracking_backends():
     chosen = translate(job(trainer={"loggers": ["console", "wandb"]}), POOL).overrides
     assert "trainer.logger=[console,wandb]" in chosen
     assert composed(job(trainer={"loggers": ["tensorboard"]})).trainer.logger == ["tensorboard"]
+
+
+def test_every_job_attends_with_sdpa_unless_its_image_has_flash_attn():
+    """verl defaults the actor to flash_attention_2, which the trainer image does not build by default
+    (issue 23): without it the actor does not load."""
+    cfg = composed(job())
+    for model in (cfg.actor_rollout_ref.model, cfg.critic.model):
+        assert model.override_config.attn_implementation == "sdpa" and model.use_remove_padding is False
+    flash = [
+        "actor_rollout_ref.model.override_config.attn_implementation=flash_attention_2",
+        "actor_rollout_ref.model.use_remove_padding=true",
+    ]
+    cfg = composed(job(trainer={"extraArgs": flash}))
+    assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "flash_attention_2"
+    assert cfg.actor_rollout_ref.model.use_remove_padding is True
