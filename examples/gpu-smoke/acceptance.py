@@ -1,9 +1,10 @@
 """The verdict of a smoke run (run.sh), from what the run's own processes wrote.
 
-Inputs: the trainer's exit code, its log (verl's console logger: one driver line `step:N - key:value -
-...` per step, printed at the start of a line; Ray workers' lines carry a `(pid=...)` prefix and the
-sandboxed tool code's output is never printed), and the tool pool's /metrics text (the pool counts
-every call it ran). Checks, each printed with its numbers:
+Inputs: the trainer's exit code, its log, and the tool pool's /metrics text (the pool counts every call
+it ran). In the log, verl's console logger writes one line `step:N - key:value - ...` per step from
+trainer_entry's task runner, a Ray actor, so Ray prefixes it with `(_ToolRLTaskRunner pid=P)`; only
+such lines count (other actors' lines carry their own names, and the sandboxed tool code's output is
+never printed). Checks, each printed with its numbers:
 
 - exit: the trainer exited 0;
 - steps: exactly one step line for each step 1..N, N = the job's totalTrainingSteps;
@@ -29,7 +30,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-STEP_LINE = re.compile(r"^step:(\d+) - (.*)$")
+# trainer_entry.runner's task runner class, as Ray names the actor in the lines it forwards
+TASK_RUNNER = "_ToolRLTaskRunner"
+STEP_LINE = re.compile(
+    rf"^\({TASK_RUNNER} pid=(?P<pid>\d+)(?:, ip=[^)]*)?\) step:(?P<step>\d+) - (?P<rest>.*)$"
+)
+COLOR = re.compile(r"\x1b\[[0-9;]*m")
 POOL_CALLS = re.compile(r"^toolrl_tool_calls_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 OUTCOME = re.compile(r'outcome="([^"]*)"')
 PROB_DIFF_VALID = "training/rollout_probs_diff_valid"
@@ -53,15 +59,19 @@ class Check:
 def parse_steps(log: str) -> dict[int, dict[str, float]]:
     """verl's per-step metrics from the console log; a step printed twice is an error."""
     steps: dict[int, dict[str, float]] = {}
+    runners = set()
     for line in log.splitlines():
-        match = STEP_LINE.match(line.rstrip("\r"))
+        match = STEP_LINE.match(COLOR.sub("", line).rstrip("\r"))
         if not match:
             continue
-        step = int(match.group(1))
-        if step in steps:
-            raise InputError(f"step {step} is logged twice: the log is not one run's")
+        step = int(match["step"])
+        runners.add(match["pid"])
+        if step in steps or len(runners) > 1:
+            raise InputError(
+                f"step {step} is logged twice (task runners {sorted(runners)}): the log is not one run's"
+            )
         values = {}
-        for item in match.group(2).split(" - "):
+        for item in match["rest"].split(" - "):
             key, sep, raw = item.partition(":")
             if not sep:
                 continue

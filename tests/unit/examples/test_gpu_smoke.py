@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import venv
@@ -50,7 +51,8 @@ def run_acceptance(tmp_path, log=LOG, pool=POOL, exit_code=0, steps=2, *extra):
 
 
 def test_the_recorded_run_is_accepted(tmp_path, capsys):
-    """Recorded with `run.sh --cpu --steps 2` (engine hf, the same verl trainer and metrics)."""
+    """Recorded with `run.sh --cpu --steps 2` (engine hf, the same verl trainer and metrics): the last
+    80 lines of its trainer.log (paths replaced) and the pool's /metrics after the run."""
     assert run_acceptance(tmp_path) == 0
     out = capsys.readouterr().out
     assert [line.split()[0] for line in out.splitlines()[:5]] == ["PASS"] * 5, out
@@ -58,7 +60,9 @@ def test_the_recorded_run_is_accepted(tmp_path, capsys):
 
 
 def _step_line(step: int) -> str:
-    return next(line for line in LOG.splitlines() if line.startswith(f"step:{step} - "))
+    return next(
+        line for line in LOG.splitlines() if "_ToolRLTaskRunner" in line and f"m step:{step} - " in line
+    )
 
 
 def _replace(line: str, key: str, value: str) -> str:
@@ -92,7 +96,12 @@ def _replace(line: str, key: str, value: str) -> str:
             ),
             "weights synced",
         ),
-        (lambda log: log.replace(_step_line(1), "(TaskRunner pid=1) " + _step_line(1)), "steps"),
+        (
+            lambda log: log.replace(
+                _step_line(1), _step_line(1).replace("_ToolRLTaskRunner", "AgentLoopWorkerTQ")
+            ),
+            "steps",
+        ),
     ],
     ids=[
         "a-step-missing",
@@ -121,6 +130,15 @@ def test_no_tool_call_and_a_failed_exit_are_failures(tmp_path, capsys):
 def test_a_step_logged_twice_is_not_one_runs_log(tmp_path, capsys):
     assert run_acceptance(tmp_path, log=LOG + "\n" + _step_line(1) + "\n") == 2
     assert "step 1 is logged twice" in capsys.readouterr().err
+    other_runner = re.sub(r"pid=\d+", "pid=1", _step_line(2))
+    assert run_acceptance(tmp_path, log=LOG.replace(_step_line(2), other_runner)) == 2
+    assert "the log is not one run's" in capsys.readouterr().err
+
+
+def test_the_task_runner_is_trainer_entrys():
+    from trainer_entry.runner import _ToolRLTaskRunner
+
+    assert _ToolRLTaskRunner.__name__ == acceptance.TASK_RUNNER
 
 
 @pytest.mark.parametrize(
