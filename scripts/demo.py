@@ -13,6 +13,7 @@ cleans up.
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import time
@@ -25,7 +26,7 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 from localcluster import LocalCluster  # noqa: E402
 from localcluster.__main__ import DEFAULT_ROOT  # noqa: E402
 from localcluster.build import ensure_node_built  # noqa: E402
-from operator_process import get_json, wait_until  # noqa: E402
+from operator_process import EXAMPLE_VOLUMES_LABEL, example_volumes, get_json, wait_until  # noqa: E402
 from training_cluster import (  # noqa: E402
     CPU_EXAMPLE,
     GPU_EXAMPLE,
@@ -168,6 +169,9 @@ def gpu_example(tc: TrainingCluster) -> None:
     step(
         "the GPU-shaped example (examples/toolrljob.yaml): its workers are scheduled onto the fake GPU nodes"
     )
+    # its data and checkpoint claims (examples/data-prep-job.yaml on a real cluster), bound to volumes
+    # that store nothing: the fake nodes mount none
+    tc.cluster.kubectl("apply", "-f", "-", input=json.dumps(example_volumes(tc.namespace)))
     show(tc, "apply", "-n", tc.namespace, "-f", str(GPU_EXAMPLE))
 
     def scheduled() -> list[dict]:
@@ -197,6 +201,9 @@ def gpu_example(tc: TrainingCluster) -> None:
     )
     print("(the head asks for 4 CPUs and 16 GiB, more than this machine's real node has: it waits)")
     show(tc, "delete", "trj", name, "-n", tc.namespace)
+    volumes = f"{EXAMPLE_VOLUMES_LABEL}={tc.namespace}"
+    tc.kubectl("delete", "pvc", "-n", tc.namespace, "-l", volumes, "--wait=false")
+    tc.kubectl("delete", "pv", "-l", volumes, "--wait=false")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ else started for this session and torn down after it), fresh namespaces, and Pro
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -12,7 +13,13 @@ import pytest
 from localcluster import LocalCluster
 from localcluster.__main__ import DEFAULT_ROOT
 from localcluster.prometheus import Prometheus, scrape_config
-from operator_process import OperatorProcess, delete_jobs, install_crd
+from operator_process import (
+    EXAMPLE_VOLUMES_LABEL,
+    OperatorProcess,
+    delete_jobs,
+    example_volumes,
+    install_crd,
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -43,8 +50,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 def namespace(cluster: LocalCluster) -> Iterator[str]:
     name = f"e2e-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "namespace", name)
+    # examples/toolrljob.yaml mounts claims (its data and checkpoints): bound ones, so its pods schedule
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(example_volumes(name)))
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    cluster.kubectl("delete", "pv", "-l", f"{EXAMPLE_VOLUMES_LABEL}={name}", "--wait=false", check=False)
 
 
 @pytest.fixture

@@ -86,6 +86,56 @@ class Sampler(Generic[T]):
         return [value for at, value in self.samples if start <= at <= end]
 
 
+EXAMPLE_VOLUMES_LABEL = "toolrl.dev/e2e-namespace"
+
+
+def example_claims(example: Path = EXAMPLE) -> list[str]:
+    """The PersistentVolumeClaims the example mounts (its data and checkpoint volumes), which
+    examples/data-prep-job.yaml creates on a real cluster."""
+    spec = yaml.safe_load(example.read_text())["spec"]
+    volumes = [spec.get("data", {}).get("volume"), spec.get("checkpoint", {}).get("volume")]
+    return [v["persistentVolumeClaim"]["claimName"] for v in volumes if v and "persistentVolumeClaim" in v]
+
+
+def example_volumes(namespace: str) -> dict[str, Any]:
+    """A List of the example's claims in `namespace`, each bound to a PersistentVolume of its own,
+    so that the example's Ray pods schedule (the scheduler holds pods whose claims are unbound).
+    Nothing stores anything: kwok's fake nodes mount no volume. Delete the volumes by their label."""
+    items: list[dict[str, Any]] = []
+    for claim in example_claims():
+        volume = f"{namespace}-{claim}"
+        labels = {EXAMPLE_VOLUMES_LABEL: namespace}
+        items.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": volume, "labels": labels},
+                "spec": {
+                    "capacity": {"storage": "1Ti"},
+                    "accessModes": ["ReadWriteMany"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "storageClassName": "",
+                    "claimRef": {"namespace": namespace, "name": claim},
+                    "hostPath": {"path": f"/var/lib/toolrl-e2e/{volume}", "type": "DirectoryOrCreate"},
+                },
+            }
+        )
+        items.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": claim, "namespace": namespace, "labels": labels},
+                "spec": {
+                    "accessModes": ["ReadWriteMany"],
+                    "storageClassName": "",
+                    "volumeName": volume,
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            }
+        )
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
 def small_job(name: str) -> dict[str, Any]:
     """The example job on one 1-GPU worker with a pool of 1..4, so several fit on the fake nodes."""
     job = yaml.safe_load(EXAMPLE.read_text())

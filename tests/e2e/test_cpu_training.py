@@ -286,7 +286,8 @@ def test_ppo_with_critic_and_kl_loss_trains_on_cpu_and_checkpoints(
         toy,
         "cpu-ppo",
         spec={
-            "checkpoint": {"saveFreq": STEPS, "resume": "disable"},
+            # a volume is what allows saving (the RayJob mounts it; this run writes to extraArgs' dir)
+            "checkpoint": {"saveFreq": STEPS, "resume": "disable", "volume": {"emptyDir": {}}},
             "trainer": {"extraArgs": [f"trainer.default_local_dir={checkpoints}"]},
         },
         advantageEstimator="gae",

@@ -44,11 +44,6 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("name-dns1035", {"metadata.name": "9lives"}, "must start with a lowercase letter"),
     ("tp-divides-gpus", {"rollout.tensorParallelSize": 3}, "must divide cluster.workers.gpusPerWorker"),
     (
-        "cpu-no-sglang",
-        {"cluster.workers": {"replicas": 1, "gpusPerWorker": 0}, "rollout.engine": "sglang"},
-        "gpusPerWorker 0 (CPU only) needs rollout.engine hf or vllm",
-    ),
-    (
         "cpu-tp-is-1",
         {"cluster.workers": {"gpusPerWorker": 0}, "rollout.engine": "hf", "rollout.tensorParallelSize": 2},
         "rollout.tensorParallelSize must be 1 when cluster.workers.gpusPerWorker is 0",
@@ -94,10 +89,27 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("custom-needs-configmap", {"reward.preset": "custom"}, "preset custom needs reward.custom"),
     ("save-freq-nonzero", {"checkpoint": {"saveFreq": 0}}, "saveFreq must be a positive step"),
+    (
+        "save-freq-needs-volume",
+        {"checkpoint": {"saveFreq": 10}},
+        "checkpoint.saveFreq needs checkpoint.volume",
+    ),
+    (
+        "cpus-per-gpu-request",
+        {"cluster.workers.resources": {"requests": {"cpu": "16"}}},
+        "a GPU worker needs at least 3 CPUs per GPU",
+    ),
+    (
+        "cpus-per-gpu-limit",
+        {"cluster.workers.resources": {"requests": {"cpu": "32"}, "limits": {"cpu": "20"}}},
+        "a GPU worker needs at least 3 CPUs per GPU",
+    ),
+    ("sglang-not-yet", {"rollout.engine": "sglang"}, "sglang is not supported yet"),
+    ("engine-known", {"rollout.engine": "tgi"}, "rollout.engine must be vllm or hf"),
     ("resume-value", {"checkpoint": {"resume": "sometimes"}}, "checkpoint.resume must be auto, disable"),
     ("extra-args-hydra", {"trainer": {"extraArgs": ["--lr 1"]}}, "must be a Hydra override"),
     # schema constraints
-    ("enum", {"rollout.engine": "tgi"}, 'Unsupported value: "tgi"'),
+    ("enum", {"rollout.protocol": "json"}, 'Unsupported value: "json"'),
     ("minimum", {"rollout.maxToolTurns": -1}, "should be greater than or equal to 0"),
     ("maximum", {"rollout.gpuMemoryUtilization": 0.99}, "should be less than or equal to 0.95"),
     ("required", {"model": DELETE}, "spec.model: Required value"),
@@ -147,6 +159,23 @@ def test_a_cpu_job_with_the_vllm_engine_is_accepted(cluster, crd, namespace) -> 
     cpu = yaml.safe_load((EXAMPLE.parent / "toolrljob-cpu.yaml").read_text())
     cpu["spec"]["rollout"]["engine"] = "vllm"
     res = dry_run(cluster, namespace, cpu)
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"cluster.workers.resources": {"requests": {"cpu": "24"}}},
+        {"cluster.workers.resources": {"requests": {"cpu": "8"}, "limits": {"cpu": "23500m"}}},  # Ray: 24
+        {"cluster.workers": {"replicas": 1, "gpusPerWorker": 1, "resources": {"requests": {"cpu": "2500m"}}}},
+        {"cluster.workers": {"replicas": 1, "gpusPerWorker": 1}},  # no cpu given: Ray counts the node's
+        {"checkpoint": {"saveFreq": -1}},
+        {"checkpoint": {}},  # no volume, no saveFreq: never saves
+    ],
+    ids=["cpu-request", "cpu-limit-rounded-up", "fraction", "no-cpu-given", "never-saves", "no-checkpoints"],
+)
+def test_workers_and_checkpoints_that_can_run_are_accepted(cluster, crd, namespace, changes) -> None:
+    res = dry_run(cluster, namespace, changed({f"spec.{k}": v for k, v in changes.items()}))
     assert res.returncode == 0, res.stderr
 
 

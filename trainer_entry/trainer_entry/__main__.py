@@ -26,7 +26,15 @@ def main(argv: list[str] | None = None) -> int:
     run_cmd.add_argument("--workdir", type=Path, default=None, help="where to write the generated files")
     tiny = sub.add_parser("tiny-model", help="write a tiny local Qwen2 model for CPU runs (no hub)")
     tiny.add_argument("dir", type=Path, help="the model directory to write (use it as spec.model.path)")
-    tiny.add_argument("--protocol", default="python-tags", help="tool-call protocol of the warm-up")
+    tiny.add_argument(
+        "--spec",
+        default=None,
+        help="a job.json: warm up on its own prompts (its first training file), protocol and tools "
+        "instead of the toy task's",
+    )
+    tiny.add_argument(
+        "--protocol", default=None, help="tool-call protocol of the warm-up without --spec (python-tags)"
+    )
     tiny.add_argument("--warm-up-seconds", type=float, default=300.0, help="upper bound of the warm-up")
     tiny.add_argument("--no-warm-up", action="store_true", help="leave the weights random")
     tiny.add_argument(
@@ -69,20 +77,36 @@ def tiny_model(args: argparse.Namespace) -> int:
     from trainer_entry import tiny_model as tm
 
     try:
+        job = load_job(args.spec) if args.spec else None
+        protocol = job.spec["rollout"]["protocol"] if job else (args.protocol or "python-tags")
+        if job and args.protocol and args.protocol != protocol:
+            raise ValueError(f"--protocol {args.protocol} is not the job's spec.rollout.protocol {protocol}")
+        tools = job.spec["tools"] if job else [tm.TOY_TOOL]
         if args.toy_data is not None:
-            tm.write_toy_data(args.toy_data)
-            print(f"toy task data: {args.toy_data / 'train.parquet'}")
-        path = tm.build_tiny_model(args.dir.parent, args.dir.name, hidden=64, layers=2)
+            tool = tm.episode_for(protocol, tools).tool["name"]
+            tm.write_toy_data(args.toy_data, tool=tool, protocol=protocol)
+            print(f"toy task data: {args.toy_data / 'train.parquet'} ({protocol})")
+        prompts = tm.job_prompts(Path(job.spec["data"]["trainFiles"][0])) if job else None
+        extra = tm.prompt_texts(prompts, tools) if prompts else None
+        path = tm.build_tiny_model(args.dir.parent, args.dir.name, hidden=64, layers=2, extra_texts=extra)
         print(f"tiny model: {path}")
         if not args.no_warm_up:
-            result = tm.warm_up(path, args.protocol, seconds=args.warm_up_seconds)
-            print(
-                f"warm-up: {result.steps} supervised steps in {result.seconds:.0f}s "
-                f"(loss {result.loss:.3f}); "
-                f"sampled answers call the tool {result.call_rate:.0%} of the time and answer with "
-                f"its output after {result.copy_rate:.0%} of the calls"
+            result = tm.warm_up(
+                path,
+                protocol,
+                seconds=args.warm_up_seconds,
+                prompts=prompts,
+                tools=tools,
+                min_copy_rate=0.0 if prompts else 0.5,  # a job's answers are beyond a tiny model
             )
-    except ValueError as exc:
+            on = f"the job's prompts ({job.spec['data']['trainFiles'][0]})" if prompts else "the toy task"
+            print(
+                f"warm-up on {on}, protocol {protocol}: {result.steps} supervised steps in "
+                f"{result.seconds:.0f}s (loss {result.loss:.3f}); sampled answers call the tool "
+                f"{result.call_rate:.0%} of the time and answer with its output after "
+                f"{result.copy_rate:.0%} of the calls"
+            )
+    except (ValueError, SpecError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

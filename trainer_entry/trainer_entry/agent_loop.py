@@ -4,6 +4,14 @@ One assistant turn grows in place: generation stops at the protocol's closing ma
 the tool pool, and the observation is appended with response mask 0, until the model answers without
 a call or the turn limit (`multi_turn.max_user_turns` = spec.rollout.maxToolTurns) is reached.
 
+Stop strings end a generation at the text level only: vLLM trims a stop string from the *text* it
+returns (`include_stop_str_in_output` false, as ReAct's `Observation:` is) but returns every sampled
+token, the stop string's included, and verl's server passes those token ids on unchanged (verl 0.9.1,
+`vLLMHttpServer.generate`: `token_ids = final_res.outputs[0].token_ids`); the hf engine does the same.
+`cut_at_stop` makes the token ids agree with the text: the tokens of the stop string are dropped, so
+they are neither trained (mask 1) nor left in the context in front of the observation (which would
+then read `Observation:` twice).
+
 A trajectory whose call met an infrastructure failure (`CallResult.fault == "infra"`: the pool
 rejected it, was unreachable, lost the worker...) stops there and is returned as no output at all:
 verl's agent-loop worker then neither scores it nor stores it, so it is in no GRPO group and no
@@ -16,6 +24,7 @@ Registered with verl through the agent-loop YAML (`agent_loop_config_path`, see 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
@@ -35,6 +44,52 @@ def truncate_middle(text: str, limit: int) -> str:
         return text
     half = limit // 2
     return text[:half] + "\n...(truncated)...\n" + text[-half:]
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A generation cut where its text ends (`cut_at_stop`)."""
+
+    token_ids: list[int]
+    """The sampled tokens kept (trained with mask 1)."""
+    log_probs: list[float]
+    gap_ids: list[int]
+    """Text before the cut that shared a token with the stop string, encoded again: context, mask 0
+    (the model wrote this text, but not as these tokens)."""
+    carried: str
+    """Text past the cut inside the last kept token; the observation that follows leaves it out."""
+
+
+def cut_at_stop(
+    tokenizer: Any,
+    token_ids: list[int],
+    log_probs: list[float],
+    stops: tuple[str, ...],
+    include_stop: bool,
+    continuation: str,
+) -> Cut:
+    """The generation up to its first stop string (through it with `include_stop`), as token ids.
+
+    Sampled tokens lying wholly before the cut are kept. A token across the cut is kept when the text
+    of it past the cut is where `continuation` (what the loop appends next) begins, so the context
+    reads the same; otherwise it is dropped and its part before the cut encoded again with mask 0."""
+    text = tokenizer.decode(token_ids, skip_special_tokens=False)
+    hits = sorted((text.find(stop), -len(stop), stop) for stop in stops if stop and stop in text)
+    if not hits:
+        return Cut(list(token_ids), list(log_probs), [], "")
+    position, _, stop = hits[0]
+    cut = position + len(stop) if include_stop else position
+    kept, kept_text = len(token_ids), text
+    while kept > 0 and (len(kept_text) > cut or not text.startswith(kept_text)):
+        kept -= 1
+        kept_text = tokenizer.decode(token_ids[:kept], skip_special_tokens=False)
+    if len(kept_text) == cut:
+        return Cut(list(token_ids[:kept]), list(log_probs[:kept]), [], "")
+    across = tokenizer.decode(token_ids[: kept + 1], skip_special_tokens=False)
+    if text.startswith(across) and continuation.startswith(across[cut:]):
+        return Cut(list(token_ids[: kept + 1]), list(log_probs[: kept + 1]), [], across[cut:])
+    gap = tokenizer.encode(text[len(kept_text) : cut], add_special_tokens=False)
+    return Cut(list(token_ids[:kept]), list(log_probs[:kept]), gap, "")
 
 
 class TagAgentLoop(AgentLoopBase):
@@ -80,9 +135,18 @@ class TagAgentLoop(AgentLoopBase):
             versions.setdefault("min_global_steps", out.extra_fields.get("min_global_steps"))
             versions["max_global_steps"] = out.extra_fields.get("max_global_steps")
             generations += 1
-            response_ids += out.token_ids
-            mask += [1] * len(out.token_ids)
-            logprobs += list(out.log_probs) if out.log_probs else [0.0] * len(out.token_ids)
+            sampled = list(out.log_probs) if out.log_probs else [0.0] * len(out.token_ids)
+            cut = cut_at_stop(
+                self.tokenizer,
+                list(out.token_ids),
+                sampled,
+                self.protocol.stop,
+                self.protocol.include_stop,
+                self.protocol.observation_start(),
+            )
+            response_ids += cut.token_ids + cut.gap_ids
+            mask += [1] * len(cut.token_ids) + [0] * len(cut.gap_ids)
+            logprobs += cut.log_probs + [0.0] * len(cut.gap_ids)
             if len(response_ids) >= self.response_length:
                 break
             text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
@@ -102,6 +166,7 @@ class TagAgentLoop(AgentLoopBase):
                 return []
             observation = result.observation()
             obs_text = self.protocol.observation(truncate_middle(observation, self.max_observation_chars))
+            obs_text = obs_text[len(cut.carried) :]  # the generation's last token holds its start
             obs_ids = self.tokenizer.encode(obs_text, add_special_tokens=False)
             response_ids += obs_ids
             mask += [0] * len(obs_ids)

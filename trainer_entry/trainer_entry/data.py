@@ -1,7 +1,10 @@
 """Training data → verl's parquet (`python -m trainer_entry.data`).
 
 Rows carry what verl's RLHFDataset and our agent loops read: a chat `prompt`, `data_source`,
-`reward_model.ground_truth`, `extra_info` with `tools_kwargs` / `need_tools_kwargs`, and `agent_name`.
+`reward_model.ground_truth` and `extra_info` with `tools_kwargs` / `need_tools_kwargs`. The system
+prompt teaches one tool-call protocol (`--protocol`, the job's `spec.rollout.protocol`), recorded as
+`extra_info.protocol`; the trainer refuses data prepared for another protocol (`check_protocol`). Rows
+name no agent loop (`agent_name`): the job's protocol chooses it (trainer_entry.dataset).
 Every record is converted before anything is written, and the file appears whole or not at all.
 """
 
@@ -17,8 +20,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from trainer_entry.translate import agent_loop_name
-
 REACT_SYSTEM = (
     "You can call the functions listed below to answer the user's request. Think step by step. To call a "
     "function write\nThought: <your reasoning>\nAction: <function name>\nAction Input: <JSON arguments>\n"
@@ -30,6 +31,26 @@ PYTHON_SYSTEM = (
     "Solve the problem. You may run Python by writing code between <PYTHON> and </PYTHON>; its output is "
     "returned between <PYTHON-OUTPUT> and </PYTHON-OUTPUT>. End with the final answer as '#### <number>'."
 )
+# The GSM8K system prompt of each tool-call protocol ({tool}: the job's python tool). hermes lists the
+# tools through the chat template (verl's tool agent loop passes their schemas).
+GSM8K_SYSTEM = {
+    "python-tags": PYTHON_SYSTEM,
+    "tool-tags": (
+        "Solve the problem. You may run Python by writing code between <tool> and </tool>; its output is "
+        "returned between <tool_output> and </tool_output>. End with the final answer as '#### <number>'."
+    ),
+    "hermes": (
+        "Solve the problem. You may run Python by calling the function {tool} with the code; it returns "
+        "what the code prints. End with the final answer as '#### <number>'."
+    ),
+    "react": (
+        "Solve the problem. You may run Python: write\nThought: <your reasoning>\nAction: {tool}\n"
+        'Action Input: {{"code": "<Python source>"}}\nand wait for the Observation (what the code '
+        "prints). End with the final answer as '#### <number>'."
+    ),
+}
+# The protocols whose prompts each kind of data can be written in, the first being the default.
+KIND_PROTOCOLS = {"gsm8k": ("python-tags", "tool-tags", "hermes", "react"), "toolbench": ("react",)}
 FINISH_SCHEMA = {
     "name": "Finish",
     "description": "End the episode with the final answer, or give up and restart.",
@@ -75,7 +96,9 @@ def _api_schema(api: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def toolbench_row(record: dict[str, Any], index: int, split: str, tool: str) -> dict[str, Any]:
+def toolbench_row(
+    record: dict[str, Any], index: int, split: str, tool: str, protocol: str = "react"
+) -> dict[str, Any]:
     """One StableToolBench query (G1/G2/G3 instruction format) as a ReAct row calling the http tool."""
     apis = record["api_list"]
     schemas = [_api_schema(api) for api in apis] + [FINISH_SCHEMA]
@@ -103,23 +126,28 @@ def toolbench_row(record: dict[str, Any], index: int, split: str, tool: str) -> 
             "query_id": str(record.get("query_id", index)),
             "need_tools_kwargs": True,
             "tools_kwargs": {tool: {"create_kwargs": {"routes": routes}}},
+            "protocol": protocol,
         },
-        "agent_name": agent_loop_name("react"),
     }
 
 
 GSM8K_ANSWER = re.compile(r"####\s*(.+)\s*$")
 
 
-def gsm8k_row(record: dict[str, Any], index: int, split: str, tool: str) -> dict[str, Any]:
-    """One GSM8K-style record (`question`, `answer` ending in '#### n') for python-tags training."""
+def gsm8k_row(
+    record: dict[str, Any], index: int, split: str, tool: str, protocol: str = "python-tags"
+) -> dict[str, Any]:
+    """One GSM8K-style record (`question`, `answer` ending in '#### n'), prompted for `protocol`."""
     question, answer = record["question"], record["answer"]
     match = GSM8K_ANSWER.search(str(answer))
     if not isinstance(question, str) or match is None:
         raise ValueError("needs a string 'question' and an 'answer' ending in '#### <number>'")
     return {
         "data_source": "gsm8k",
-        "prompt": [{"role": "system", "content": PYTHON_SYSTEM}, {"role": "user", "content": question}],
+        "prompt": [
+            {"role": "system", "content": GSM8K_SYSTEM[protocol].format(tool=tool)},
+            {"role": "user", "content": question},
+        ],
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": match.group(1).strip().replace(",", "")},
         "extra_info": {
@@ -127,8 +155,8 @@ def gsm8k_row(record: dict[str, Any], index: int, split: str, tool: str) -> dict
             "split": split,
             "need_tools_kwargs": False,
             "tools_kwargs": {tool: {"create_kwargs": {"routes": []}}},
+            "protocol": protocol,
         },
-        "agent_name": agent_loop_name("python-tags"),
     }
 
 
@@ -159,19 +187,85 @@ CONVERTERS = {"toolbench": toolbench_row, "gsm8k": gsm8k_row}
 
 
 def convert(
-    kind: str, path: Path, records: list[dict[str, Any]], split: str, tool: str, offset: int = 0
+    kind: str,
+    path: Path,
+    records: list[dict[str, Any]],
+    split: str,
+    tool: str,
+    offset: int = 0,
+    protocol: str | None = None,
 ) -> list[dict[str, Any]]:
+    protocol = protocol_for(kind, protocol)
     rows = []
     for i, record in enumerate(records):
         try:
             if not isinstance(record, dict):
                 raise ValueError("is not a JSON object")
-            rows.append(CONVERTERS[kind](record, offset + i, split, tool))
+            rows.append(CONVERTERS[kind](record, offset + i, split, tool, protocol))
         except KeyError as exc:
             raise DataError(f"{path}: record {offset + i}: missing field {exc}") from None
         except (ValueError, TypeError) as exc:
             raise DataError(f"{path}: record {offset + i}: {exc}") from None
     return rows
+
+
+def protocol_for(kind: str, protocol: str | None) -> str:
+    """The protocol rows of `kind` are prompted for: `protocol`, or the kind's default."""
+    choices = KIND_PROTOCOLS[kind]
+    if protocol is None:
+        return choices[0]
+    if protocol not in choices:
+        raise DataError(
+            f"{kind} data can be prompted for protocol {', '.join(choices)}, not {protocol!r}: "
+            f"choose the job's spec.rollout.protocol among those"
+        )
+    return protocol
+
+
+def check_protocol(paths: list[str], protocol: str, sample: int = 64) -> list[str]:
+    """Refuse training files prepared for another tool-call protocol than the job's.
+
+    The first `sample` rows of each file are read. A row's `extra_info.protocol` (written by this
+    module) must equal `protocol`: its system prompt teaches that protocol, and the job's agent loop
+    parses only its own. Returns notes: rows naming an agent loop (`agent_name`, written by other
+    preparation scripts and by this module before) are trained with the job's protocol all the same."""
+    import pyarrow.parquet as pq
+
+    notes = []
+    for path in paths:
+        if "://" in path:  # a remote file (verl copies hdfs:// ones itself): not read here
+            continue
+        try:
+            rows = next(pq.ParquetFile(path).iter_batches(batch_size=sample)).to_pylist()
+        except StopIteration:
+            continue
+        except FileNotFoundError:
+            raise DataError(
+                f"{path}: not found: stage the data into spec.data.volume, mounted at /data (see "
+                "examples/data-prep-job.yaml), or correct the path"
+            ) from None
+        except (OSError, ValueError) as exc:  # pyarrow's errors derive from these
+            raise DataError(f"{path}: cannot read it as parquet: {exc}") from None
+        prepared = {
+            (row.get("extra_info") or {}).get("protocol")
+            for row in rows
+            if isinstance(row.get("extra_info"), dict)
+        } - {None}
+        other = sorted(prepared - {protocol})
+        if other:
+            raise DataError(
+                f"{path}: prepared for tool-call protocol {', '.join(other)} (extra_info.protocol; its "
+                f"system prompt teaches that protocol) but spec.rollout.protocol is {protocol}: prepare "
+                f"the data again with `python -m trainer_entry.data ... --protocol {protocol}`, or set "
+                f"spec.rollout.protocol to {other[0]}"
+            )
+        names = sorted({str(row["agent_name"]) for row in rows if row.get("agent_name") is not None})
+        if names:
+            notes.append(
+                f"{path}: the rows' agent_name ({', '.join(names)}) is ignored; every row is rolled out "
+                f"with spec.rollout.protocol {protocol}"
+            )
+    return notes
 
 
 def split_records(records: list[Any], train_ratio: float, seed: int) -> tuple[list[Any], list[Any]]:
@@ -208,8 +302,10 @@ def prepare(
     max_samples: int | None,
     seed: int,
     tool: str,
+    protocol: str | None = None,
 ) -> dict[str, int]:
     """Convert `inputs` into `output_dir/train.parquet` (and `test.parquet` with `split`)."""
+    protocol = protocol_for(kind, protocol)
     records: list[tuple[Path, int, dict[str, Any]]] = []
     for path in inputs:
         records += [(path, i, r) for i, r in enumerate(read_records(path))]
@@ -224,7 +320,7 @@ def prepare(
     for name, part in parts.items():
         rows = []
         for path, i, record in part:
-            rows += convert(kind, path, [record], name, tool, offset=i)
+            rows += convert(kind, path, [record], name, tool, offset=i, protocol=protocol)
         converted[name] = rows
     if not converted["train"]:
         raise DataError("no training records: check the inputs, --max-samples and --train-ratio")
@@ -245,6 +341,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-samples", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tool", default=None, help="spec.tools name the rows call (toolbench / python)")
+    parser.add_argument(
+        "--protocol",
+        choices=sorted({p for ps in KIND_PROTOCOLS.values() for p in ps}),
+        default=None,
+        help="the job's spec.rollout.protocol, which the system prompt teaches "
+        "(gsm8k: python-tags by default, any protocol; toolbench: react)",
+    )
     args = parser.parse_args(argv)
     if not 0.0 < args.train_ratio <= 1.0:
         parser.error("--train-ratio must be in (0, 1]")
@@ -259,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
             max_samples=args.max_samples,
             seed=args.seed,
             tool=tool,
+            protocol=args.protocol,
         )
     except (DataError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -33,6 +33,10 @@ class Protocol:
     def observation(self, text: str) -> str:
         raise NotImplementedError
 
+    def observation_start(self) -> str:
+        """What every observation begins with, whatever the tool returned."""
+        raise NotImplementedError
+
     def is_final(self, call: Call) -> bool:
         """A call that ends the episode instead of running a tool (ReAct's Finish)."""
         return False
@@ -60,7 +64,10 @@ class TagProtocol(Protocol):
         return Call(name=code_tool, arguments={"code": code})
 
     def observation(self, text: str) -> str:
-        return f"\n{self.out_open}\n{text}\n{self.out_close}\n"
+        return f"{self.observation_start()}{text}\n{self.out_close}\n"
+
+    def observation_start(self) -> str:
+        return f"\n{self.out_open}\n"
 
 
 ACTION = re.compile(r"Action:\s*(?P<name>[^\n]+?)\s*\n\s*Action Input:\s*(?P<input>.*)", re.DOTALL)
@@ -95,7 +102,10 @@ class ReactProtocol(Protocol):
         return Call(name=name, arguments=arguments)
 
     def observation(self, text: str) -> str:
-        return f"\nObservation: {text}\n"
+        return f"{self.observation_start()}{text}\n"
+
+    def observation_start(self) -> str:
+        return "\nObservation: "
 
     def is_final(self, call: Call) -> bool:
         return is_finish(call.name)

@@ -31,6 +31,7 @@ from trainer_entry.translate import (
     DEFAULT_POOL_WAIT_SECONDS,
     LOGICAL_CPUS_PER_CPU_WORKER,
     TOOL_CONFIG_FILE,
+    VERL_CPUS_PER_GPU,
     Translation,
     gpus_per_node,
     translate,
@@ -242,6 +243,8 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     config = verl_config.compose(translation.overrides)
     check_model(job.spec["model"]["path"])
     verl_config.check(config)
+    check_data(job)
+    check_checkpoint_dir(int(config.trainer.save_freq), str(config.trainer.default_local_dir))
     check_custom_reward(job, workdir)
     asyncio.run(wait_for_pool(env.pool_url, env.pool_wait_seconds))
 
@@ -250,6 +253,10 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     if cpu_only(job.spec):
         runtime_env.setdefault("env_vars", {})[cpu_platform.PLATFORM_ENV] = cpu_platform.PLATFORM
     start_ray(job, runtime_env)
+    shortfall = placement_shortfall(ray.nodes())
+    if shortfall:
+        ray.shutdown()
+        raise TrainingError(shortfall)
     algo = job.spec["algorithm"]
     hub = start_hub(
         HubSettings(
@@ -285,6 +292,56 @@ def _stop_children(grace: float = 10.0) -> None:
     for child in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
             child.kill()
+
+
+def check_data(job: Job) -> None:
+    """Refuse data prepared for another tool-call protocol than the job's (data.check_protocol)."""
+    from trainer_entry.data import DataError, check_protocol
+
+    data = job.spec["data"]
+    files = [*data["trainFiles"], *(data.get("valFiles") or [])]
+    try:
+        notes = check_protocol(files, job.spec["rollout"]["protocol"])
+    except DataError as exc:
+        raise SpecError(f"spec.data: {exc}") from None
+    for note in notes:
+        print(f"trainer_entry: note: {note}", flush=True)
+
+
+def check_checkpoint_dir(save_freq: int, directory: str) -> None:
+    """A run that saves checkpoints can write them: found now, not when the first save fails."""
+    if save_freq <= 0:
+        return
+    path = Path(directory)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".toolrl-write-check-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise SpecError(
+            f"spec.checkpoint.volume: {path} is not writable by uid {os.getuid()} ({exc.strerror}): the "
+            "Ray pods run as uid/gid 1000 with fsGroup 1000, which makes most volumes writable; a volume "
+            "that ignores fsGroup (NFS, hostPath-backed) must be writable by uid or gid 1000"
+        ) from None
+
+
+def placement_shortfall(nodes: list[dict[str, Any]]) -> str | None:
+    """What keeps verl's placement group from ever being scheduled, from Ray's view of its nodes
+    (`ray.nodes()`): a node with GPUs but fewer than VERL_CPUS_PER_GPU CPUs per GPU. None if fine."""
+    short = []
+    for node in nodes:
+        resources = node.get("Resources") or {}
+        gpus, cpus = resources.get("GPU", 0), resources.get("CPU", 0)
+        if node.get("Alive") and gpus and cpus < VERL_CPUS_PER_GPU * gpus:
+            short.append(f"{node.get('NodeManagerAddress', '?')} has {cpus:g} CPUs for {gpus:g} GPUs")
+    if not short:
+        return None
+    return (
+        f"verl's placement group needs {VERL_CPUS_PER_GPU} CPUs per GPU on each worker and would wait "
+        f"forever: {'; '.join(short)}. Raise cluster.workers.resources' cpu limit (or request, without "
+        f"a limit) to {VERL_CPUS_PER_GPU} x gpusPerWorker or more"
+    )
 
 
 def check_custom_reward(job: Job, workdir: Path) -> None:

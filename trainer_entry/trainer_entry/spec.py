@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 PROTOCOLS = ("hermes", "tool-tags", "python-tags", "react")
-ENGINES = ("vllm", "sglang", "hf")
-CPU_ENGINES = ("hf", "vllm")  # engines that run without GPUs (cluster.workers.gpusPerWorker 0)
+ENGINES = ("vllm", "hf")  # both run without GPUs too (gpusPerWorker 0): vllm as vLLM's CPU build
+# Not supported yet: the trainer image has no sglang, and sglang's server rejects the tag protocols'
+# `include_stop_str_in_output` and stop strings with verl's default `skip_tokenizer_init` (issue 23).
+UNSUPPORTED_ENGINES = {"sglang": "not supported yet (the trainer image has no sglang): use vllm"}
 # The estimators of verl's AdvantageEstimator that need no extra config (tested against verl's enum).
 ESTIMATORS = ("grpo", "gae", "rloo", "reinforce_plus_plus", "remax", "grpo_passk", "gpg", "opo")
 GROUP_ESTIMATORS = ("grpo", "rloo", "grpo_passk", "opo")
@@ -60,9 +62,13 @@ DEFAULTS: dict[str, Any] = {
         },
     },
     "cluster": {"workers": {"replicas": 1, "gpusPerWorker": 8}},
-    "checkpoint": {"saveFreq": 20, "resume": "auto"},
+    "checkpoint": {"resume": "auto"},
     "trainer": {"loggers": ["console"]},
 }
+SAVE_FREQ_WITH_VOLUME = 20
+"""`checkpoint.saveFreq` when unset and a checkpoint volume is given (the CRD has no default: without a
+volume nothing is saved, as /checkpoints is then neither writable nor kept)."""
+NEVER = -1
 TOOL_DEFAULTS: dict[str, Any] = {"timeoutSeconds": 10}
 """CRD defaults of each `spec.tools[]` entry."""
 CUSTOM_REWARD_DEFAULTS: dict[str, Any] = {"key": "reward.py", "function": "compute_score"}
@@ -105,6 +111,9 @@ def with_defaults(spec: dict[str, Any]) -> dict[str, Any]:
         out["tools"] = [_merge(TOOL_DEFAULTS, t) if isinstance(t, dict) else t for t in out["tools"]]
     if isinstance(out["reward"].get("custom"), dict):
         out["reward"]["custom"] = _merge(CUSTOM_REWARD_DEFAULTS, out["reward"]["custom"])
+    checkpoint = out["checkpoint"]
+    if isinstance(checkpoint, dict) and "saveFreq" not in checkpoint:
+        checkpoint["saveFreq"] = SAVE_FREQ_WITH_VOLUME if checkpoint.get("volume") else NEVER
     return out
 
 
@@ -227,6 +236,9 @@ def check_spec(spec: dict[str, Any]) -> None:
         "set exactly one of algorithm.totalEpochs and algorithm.totalTrainingSteps (the CRD has no default)",
     )
     _positive_int(spec, "algorithm.totalTrainingSteps" if steps is not None else "algorithm.totalEpochs")
+    engine = _get(spec, "rollout.engine")
+    unsupported = isinstance(engine, str) and engine in UNSUPPORTED_ENGINES
+    _need(not unsupported, "rollout.engine", f"{engine} is {UNSUPPORTED_ENGINES.get(engine)}")
     _one_of(spec, "rollout.engine", ENGINES)
     _one_of(spec, "rollout.protocol", PROTOCOLS)
     _number(spec, "rollout.gpuMemoryUtilization", 0.05, 0.95)
@@ -246,11 +258,6 @@ def check_spec(spec: dict[str, Any]) -> None:
         f"must be an integer >= 0, got {gpus!r}",
     )
     if gpus == 0:
-        _need(
-            _get(spec, "rollout.engine") in CPU_ENGINES,
-            "cluster.workers.gpusPerWorker",
-            "0 (CPU only) needs rollout.engine hf or vllm (vLLM's CPU build): sglang needs GPUs",
-        )
         _need(
             _get(spec, "rollout.tensorParallelSize") == 1,
             "rollout.tensorParallelSize",
@@ -338,6 +345,12 @@ def _check_checkpoint(spec: dict[str, Any]) -> None:
         isinstance(save, int) and (save > 0 or save == -1),
         "checkpoint.saveFreq",
         f"must be a positive step count or -1 (never), got {save!r}",
+    )
+    _need(
+        save == NEVER or bool(_get(spec, "checkpoint.volume")),
+        "checkpoint.saveFreq",
+        "needs checkpoint.volume: checkpoints are written under /checkpoints, which without a volume is "
+        "not writable and is lost with the pod; add a volume, or set saveFreq to -1 (or leave it unset)",
     )
     resume = _get(spec, "checkpoint.resume")
     _need(

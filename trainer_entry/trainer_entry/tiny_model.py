@@ -1,21 +1,28 @@
 """`python -m trainer_entry tiny-model DIR`: a tiny Qwen2 model and tokenizer made locally (no hub).
 
-For CPU runs (`rollout.engine: hf`, `gpusPerWorker: 0`), tests and the demo. A random model never
-calls a tool, so `warm_up` gives it a few seconds of supervised steps on protocol-formatted examples
-of the toy task (`toy_problem`: one-digit sums, solved by running code in the tool pool) until most
-of its sampled answers contain a tool call in the job's protocol. Its rollouts then really use the
-pool, and its rewards vary within a group, so GRPO has something to learn from.
+For CPU runs (`gpusPerWorker: 0`), tests, the demo and GPU smoke runs. A random model never calls a
+tool, so `warm_up` gives it supervised steps on answers that call a tool in the job's protocol, until
+most of its sampled answers for held-out prompts do. With `--spec job.json` these are the job's own
+prompts (the first training file), protocol and tools, so a smoke run of any job calls its tools;
+without, the toy task (`ToyProblem`: one-digit sums, solved by running code in the tool pool), whose
+answers it also learns to copy from the tool's output, so its rewards vary within a group and GRPO
+has something to learn from.
+
+Its attention heads are `HEAD_DIM` wide: vLLM's CPU attention backend takes head sizes 32 to 512
+(vllm 0.24.0, `v1/attention/backends/cpu_attn.py`), so the same model runs under `engine: vllm` too.
 """
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer_entry.data import PYTHON_SYSTEM, gsm8k_row, write_parquet
+from trainer_entry.data import GSM8K_SYSTEM, gsm8k_row, write_parquet
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
@@ -45,11 +52,6 @@ CORPUS = [
     "import time; time.sleep(10) while True: pass raise ValueError('boom') Traceback (most recent call last)",
     "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ 0123456789 {}[]()<>:;,.'\"!?/\\|-_=+*&^%$#@~`",
 ]
-
-
-WARM_UP_PROTOCOLS = ("python-tags", "tool-tags")
-# vLLM's CPU attention (vLLM 0.24.0, `cpu_attn.py`) takes head sizes 32..512.
-HEAD_SIZE = 32
 
 
 @dataclass(frozen=True)
@@ -91,22 +93,139 @@ def toy_records(count: int, seed: int = 0) -> list[dict[str, str]]:
     return [{"question": p.question, "answer": f"#### {p.answer}"} for p in toy_problems(count, seed)]
 
 
-def solution_text(problem: ToyProblem, protocol: str) -> tuple[str, str, str]:
-    """(call, observation, answer) of the assistant turn that solves `problem` in `protocol`."""
-    from trainer_entry.protocols import get_protocol
+HEAD_DIM = 32
+"""Width of each attention head (vLLM's CPU attention needs 32..512)."""
+WARM_UP_PROTOCOLS = ("python-tags", "tool-tags", "react", "hermes")
+TOY_TOOL = {"name": "python", "type": "python"}
 
-    if protocol not in WARM_UP_PROTOCOLS:
-        raise ValueError(
-            f"the tiny model's warm-up speaks {', '.join(WARM_UP_PROTOCOLS)}, not {protocol!r}; "
-            "use one of those for CPU runs of the tiny model, or --no-warm-up for a random model"
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt of the warm-up: its chat messages (as a data row holds them) and its answer."""
+
+    messages: list[dict[str, str]]
+    answer: str
+
+
+def toy_prompts(count: int, protocol: str, seed: int = 0, tool: str = "python") -> list[Prompt]:
+    rows = [gsm8k_row(r, i, "train", tool, protocol) for i, r in enumerate(toy_records(count, seed))]
+    return [Prompt(list(row["prompt"]), row["reward_model"]["ground_truth"]) for row in rows]
+
+
+def job_prompts(path: Path, limit: int = 1024) -> list[Prompt]:
+    """The first `limit` prompts of a training parquet (verl's `prompt` and ground truth columns)."""
+    import pyarrow.parquet as pq
+
+    try:
+        batch = next(pq.ParquetFile(path).iter_batches(batch_size=limit, columns=["prompt", "reward_model"]))
+    except (OSError, StopIteration, KeyError) as exc:
+        raise ValueError(f"{path}: no training prompts to warm up on ({exc or 'empty file'})") from None
+    prompts = []
+    for row in batch.to_pylist():
+        truth = (row.get("reward_model") or {}).get("ground_truth")
+        prompts.append(Prompt([dict(m) for m in row["prompt"]], str(truth if truth is not None else "1")))
+    if len(prompts) < 2:
+        raise ValueError(f"{path}: the warm-up needs at least 2 prompts, found {len(prompts)}")
+    return prompts
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One assistant turn that calls a tool in a protocol: the texts of the call and its answer."""
+
+    tool: dict[str, Any]
+    protocol: str
+
+    def call_arguments(self, prompt: Prompt) -> tuple[dict[str, Any], str]:
+        """(arguments, what the tool prints) of a call that answers `prompt`."""
+        kind = self.tool["type"]
+        if kind == "python":
+            return {"code": f"print({prompt.answer!r})"}, f"{prompt.answer}\n"
+        question = next((m["content"] for m in reversed(prompt.messages) if m["role"] == "user"), "")
+        if kind == "search":
+            return {"query": question[:80]}, "(search results)"
+        return {"arguments": {}}, "(response)"
+
+    def schemas(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        from trainer_entry.translate import tool_schema
+
+        return [tool_schema(t) for t in tools] if self.protocol == "hermes" else None
+
+    def parts(
+        self, tokenizer: Any, prompt: Prompt, tools: list[dict[str, Any]], guess: int | None = None
+    ) -> list[tuple[str, bool]]:
+        """(text, learn) pieces of prompt + assistant turn; `guess` answers at once, without a call."""
+        schemas = self.schemas(tools)
+        start = tokenizer.apply_chat_template(
+            prompt.messages, tools=schemas, add_generation_prompt=True, tokenize=False
         )
-    proto = get_protocol(protocol)
-    call = f"{proto.open_tag}{problem.code}{proto.close_tag}"
-    return call, proto.observation(problem.answer), f"#### {problem.answer}"
+        end = tokenizer.eos_token
+        if guess is not None:
+            return [(start, False), (f"#### {guess}{end}", True)]
+        arguments, output = self.call_arguments(prompt)
+        answer = f"#### {prompt.answer}{end}"
+        if self.protocol == "hermes":
+            call = {"role": "assistant", "content": "", "tool_calls": [self._tool_call(arguments)]}
+            called = tokenizer.apply_chat_template([*prompt.messages, call], tools=schemas, tokenize=False)
+            turn = called[len(start) : called.index(end, len(start)) + len(end)]
+            answered = tokenizer.apply_chat_template(
+                [*prompt.messages, call, {"role": "tool", "content": output}],
+                tools=schemas,
+                add_generation_prompt=True,
+                tokenize=False,
+            )
+            return [(start, False), (turn, True), (answered[len(start) + len(turn) :], False), (answer, True)]
+        from trainer_entry.protocols import get_protocol
+
+        proto = get_protocol(self.protocol)
+        if self.protocol == "react":
+            turn = f"Action: {self.tool['name']}\nAction Input: {json.dumps(arguments)}"
+        else:
+            turn = f"{proto.open_tag}{arguments['code']}{proto.close_tag}"
+        return [(start, False), (turn, True), (proto.observation(output), False), (answer, True)]
+
+    def _tool_call(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": self.tool["name"], "arguments": arguments}}
+
+    def calls(self, text: str) -> bool:
+        """Whether sampled text calls the tool in the protocol."""
+        if self.protocol == "hermes":
+            for body in re.findall(r"<tool_call>\s*(.*?)\s*</tool_call>", text, re.DOTALL):
+                try:
+                    call = json.loads(body)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(call, dict) and call.get("name") == self.tool["name"]:
+                    return True
+            return False
+        from trainer_entry.protocols import get_protocol
+
+        call = get_protocol(self.protocol).parse(text, self.tool["name"])
+        return call is not None and not call.error and call.name == self.tool["name"]
+
+    def stops(self) -> list[str]:
+        if self.protocol == "hermes":
+            return ["</tool_call>"]
+        from trainer_entry.protocols import get_protocol
+
+        return list(get_protocol(self.protocol).stop)
 
 
-def build_tokenizer() -> Any:
-    """A byte-level BPE trained on the corpus above and the toy task, with a Qwen-style template."""
+def episode_for(protocol: str, tools: list[dict[str, Any]]) -> Episode:
+    """The warm-up's call: the python tool when the job has one, else its first tool."""
+    if protocol not in WARM_UP_PROTOCOLS:
+        raise ValueError(f"the tiny model's warm-up speaks {', '.join(WARM_UP_PROTOCOLS)}, not {protocol!r}")
+    if not tools:
+        raise ValueError("the warm-up needs a tool to call: the job's spec.tools is empty")
+    tool = next((t for t in tools if t["type"] == "python"), tools[0])
+    if protocol in ("python-tags", "tool-tags") and tool["type"] != "python":
+        raise ValueError(f"protocol {protocol} runs code: the job needs a tool of type python")
+    return Episode(tool=tool, protocol=protocol)
+
+
+def build_tokenizer(extra_texts: list[str] | None = None) -> Any:
+    """A byte-level BPE trained on the corpus above, the data prep's prompts, the toy task and
+    `extra_texts` (a job's prompts and tool schemas), with a Qwen-style template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -114,10 +233,13 @@ def build_tokenizer() -> Any:
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=600, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=600 if not extra_texts else 1000,
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     toy = [f"{p.question} {p.code} #### {p.answer}" for p in toy_problems(100)]
-    bpe.train_from_iterator([*CORPUS, PYTHON_SYSTEM] * 20 + toy, trainer=trainer)
+    fixed = [*CORPUS, *sorted(set(GSM8K_SYSTEM.values()))] * 20
+    bpe.train_from_iterator(fixed + toy + list(extra_texts or []), trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         eos_token="<|im_end|>",
@@ -129,23 +251,39 @@ def build_tokenizer() -> Any:
     return tokenizer
 
 
-def build_tiny_model(root: Path, name: str = "tiny-qwen2", hidden: int = 32, layers: int = 1) -> Path:
+def prompt_texts(prompts: list[Prompt], tools: list[dict[str, Any]]) -> list[str]:
+    """What a job's conversations hold, for the tokenizer: prompt contents and tool schemas."""
+    from trainer_entry.translate import tool_schema
+
+    texts = [m["content"] for p in prompts for m in p.messages if isinstance(m.get("content"), str)]
+    return texts + [json.dumps(tool_schema(t)) for t in tools] * 20
+
+
+def build_tiny_model(
+    root: Path,
+    name: str = "tiny-qwen2",
+    hidden: int = 32,
+    layers: int = 1,
+    extra_texts: list[str] | None = None,
+) -> Path:
     """Tokenizer + random Qwen2, saved like a hub checkpoint under `root/name`."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = build_tokenizer()
+    if hidden % HEAD_DIM:
+        raise ValueError(f"hidden size {hidden} must be a multiple of the head size {HEAD_DIM}")
+    tokenizer = build_tokenizer(extra_texts)
     path = root / name
     tokenizer.save_pretrained(path)
     torch.manual_seed(0)
+    heads = hidden // HEAD_DIM
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=hidden,
         intermediate_size=2 * hidden,
         num_hidden_layers=layers,
-        # heads of HEAD_SIZE: the smallest head vLLM's CPU attention takes (`rollout.engine: vllm`)
-        num_attention_heads=max(1, hidden // HEAD_SIZE),
-        num_key_value_heads=max(1, hidden // HEAD_SIZE // 2),
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
         max_position_embeddings=4096,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -161,31 +299,17 @@ class WarmUp:
     seconds: float
     loss: float
     call_rate: float
-    """Share of answers sampled (temperature 1) for held-out questions that call the tool."""
+    """Share of answers sampled (temperature 1) for held-out prompts that call the tool."""
     copy_rate: float
     """Share of those calls after which the model answers with the tool's output."""
 
 
-def _prompt(tokenizer: Any, problem: ToyProblem) -> str:
-    return tokenizer.apply_chat_template(
-        [{"role": "system", "content": PYTHON_SYSTEM}, {"role": "user", "content": problem.question}],
-        add_generation_prompt=True,
-        tokenize=False,
-    )
-
-
 def _example(
-    tokenizer: Any, problem: ToyProblem, protocol: str, guess: int | None = None
+    tokenizer: Any, episode: Episode, prompt: Prompt, tools: list[dict[str, Any]], guess: int | None = None
 ) -> tuple[list[int], list[int]]:
-    """Token ids of prompt + assistant turn, and labels (-100 on the prompt and the observation).
-    With `guess`, the turn answers at once with that number, without calling the tool."""
-    if guess is None:
-        call, observation, answer = solution_text(problem, protocol)
-        parts = ((call, True), (observation, False), (answer, True))
-    else:
-        parts = ((f"#### {guess}", True),)
+    """Token ids of prompt + assistant turn, and labels (-100 where nothing is learned)."""
     ids, labels = [], []
-    for text, learn in ((_prompt(tokenizer, problem), False), *parts, ("<|im_end|>", True)):
+    for text, learn in episode.parts(tokenizer, prompt, tools, guess):
         part = tokenizer.encode(text, add_special_tokens=False)
         ids += part
         labels += part if learn else [-100] * len(part)
@@ -193,39 +317,36 @@ def _example(
 
 
 def _sampled_behaviour(
-    model: Any, tokenizer: Any, protocol: str, problems: list[ToyProblem]
+    model: Any, tokenizer: Any, episode: Episode, prompts: list[Prompt], tools: list[dict[str, Any]]
 ) -> tuple[float, float]:
     """(call rate, copy rate) of sampled answers; after a call the true tool output is spliced in."""
     import torch
 
-    from trainer_entry.protocols import get_protocol
-
-    proto = get_protocol(protocol)
     calls = copies = 0
-    for problem in problems:
-        prompt = _prompt(tokenizer, problem)
-        ids = torch.tensor([tokenizer.encode(prompt, add_special_tokens=False)])
+    for prompt in prompts:
+        parts = episode.parts(tokenizer, prompt, tools)
+        ids = torch.tensor([tokenizer.encode(parts[0][0], add_special_tokens=False)])
         out = model.generate(
             ids,
-            max_new_tokens=24,
+            max_new_tokens=48,
             do_sample=True,
             temperature=1.0,
             pad_token_id=tokenizer.pad_token_id,
-            stop_strings=list(proto.stop),
+            stop_strings=episode.stops(),
             tokenizer=tokenizer,
         )
         text = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
-        if proto.parse(text, "python") is None:
+        if not episode.calls(text):
             continue
         calls += 1
-        follow = prompt + text + proto.observation(problem.answer)
+        follow = "".join(text for text, _ in parts[:3])  # the call as taught, then the true output
         ids = torch.tensor([tokenizer.encode(follow, add_special_tokens=False)])
         out = model.generate(
-            ids, max_new_tokens=8, do_sample=True, temperature=1.0, pad_token_id=tokenizer.pad_token_id
+            ids, max_new_tokens=12, do_sample=True, temperature=1.0, pad_token_id=tokenizer.pad_token_id
         )
         tail = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
-        copies += tail.strip().split("<")[0].strip() == f"#### {problem.answer}"
-    return calls / len(problems), copies / max(calls, 1)
+        copies += tail.strip().split("<")[0].strip() == f"#### {prompt.answer}"
+    return calls / len(prompts), copies / max(calls, 1)
 
 
 def warm_up(
@@ -236,32 +357,41 @@ def warm_up(
     min_call_rate: float = 0.25,
     min_copy_rate: float = 0.5,
     seed: int = 0,
+    prompts: list[Prompt] | None = None,
+    tools: list[dict[str, Any]] | None = None,
 ) -> WarmUp:
-    """Supervised steps on toy answers until the model both calls the tool and copies its output.
+    """Supervised steps on answers that call a tool until the model calls it on held-out prompts.
 
-    A share `guess_share` of the examples answer at once with a random number instead of calling
-    the tool (usually wrong), the rest call it in `protocol` and answer with its output. The warmed
-    model does both, so its rewards vary within a group and RL has something to learn: that calling
-    the tool pays. Stops when sampled answers call the tool at least `min_call_rate` of the time and
+    `prompts` (default: the toy task's, in `protocol`) and `tools` (default: one python tool) are the
+    job's. A share `guess_share` of the examples answer at once with a random number instead of
+    calling the tool (usually wrong), the rest call it and answer with its output. The warmed model
+    does both, so its rewards vary within a group and RL has something to learn: that calling the
+    tool pays. Stops when sampled answers call the tool at least `min_call_rate` of the time and
     copy its output after `min_copy_rate` of the calls (checked every 50 steps), or after `seconds`;
     saves the model."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    tools = tools or [TOY_TOOL]
+    episode = episode_for(protocol, tools)
+    if prompts is None:
+        prompts = toy_prompts(512 + 16, protocol, seed + 1, episode.tool["name"])
+    rng = random.Random(seed)
+    shuffled = rng.sample(prompts, len(prompts))
+    held_out_count = max(1, min(16, len(shuffled) // 8))
+    held_out, train = shuffled[:held_out_count], shuffled[held_out_count:] or shuffled
     torch.manual_seed(seed)
     # One thread: on a busy 2-core machine torch's thread pool spins (a step measured 4.9 s with the
     # default threads at load 18, 0.05 s with one); on a quiet one this model gains nothing from more.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    rng = random.Random(seed)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     examples = [
-        _example(tokenizer, p, protocol, rng.randrange(19) if rng.random() < guess_share else None)
-        for p in toy_problems(512, seed + 1)
+        _example(tokenizer, episode, p, tools, rng.randrange(19) if rng.random() < guess_share else None)
+        for p in (train * (512 // len(train) + 1))[:512]
     ]
-    held_out = toy_problems(16, seed + 2)
     start, step, loss = time.monotonic(), 0, float("nan")
     call_rate = copy_rate = 0.0
     while True:
@@ -283,7 +413,7 @@ def warm_up(
         if step % 50 == 0:
             model.eval()
             with torch.no_grad():
-                call_rate, copy_rate = _sampled_behaviour(model, tokenizer, protocol, held_out)
+                call_rate, copy_rate = _sampled_behaviour(model, tokenizer, episode, held_out, tools)
             done = call_rate >= min_call_rate and copy_rate >= min_copy_rate
             if done or time.monotonic() - start >= seconds:
                 break
@@ -292,9 +422,11 @@ def warm_up(
     return WarmUp(step, time.monotonic() - start, loss, call_rate, copy_rate)
 
 
-def write_toy_data(directory: Path, count: int = 256, seed: int = 0, tool: str = "python") -> Path:
-    """The toy task as verl parquet (`train.parquet`), in the python-tags format of the data prep."""
-    rows = [gsm8k_row(r, i, "train", tool) for i, r in enumerate(toy_records(count, seed))]
+def write_toy_data(
+    directory: Path, count: int = 256, seed: int = 0, tool: str = "python", protocol: str = "python-tags"
+) -> Path:
+    """The toy task as verl parquet (`train.parquet`), prompted for `protocol` as the data prep does."""
+    rows = [gsm8k_row(r, i, "train", tool, protocol) for i, r in enumerate(toy_records(count, seed))]
     out = directory / "train.parquet"
     write_parquet(rows, out)
     return out

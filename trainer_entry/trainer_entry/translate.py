@@ -15,6 +15,9 @@ from trainer_entry.spec import Job, cpu_only
 TOOL_CLASS = "trainer_entry.tools.PoolTool"
 AGENT_LOOP_CLASS = "trainer_entry.agent_loop.TagAgentLoop"
 HERMES_LOOP_CLASS = "trainer_entry.agent_loop.HermesAgentLoop"
+# verl's extension point for the dataset (data.custom_cls): rows without agent_name (dataset.py)
+DATASET_MODULE = "pkg://trainer_entry.dataset"
+DATASET_CLASS = "JobDataset"
 # verl's extension point for sampling (trainer.v1.sampler.custom_sampler): our circuit breaker
 SAMPLER_MODULE = "pkg://trainer_entry.breaker"
 SAMPLER_CLASS = "BreakerReplayBuffer"
@@ -37,10 +40,6 @@ CPU_OVERRIDES = (
     "actor_rollout_ref.actor.strategy=fsdp2",
     "actor_rollout_ref.ref.strategy=fsdp2",
     "critic.strategy=fsdp2",
-    "actor_rollout_ref.model.use_remove_padding=false",
-    "critic.model.use_remove_padding=false",
-    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-    "+critic.model.override_config.attn_implementation=sdpa",
     "actor_rollout_ref.rollout.agent.num_workers=1",
     "reward.num_workers=1",
     "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
@@ -54,11 +53,24 @@ CPU_VLLM_OVERRIDES = (
     "+actor_rollout_ref.rollout.enable_sleep_mode=false",
     f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={CPU_VLLM_KV_CACHE_BYTES}",
 )
+# Every job's actor and critic attend with PyTorch's SDPA: verl defaults to flash_attention_2, which
+# PyPI has no wheel of and the trainer image does not build by default (images/trainer/Dockerfile,
+# FLASH_ATTN). Remove-padding packs sequences for flash-attn's varlen kernels, so it is off with SDPA.
+# An image built with flash-attn takes it back through trainer.extraArgs (images/README.md).
+ATTENTION_OVERRIDES = (
+    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+    "+critic.model.override_config.attn_implementation=sdpa",
+    "actor_rollout_ref.model.use_remove_padding=false",
+    "critic.model.use_remove_padding=false",
+)
 LOGICAL_GPUS_PER_CPU_WORKER = 1
 # Logical CPUs a CPU worker offers Ray: verl asks for 3 per GPU bundle (its resource pools'
 # max_colocate_count) plus one for each agent-loop, reward and data-storage actor; the processes
 # share the pod's real CPUs. The operator's RayJob says the same (`num-cpus`; a test checks).
 LOGICAL_CPUS_PER_CPU_WORKER = 16
+# CPUs verl's placement group asks for with every GPU (ResourcePoolManager.max_colocate_count: actor,
+# rollout and reward processes colocated); a node with fewer waits forever. The CRD says the same.
+VERL_CPUS_PER_GPU = 3
 # Strings Hydra reads back unchanged without quotes (must not start with a digit: 1e-6 is a float).
 PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_\-./]*")
 
@@ -228,6 +240,8 @@ def _overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list[str]:
         f"data.max_response_length={data['maxResponseLength']}",
         f"data.train_batch_size={algo['trainBatchSize']}",
         "data.return_raw_chat=true",
+        f"data.custom_cls.path={v(DATASET_MODULE)}",
+        f"data.custom_cls.name={DATASET_CLASS}",
         f"algorithm.adv_estimator={algo['advantageEstimator']}",
         f"actor_rollout_ref.rollout.n={algo['rolloutsPerPrompt']}",
         f"actor_rollout_ref.actor.use_kl_loss={v(bool(algo['klLoss']['enabled']))}",
@@ -263,6 +277,7 @@ def _overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list[str]:
         out.append(f"trainer.total_epochs={algo['totalEpochs']}")
     if not data.get("valFiles"):
         out += ["trainer.val_before_train=false", "trainer.test_freq=-1"]
+    out += list(ATTENTION_OVERRIDES)
     if cpu_only(s):
         out += list(CPU_OVERRIDES)
         if rollout["engine"] == "vllm":

@@ -62,7 +62,7 @@ ALL_IMAGES = sorted(p.parent.name for p in IMAGES_DIR.glob("*/Dockerfile"))
 # Build arguments beyond BASE_IMAGE ({base}: the base's archive). The trainer's CPU variant (the
 # hf engine) builds on the same Debian base and installs through uv with the host's cache.
 EXTRA_BUILD_ARGS = {
-    "trainer": {"VARIANT": "cpu", "BUILD_IMAGE": "oci-archive:{base}", "UV_NO_CACHE": "0"},
+    "trainer": {"VARIANT": "cpu", "UV_NO_CACHE": "0"},
 }
 # uncompressed layers: containerd imports them without gunzip, and the trainer's ~6 GB of torch
 # and CUDA libraries compress little for minutes of the 2 cores

@@ -24,14 +24,31 @@ def _ids(dirs: list[Path]) -> list[str]:
     return [d.name for d in dirs]
 
 
-def _requirement_lines(path: Path) -> list[str]:
-    """Requirement specifiers of a requirements file: comments, blank lines and options dropped."""
-    lines = []
-    for raw in path.read_text().splitlines():
+def _requirements(path: Path) -> list[tuple[str, list[str]]]:
+    """(specifier, hashes) of each requirement of a requirements file: continuation lines joined,
+    comments, blank lines and other options dropped."""
+    text = re.sub(r"\\\n", " ", path.read_text())
+    out = []
+    for raw in text.splitlines():
         line = raw.split(" #", 1)[0].strip()
         if line and not line.startswith(("#", "-")):
-            lines.append(line)
-    return lines
+            spec, *options = line.split()
+            out.append((spec, [o.removeprefix("--hash=") for o in options if o.startswith("--hash=")]))
+    return out
+
+
+def _requirement_lines(path: Path) -> list[str]:
+    """Requirement specifiers of a requirements file."""
+    return [spec for spec, _ in _requirements(path)]
+
+
+def _pins(path: Path) -> dict[str, str]:
+    """Distribution (PEP 503 name) -> pinned version."""
+    pins = {}
+    for line in _requirement_lines(path):
+        name, version = re.sub(r"\[.*?\]", "", line.split(";")[0]).split("==", 1)
+        pins[_name(name)] = version
+    return pins
 
 
 @pytest.fixture(scope="session")
@@ -71,9 +88,13 @@ def test_requirements_are_pinned(image: Path) -> None:
 @pytest.mark.parametrize("image", WITH_REQUIREMENTS, ids=_ids(WITH_REQUIREMENTS))
 def test_requirements_resolve(image: Path, pip: Path, tmp_path: Path) -> None:
     report = tmp_path / "report.json"
+    # without the hashes: pip then resolves from the index's metadata (with them it downloads every
+    # file, GBs for the trainer's CUDA stack); the hashes are checked by the image build
+    unhashed = tmp_path / "requirements.txt"
+    unhashed.write_text("".join(f"{spec}\n" for spec in _requirement_lines(image / "requirements.txt")))
     result = subprocess.run(
         [str(pip), "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
-         "-r", str(image / "requirements.txt")],
+         "-r", str(unhashed)],
         capture_output=True, text=True, check=False, timeout=1800,
     )
     assert result.returncode == 0, f"{image.name}/requirements.txt does not resolve:\n{result.stderr[-4000:]}"
@@ -154,3 +175,31 @@ def test_image_keys_skip_what_builds_skip() -> None:
         assert _ignored(Path(path)), path
     for path in ("tool_sandbox/tool_sandbox/server.py", "trainer_entry/trainer_entry/build_config.py"):
         assert not _ignored(Path(path)), path
+
+
+TRAINER = REPO / "images" / "trainer"
+SMOKE_LOCK = REPO / "examples" / "gpu-smoke" / "requirements.txt"
+TRAINER_LOCKS = [TRAINER / "requirements.txt", TRAINER / "requirements-cpu.txt", SMOKE_LOCK]
+
+
+@pytest.mark.parametrize("lock", TRAINER_LOCKS, ids=lambda p: str(p.relative_to(REPO)))
+def test_the_trainer_stack_is_locked_with_hashes(lock: Path) -> None:
+    """Every package of the GPU image, the CPU image and the GPU smoke run: pinned, with its files'
+    hashes (issue 23: transitive packages floated)."""
+    requirements = _requirements(lock)
+    assert len(requirements) > 100, f"{lock.name} is not the whole stack"
+    loose = [spec for spec, hashes in requirements if not PIN.match(spec) or not hashes]
+    assert not loose, f"{lock}: pin these with == and --hash: {loose}"
+
+
+def test_cpu_tests_gpu_image_and_smoke_run_use_the_same_versions() -> None:
+    """torch and transformers above all (the CPU tests ran torch 2.15 and transformers 5.10 while the
+    GPU image pinned 2.11 and 5.9), and every other package the locks share."""
+    gpu, cpu, smoke = (_pins(lock) for lock in TRAINER_LOCKS)
+    for name in ("torch", "transformers", "verl", "ray", "tensordict"):
+        assert gpu[name] == cpu[name], f"{name}: GPU image {gpu[name]}, CPU image {cpu[name]}"
+    assert (gpu["torch"], gpu["transformers"], gpu["vllm"]) == ("2.11.0", "5.9.0", "0.24.0")
+    for other, what in ((cpu, "the CPU image"), (smoke, "the smoke run")):
+        differ = {n: (gpu[n], v) for n, v in other.items() if n in gpu and gpu[n] != v}
+        assert not differ, f"{what} and the GPU image pin different versions (GPU, other): {differ}"
+    assert set(gpu) <= set(smoke), "the smoke run lacks packages of the GPU image"

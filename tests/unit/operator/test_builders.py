@@ -113,12 +113,13 @@ def test_rayjob_runs_trainer_entry_with_the_contract_environment(make_job) -> No
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert mounts["/etc/toolrl"] == "toolrl-config"
     assert mounts["/data"] == "data"
-    assert "/checkpoints" not in mounts, "the example has no checkpoint volume"
+    assert mounts["/checkpoints"] == "checkpoints"
     volumes = {v["name"]: v for v in head["volumes"]}
     assert volumes["toolrl-config"]["projected"]["sources"] == [
         {"configMap": {"name": "gsm8k-python-config"}}
     ]
-    assert volumes["data"]["emptyDir"] == {"sizeLimit": "20Gi"}
+    assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "gsm8k-data"}
+    assert volumes["checkpoints"]["persistentVolumeClaim"] == {"claimName": "gsm8k-checkpoints"}
     assert container["resources"] == {"requests": {"cpu": "4", "memory": "16Gi"}}
 
 

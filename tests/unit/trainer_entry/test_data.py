@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from trainer_entry.data import DataError, function_name, main, prepare
+from trainer_entry.data import DataError, check_protocol, function_name, main, prepare, write_parquet
 
 G1 = Path(__file__).resolve().parents[4] / "shared" / "data" / "stabletoolbench" / "G1_instruction.json"
 
@@ -23,7 +23,7 @@ def test_stabletoolbench_split_and_limit(tmp_path):
     assert {r["extra_info"]["split"] for r in train} == {"train"} and len(test) == 4
     first = json.loads(G1.read_text())[0]
     row = next(r for r in train + test if r["extra_info"]["query_id"] == str(first["query_id"]))
-    assert row["data_source"] == "stabletoolbench" and row["agent_name"] == "toolrl_react"
+    assert row["data_source"] == "stabletoolbench" and row["extra_info"]["protocol"] == "react"
     assert [m["role"] for m in row["prompt"]] == ["system", "user"]
     assert row["prompt"][1]["content"] == first["query"]
     assert "transfermarkt_search_for_theclique" in row["prompt"][0]["content"]
@@ -55,7 +55,7 @@ def test_gsm8k_jsonl(tmp_path):
     assert main(["gsm8k", str(src), "--output-dir", str(tmp_path / "out")]) == 0
     out = rows(tmp_path / "out" / "train.parquet")
     assert [r["reward_model"]["ground_truth"] for r in out] == ["4", "1200"]
-    assert out[0]["agent_name"] == "toolrl_python_tags" and out[0]["prompt"][1]["content"] == "2+2?"
+    assert out[0]["extra_info"]["protocol"] == "python-tags" and out[0]["prompt"][1]["content"] == "2+2?"
     assert out[1]["extra_info"]["index"] == 1
 
 
@@ -115,3 +115,88 @@ def test_existing_output_survives_a_failed_run(tmp_path):
         )
     assert (tmp_path / "train.parquet").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.jsonl", "train.parquet"]
+
+
+# ---- issue 23 (7): the job's protocol, not the data, chooses how tools are called ----------------
+
+
+def test_rows_name_no_agent_loop_and_record_the_protocol_their_prompt_teaches(tmp_path):
+    """verl runs a row's `agent_name` loop instead of the job's: the rows must not carry one."""
+    src = tmp_path / "gsm8k.jsonl"
+    src.write_text(json.dumps({"question": "2+2?", "answer": "#### 4"}) + "\n")
+    prepare(
+        "toolbench",
+        [G1],
+        tmp_path / "stb",
+        split=False,
+        train_ratio=1.0,
+        max_samples=2,
+        seed=0,
+        tool="toolbench",
+    )
+    for protocol in ("python-tags", "tool-tags", "hermes", "react"):
+        assert (
+            main(["gsm8k", str(src), "--output-dir", str(tmp_path / protocol), "--protocol", protocol]) == 0
+        )
+    prepared = {
+        p: rows(tmp_path / p / "train.parquet")[0] for p in ("python-tags", "tool-tags", "hermes", "react")
+    }
+    for row in [*prepared.values(), *rows(tmp_path / "stb" / "train.parquet")]:
+        assert "agent_name" not in row
+    assert {p: r["extra_info"]["protocol"] for p, r in prepared.items()} == {p: p for p in prepared}
+    system = {p: r["prompt"][0]["content"] for p, r in prepared.items()}
+    assert "<PYTHON>" in system["python-tags"] and "<tool>" in system["tool-tags"]
+    assert "function python" in system["hermes"] and "<" not in system["hermes"].replace("<number>", "")
+    assert "Action: python" in system["react"] and "Action Input:" in system["react"]
+
+
+def test_toolbench_prompts_are_react_only(tmp_path, capsys):
+    assert main(["toolbench", str(G1), "--output-dir", str(tmp_path), "--protocol", "hermes"]) == 1
+    assert "toolbench data can be prompted for protocol react, not 'hermes'" in capsys.readouterr().err
+    assert not (tmp_path / "train.parquet").exists()
+
+
+def test_data_for_another_protocol_is_refused_with_the_fix(tmp_path):
+    src = tmp_path / "gsm8k.jsonl"
+    src.write_text(json.dumps({"question": "2+2?", "answer": "#### 4"}) + "\n")
+    prepare(
+        "gsm8k",
+        [src],
+        tmp_path,
+        split=False,
+        train_ratio=1.0,
+        max_samples=None,
+        seed=0,
+        tool="python",
+        protocol="python-tags",
+    )
+    train = str(tmp_path / "train.parquet")
+    assert check_protocol([train], "python-tags") == []
+    with pytest.raises(DataError) as refused:
+        check_protocol([train], "hermes")
+    assert str(refused.value) == (
+        f"{train}: prepared for tool-call protocol python-tags (extra_info.protocol; its system prompt "
+        "teaches that protocol) but spec.rollout.protocol is hermes: prepare the data again with "
+        "`python -m trainer_entry.data ... --protocol hermes`, or set spec.rollout.protocol to python-tags"
+    )
+    with pytest.raises(DataError, match=r"missing.parquet: not found: stage the data into spec.data.volume"):
+        check_protocol([str(tmp_path / "missing.parquet")], "hermes")
+
+
+def test_rows_of_other_preparation_scripts_are_used_with_a_note(tmp_path):
+    """verl's own preparation scripts write `agent_name` (e.g. tool_agent) and no protocol."""
+    old = tmp_path / "old.parquet"
+    write_parquet(
+        [
+            {
+                "prompt": [{"role": "user", "content": "q"}],
+                "agent_name": "tool_agent",
+                "extra_info": {"index": 0},
+            }
+        ],
+        old,
+    )
+    assert check_protocol([str(old)], "react") == [
+        f"{old}: the rows' agent_name (tool_agent) is ignored; every row is rolled out with "
+        "spec.rollout.protocol react"
+    ]

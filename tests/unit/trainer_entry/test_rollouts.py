@@ -241,7 +241,9 @@ async def test_rollout_scored_by_our_rewards(tiny_model, sandbox, tmp_path, monk
 # ---- issue 16: an infrastructure failure keeps the trajectory out; the model's own error does not --
 
 
-async def one_trajectory(case, script, pool_url, tiny_model, tmp_path, monkeypatch, protocol="python-tags"):
+async def one_trajectory(
+    case, script, pool_url, tiny_model, tmp_path, monkeypatch, protocol="python-tags", server_cls=None
+):
     """Our agent loop's run of one trajectory, built as verl's worker builds it."""
     import hydra
     from transformers import AutoTokenizer
@@ -254,7 +256,7 @@ async def one_trajectory(case, script, pool_url, tiny_model, tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     config = verl_config.compose([*translation.overrides, "actor_rollout_ref.rollout.agent.num_workers=1"])
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    server = ScriptedServer(tokenizer, {case: script})
+    server = (server_cls or ScriptedServer)(tokenizer, {case: script})
     worker = AgentLoopWorker(config, llm_client=server)
     loop = hydra.utils.instantiate(
         config=_agent_loop_registry[agent_loop_name(protocol)],
@@ -268,7 +270,7 @@ async def one_trajectory(case, script, pool_url, tiny_model, tmp_path, monkeypat
         tools=ToolListWrap(worker.tools),
     )
     prompt = [{"role": "user", "content": f"case={case}"}]
-    return await loop.run({"temperature": 1.0, "logprobs": False}, raw_prompt=prompt, tools_kwargs={})
+    return await loop.run({"temperature": 1.0, "logprobs": True}, raw_prompt=prompt, tools_kwargs={})
 
 
 @pytest.mark.parametrize(
@@ -351,3 +353,97 @@ async def test_the_code_execution_reward_scores_the_models_own_failures(code, sa
     )
     assert scored["score"] == 0.0 and scored["has_code"] == 1.0
     assert not list(metrics.trajectories_excluded.collect()[0].samples)
+
+
+# ---- issue 23 (7): the job's protocol chooses the agent loop, whatever the data's rows name ------
+
+
+async def test_the_jobs_protocol_runs_even_when_the_rows_name_another_loop(
+    tiny_model, sandbox, tmp_path, monkeypatch
+):
+    """Rows that name an agent loop (`agent_name`, as other preparation scripts write it) are rolled out
+    with the job's protocol: verl would run the row's loop (python-tags here), which does not parse the
+    hermes call the policy makes, and no tool would run."""
+    from trainer_entry.data import write_parquet
+    from transformers import AutoTokenizer
+    from verl.experimental.agent_loop import AgentLoopWorker
+    from verl.utils.dataset.rl_dataset import collate_fn, get_dataset_class
+
+    data = tmp_path / "data" / "train.parquet"
+    row = {
+        "data_source": "gsm8k",
+        "prompt": [{"role": "user", "content": "case=multi"}],
+        "reward_model": {"style": "rule", "ground_truth": "42"},
+        "extra_info": {"index": 0},
+        "agent_name": agent_loop_name("python-tags"),
+    }
+    write_parquet([row], data)
+    job = job_for("hermes", tiny_model)
+    job.spec["data"]["trainFiles"] = [str(data)]
+    translation = translate(job, sandbox)
+    workdir = tmp_path / "workdir"
+    write_workdir(job, translation, workdir)
+    monkeypatch.chdir(workdir)
+    config = verl_config.compose([*translation.overrides, "actor_rollout_ref.rollout.agent.num_workers=1"])
+    use_sink(Sink(local=TrainerMetrics(trajectories_per_step=1)))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    dataset = get_dataset_class(config.data)([str(data)], tokenizer, config.data)
+    batch = DataProto.from_single_dict(collate_fn([dataset[0]]))
+    worker = AgentLoopWorker(
+        config, llm_client=ScriptedServer(tokenizer, {"multi": SCRIPTS["hermes"]["multi"]})
+    )
+    output = await worker.generate_sequences(batch)
+    response_len = output.batch["responses"].shape[1]
+    valid = output.batch["attention_mask"][0, -response_len:].bool()
+    segs = segments(
+        output.batch["responses"][0][valid].tolist(),
+        output.batch["response_mask"][0][valid].tolist(),
+        tokenizer,
+    )
+    obs = observations(segs)
+    assert len(obs) == 2, f"the hermes calls did not run (was the row's loop used?): {segs}"
+    assert "42" in obs[0] and "ZeroDivisionError" in obs[1]
+
+
+# ---- issue 23 (8): a stop string's tokens are neither trained nor repeated in the context -----------
+
+
+class VllmLikeServer(ScriptedServer):
+    """Generates as vLLM does with stop strings: token by token until the text holds one, returning
+    every sampled token (vLLM trims the stop string from the text only, and verl passes the ids on)."""
+
+    async def generate(self, request_id, prompt_ids, sampling_params, **kwargs):
+        case = next(c for c in self.script if f"case={c}" in self.tokenizer.decode(prompt_ids))
+        turn = self.turns[request_id] = self.turns.get(request_id, -1) + 1
+        sampled = []
+        for token in self.tokenizer.encode(self.script[case][turn], add_special_tokens=False):
+            sampled.append(token)
+            if any(stop in self.tokenizer.decode(sampled) for stop in sampling_params.get("stop") or []):
+                break
+        else:
+            sampled.append(self.tokenizer.eos_token_id)
+        return TokenOutput(token_ids=sampled, log_probs=[-0.5] * len(sampled))
+
+
+async def test_react_trains_no_stop_string_and_shows_each_observation_once(
+    sandbox, tiny_model, tmp_path, monkeypatch
+):
+    from transformers import AutoTokenizer
+
+    use_sink(Sink(local=TrainerMetrics()))
+    script = [
+        'Thought: run it\nAction: python\nAction Input: {"code": "print(6 * 7)"}\nObservation: 41\nThought',
+        'Action: Finish\nAction Input: {"return_type": "give_answer", "final_answer": "42"}',
+    ]
+    out = await one_trajectory(
+        "react", script, sandbox, tiny_model, tmp_path, monkeypatch, "react", VllmLikeServer
+    )
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    ids, mask, logprobs = out.response_ids, out.response_mask, out.response_logprobs
+    context = tokenizer.decode(ids, skip_special_tokens=True)
+    trained = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m], skip_special_tokens=True)
+    assert context.count("Observation:") == 1, context
+    assert '{"code": "print(6 * 7)"}\nObservation: 42\n' in context and "41" not in context
+    assert "Observation" not in trained, trained
+    assert [lp for lp, m in zip(logprobs, mask, strict=True) if m] == [-0.5] * sum(mask)
+    assert all(lp == 0.0 for lp, m in zip(logprobs, mask, strict=True) if not m)

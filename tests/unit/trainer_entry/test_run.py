@@ -1,6 +1,7 @@
 """The run command: dry run, generated working_dir, custom reward file, bounded wait for the pool."""
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -9,10 +10,13 @@ from trainer_entry.__main__ import main
 from trainer_entry.run import (
     Environment,
     TrainingError,
+    check_checkpoint_dir,
     check_custom_reward,
+    check_data,
     check_model,
     describe,
     explain_ray_failure,
+    placement_shortfall,
     wait_for_pool,
     write_workdir,
 )
@@ -273,3 +277,56 @@ def test_the_workspace_has_vllms_cpu_build_for_cpu_vllm_jobs():
     from trainer_entry.run import check_engine
 
     check_engine(job(cluster={"workers": {"gpusPerWorker": 0}}, rollout={"engine": "vllm"}))
+
+
+def test_the_run_refuses_data_prepared_for_another_protocol(tmp_path, capsys):
+    from trainer_entry.data import gsm8k_row, write_parquet
+
+    train = tmp_path / "train.parquet"
+    write_parquet(
+        [gsm8k_row({"question": "q", "answer": "#### 1"}, 0, "train", "python", "python-tags")], train
+    )
+    with pytest.raises(
+        SpecError, match=r"^spec.data: .*train.parquet: prepared for tool-call protocol python-tags"
+    ):
+        check_data(job(data={"trainFiles": [str(train)]}, rollout={"protocol": "hermes"}))
+    check_data(job(data={"trainFiles": [str(train)]}, rollout={"protocol": "python-tags"}))
+
+
+def test_a_run_that_saves_checkpoints_must_be_able_to_write_them(tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")  # a directory cannot be made under a file, whoever runs the test
+    with pytest.raises(SpecError, match=r"^spec.checkpoint.volume: .*a-file/ckpt is not writable by uid"):
+        check_checkpoint_dir(20, str(blocked / "ckpt"))
+    check_checkpoint_dir(-1, str(blocked / "ckpt"))  # never saves: nothing to write
+    check_checkpoint_dir(20, str(tmp_path / "ns" / "job"))
+    assert (tmp_path / "ns" / "job").is_dir() and not list((tmp_path / "ns" / "job").iterdir())
+
+
+def test_a_gpu_worker_too_small_for_verls_placement_group_fails_the_run_with_the_fix():
+    """verl's placement group waits forever (no timeout) for 3 CPUs per GPU; Ray's nodes show it."""
+    head = {"Alive": True, "NodeManagerAddress": "10.0.0.1", "Resources": {"CPU": 4.0}}
+    small = {"Alive": True, "NodeManagerAddress": "10.0.0.2", "Resources": {"CPU": 8.0, "GPU": 4.0}}
+    gone = {"Alive": False, "NodeManagerAddress": "10.0.0.3", "Resources": {"CPU": 1.0, "GPU": 8.0}}
+    enough = {"Alive": True, "NodeManagerAddress": "10.0.0.4", "Resources": {"CPU": 24.0, "GPU": 8.0}}
+    assert placement_shortfall([head, enough, gone]) is None
+    assert placement_shortfall([head, small, enough]) == (
+        "verl's placement group needs 3 CPUs per GPU on each worker and would wait forever: 10.0.0.2 has "
+        "8 CPUs for 4 GPUs. Raise cluster.workers.resources' cpu limit (or request, without a limit) to "
+        "3 x gpusPerWorker or more"
+    )
+
+
+def test_the_cpus_per_gpu_are_verls_and_the_crds():
+    from trainer_entry.translate import VERL_CPUS_PER_GPU
+    from verl.single_controller.ray.base import ResourcePoolManager
+
+    assert ResourcePoolManager.max_colocate_count == VERL_CPUS_PER_GPU
+    crd = yaml.safe_load(
+        (Path(__file__).resolve().parents[3] / "crds" / "toolrl.dev_toolrljobs.yaml").read_text()
+    )
+    (version,) = crd["spec"]["versions"]
+    rules = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"]
+    (rule,) = [r for r in rules if "cpu" in r["rule"]]
+    assert rule["rule"].count(f"{VERL_CPUS_PER_GPU} * self.cluster.workers.gpusPerWorker - 1") == 2
+    assert f"at least {VERL_CPUS_PER_GPU} CPUs per GPU" in rule["message"]

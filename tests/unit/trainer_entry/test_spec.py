@@ -10,6 +10,7 @@ from trainer_entry.rewards.toolbench import DEFAULT_WEIGHTS
 from trainer_entry.spec import (
     CUSTOM_REWARD_DEFAULTS,
     DEFAULTS,
+    ENGINES,
     TOOL_DEFAULTS,
     SpecError,
     cpu_only,
@@ -76,10 +77,6 @@ def test_given_values_win_over_defaults_deeply():
             "spec.rollout.tensorParallelSize",
         ),
         ({"checkpoint": {"resume": "latest"}}, "spec.checkpoint.resume"),
-        (
-            {"cluster": {"workers": {"gpusPerWorker": 0}}, "rollout": {"engine": "sglang"}},
-            "spec.cluster.workers.gpusPerWorker",
-        ),
         (
             {"cluster": {"workers": {"gpusPerWorker": -1}}, "rollout": {"engine": "hf"}},
             "spec.cluster.workers.gpusPerWorker",
@@ -208,10 +205,36 @@ def test_missing_tools_names_the_field():
         parse_job(d)
 
 
-def test_cpu_jobs_need_a_cpu_engine_and_say_why():
-    with pytest.raises(SpecError, match=r"needs rollout\.engine hf or vllm \(vLLM's CPU build\): sglang"):
-        parse_job(doc(cluster={"workers": {"gpusPerWorker": 0}}, rollout={"engine": "sglang"}))
-    for engine in ("hf", "vllm"):
+def test_every_engine_runs_on_cpus():
+    for engine in ENGINES:
         cpu = parse_job(doc(cluster={"workers": {"gpusPerWorker": 0}}, rollout={"engine": engine}))
         assert cpu_only(cpu.spec)
     assert not cpu_only(parse_job(doc(rollout={"engine": "hf"})).spec), "hf on GPUs is not a CPU job"
+
+
+# ---- issue 23: what cannot run is not accepted ---------------------------------------------------
+
+
+def test_sglang_is_refused_with_what_to_use():
+    with pytest.raises(SpecError, match=r"^spec\.rollout\.engine: sglang is not supported yet .*: use vllm$"):
+        parse_job(doc(rollout={"engine": "sglang"}))
+
+
+def test_the_crd_admits_the_trainers_engines_only():
+    (rule,) = crd_spec_schema()["properties"]["rollout"]["properties"]["engine"]["x-kubernetes-validations"]
+    from trainer_entry.spec import ENGINES, UNSUPPORTED_ENGINES
+
+    assert rule["rule"] == "self in [" + ", ".join(f"'{e}'" for e in ENGINES) + "]"
+    assert all(name in rule["message"] and "use vllm" in rule["message"] for name in UNSUPPORTED_ENGINES)
+
+
+def test_checkpoints_are_saved_only_with_a_checkpoint_volume():
+    claim = {"persistentVolumeClaim": {"claimName": "ckpt"}}
+    assert parse_job(doc()).spec["checkpoint"]["saveFreq"] == -1
+    assert parse_job(doc(checkpoint={"volume": claim})).spec["checkpoint"]["saveFreq"] == 20
+    assert parse_job(doc(checkpoint={"volume": claim, "saveFreq": 5})).spec["checkpoint"]["saveFreq"] == 5
+    with pytest.raises(
+        SpecError, match=r"^spec\.checkpoint\.saveFreq: needs checkpoint\.volume: .*set saveFreq"
+    ):
+        parse_job(doc(checkpoint={"saveFreq": 5}))
+    assert "default" not in crd_spec_schema()["properties"]["checkpoint"]["properties"]["saveFreq"]

@@ -38,7 +38,7 @@ def job(**spec):
             "totalEpochs": 3,
         },
         "rollout": {
-            "engine": "sglang",
+            "engine": "vllm",
             "tensorParallelSize": 2,
             "gpuMemoryUtilization": 0.5,
             "protocol": "hermes",
@@ -52,7 +52,11 @@ def job(**spec):
         ],
         "reward": {"preset": "code-execution"},
         "cluster": {"workers": {"replicas": 2, "gpusPerWorker": 4}},
-        "checkpoint": {"saveFreq": 10, "resume": "auto"},
+        "checkpoint": {
+            "saveFreq": 10,
+            "resume": "auto",
+            "volume": {"persistentVolumeClaim": {"claimName": "c"}},
+        },
     }
     base.update(spec)
     return parse_job({"metadata": {"name": "gsm8k-python", "namespace": "rl"}, "spec": base})
@@ -78,7 +82,7 @@ def test_every_field_lands_on_its_verl_key():
     assert arr.actor.use_kl_loss is True and arr.actor.kl_loss_coef == 0.002
     assert arr.actor.optim.lr == 2.0e-6
     assert cfg.trainer.total_epochs == 3
-    assert (arr.rollout.name, arr.rollout.mode) == ("sglang", "async")
+    assert (arr.rollout.name, arr.rollout.mode) == ("vllm", "async")
     assert arr.rollout.tensor_model_parallel_size == 2
     assert arr.rollout.gpu_memory_utilization == 0.5
     mt = arr.rollout.multi_turn
@@ -86,6 +90,9 @@ def test_every_field_lands_on_its_verl_key():
     assert (mt.max_user_turns, mt.max_assistant_turns, mt.max_parallel_calls) == (5, 6, 2)
     assert mt.max_tool_response_length == 777
     assert arr.rollout.agent.default_agent_loop == "toolrl_hermes"  # verl tool_agent + exclusion
+    # rows naming another loop (agent_name) are rolled out with the job's protocol all the same
+    custom_dataset = (cfg.data.custom_cls.path, cfg.data.custom_cls.name)
+    assert custom_dataset == ("pkg://trainer_entry.dataset", "JobDataset")
     assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node) == (2, 4)
     assert cfg.trainer.save_freq == 10 and cfg.trainer.resume_mode == "auto"
     assert cfg.trainer.default_local_dir == "/checkpoints/rl/gsm8k-python"
@@ -311,3 +318,18 @@ def test_loggers_become_verls_tracking_backends():
     chosen = translate(job(trainer={"loggers": ["console", "wandb"]}), POOL).overrides
     assert "trainer.logger=[console,wandb]" in chosen
     assert composed(job(trainer={"loggers": ["tensorboard"]})).trainer.logger == ["tensorboard"]
+
+
+def test_every_job_attends_with_sdpa_unless_its_image_has_flash_attn():
+    """verl defaults the actor to flash_attention_2, which the trainer image does not build by default
+    (issue 23): without it the actor does not load."""
+    cfg = composed(job())
+    for model in (cfg.actor_rollout_ref.model, cfg.critic.model):
+        assert model.override_config.attn_implementation == "sdpa" and model.use_remove_padding is False
+    flash = [
+        "actor_rollout_ref.model.override_config.attn_implementation=flash_attention_2",
+        "actor_rollout_ref.model.use_remove_padding=true",
+    ]
+    cfg = composed(job(trainer={"extraArgs": flash}))
+    assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "flash_attention_2"
+    assert cfg.actor_rollout_ref.model.use_remove_padding is True

@@ -1,0 +1,260 @@
+"""examples/gpu-smoke without a GPU: the verdict on a recorded run's log, the run script's arguments,
+the lock's torch stack and the offline install from fetched files (issue 23)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+SMOKE = REPO / "examples" / "gpu-smoke"
+RECORDED = Path(__file__).parent / "data"
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(name, SMOKE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+acceptance = _module("acceptance")
+wheelset = _module("wheelset")
+LOG = (RECORDED / "cpu-smoke-trainer.log").read_text()
+POOL = (RECORDED / "cpu-smoke-pool-metrics.txt").read_text()
+
+
+def run_acceptance(tmp_path, log=LOG, pool=POOL, exit_code=0, steps=2, *extra):
+    (tmp_path / "trainer.log").write_text(log)
+    (tmp_path / "pool.txt").write_text(pool)
+    argv = [
+        "--log",
+        str(tmp_path / "trainer.log"),
+        "--pool-metrics",
+        str(tmp_path / "pool.txt"),
+        "--exit-code",
+        str(exit_code),
+        "--steps",
+        str(steps),
+        *extra,
+    ]
+    return acceptance.main(argv)
+
+
+def test_the_recorded_run_is_accepted(tmp_path, capsys):
+    """Recorded with `run.sh --cpu --steps 2` (engine hf, the same verl trainer and metrics): the last
+    80 lines of its trainer.log (paths replaced) and the pool's /metrics after the run."""
+    assert run_acceptance(tmp_path) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[0] for line in out.splitlines()[:5]] == ["PASS"] * 5, out
+    assert out.rstrip().endswith("smoke run: accepted")
+
+
+def _step_line(step: int) -> str:
+    return next(
+        line for line in LOG.splitlines() if "_ToolRLTaskRunner" in line and f"m step:{step} - " in line
+    )
+
+
+def _replace(line: str, key: str, value: str) -> str:
+    parts = [f"{key}:{value}" if p.startswith(f"{key}:") else p for p in line.split(" - ")]
+    assert any(p.startswith(f"{key}:") for p in line.split(" - ")), f"{key} not in the recorded line"
+    return " - ".join(parts)
+
+
+@pytest.mark.parametrize(
+    ("change", "failed"),
+    [
+        (lambda log: log.replace(_step_line(2), ""), "steps"),
+        (
+            lambda log: log.replace(_step_line(2), _replace(_step_line(2), acceptance.PROB_DIFF_MEAN, "0.4")),
+            "log-prob agreement",
+        ),
+        (
+            lambda log: log.replace(_step_line(1), _replace(_step_line(1), acceptance.CORRELATION, "0.2")),
+            "log-prob agreement",
+        ),
+        (
+            lambda log: log.replace(_step_line(2), _replace(_step_line(2), acceptance.GRAD_NORM, "0.0")),
+            "weights synced",
+        ),
+        (
+            lambda log: log.replace(
+                _step_line(2),
+                " - ".join(
+                    p for p in _step_line(2).split(" - ") if not p.startswith(acceptance.UPDATE_WEIGHTS)
+                ),
+            ),
+            "weights synced",
+        ),
+        (
+            lambda log: log.replace(
+                _step_line(1), _step_line(1).replace("_ToolRLTaskRunner", "AgentLoopWorkerTQ")
+            ),
+            "steps",
+        ),
+    ],
+    ids=[
+        "a-step-missing",
+        "rollout-disagrees",
+        "uncorrelated",
+        "no-update",
+        "no-weight-sync",
+        "a-workers-line-is-not-a-step",
+    ],
+)
+def test_each_check_fails_alone(tmp_path, capsys, change, failed):
+    assert run_acceptance(tmp_path, log=change(LOG)) == 1
+    out = capsys.readouterr().out
+    fails = [line.split("  ", 1)[1].split(":")[0] for line in out.splitlines() if line.startswith("FAIL")]
+    assert fails == [failed], out
+    assert "smoke run: NOT accepted" in out
+
+
+def test_no_tool_call_and_a_failed_exit_are_failures(tmp_path, capsys):
+    no_calls = "\n".join(line for line in POOL.splitlines() if not line.startswith("toolrl_tool_calls_total"))
+    assert run_acceptance(tmp_path, pool=no_calls, exit_code=1) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  exit: the trainer exited 1" in out and "FAIL  tool calls: the pool ran 0 calls" in out
+
+
+def test_a_step_logged_twice_is_not_one_runs_log(tmp_path, capsys):
+    assert run_acceptance(tmp_path, log=LOG + "\n" + _step_line(1) + "\n") == 2
+    assert "step 1 is logged twice" in capsys.readouterr().err
+    other_runner = re.sub(r"pid=\d+", "pid=1", _step_line(2))
+    assert run_acceptance(tmp_path, log=LOG.replace(_step_line(2), other_runner)) == 2
+    assert "the log is not one run's" in capsys.readouterr().err
+
+
+def test_the_task_runner_is_trainer_entrys():
+    from trainer_entry.runner import _ToolRLTaskRunner
+
+    assert _ToolRLTaskRunner.__name__ == acceptance.TASK_RUNNER
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--steps", "0"], "--steps must be at least 1"),
+        (["--max-prob-diff", "2"], "--max-prob-diff must be in (0, 1]"),
+    ],
+)
+def test_acceptance_arguments_are_checked(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as exited:
+        run_acceptance(tmp_path, LOG, POOL, 0, 2, *argv) if argv[0] != "--steps" else run_acceptance(
+            tmp_path, LOG, POOL, 0, 0
+        )
+    assert exited.value.code == 2 and message in capsys.readouterr().err
+
+
+def run_sh(*args, env=None):
+    return subprocess.run(
+        ["bash", str(SMOKE / "run.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHON": sys.executable, **(env or {})},
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--steps", "two"], "--steps must be a positive integer, got 'two'"),
+        (["--port", "70000"], "--port must be a TCP port"),
+        (["--protocol", "json"], "--protocol must be hermes, python-tags, tool-tags or react"),
+        (
+            ["--wheels", "/nonexistent"],
+            "--wheels /nonexistent is not a directory (make it with fetch-wheels.sh)",
+        ),
+        (["--bogus"], "unknown argument '--bogus'"),
+    ],
+)
+def test_run_sh_refuses_bad_arguments(args, message):
+    result = run_sh(*args, "--cpu", "--dry-run")
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+def test_run_sh_dry_run_prints_the_job_it_would_run(tmp_path):
+    result = run_sh("--cpu", "--dry-run", "--steps", "5", "--protocol", "react", "--work", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    job = json.loads(result.stdout)
+    spec = job["spec"]
+    assert spec["model"]["path"] == f"{tmp_path}/model"
+    assert spec["data"]["trainFiles"] == [f"{tmp_path}/data/train.parquet"]
+    assert spec["algorithm"]["totalTrainingSteps"] == 5
+    assert (spec["rollout"]["protocol"], spec["rollout"]["engine"]) == ("react", "hf")
+    assert spec["cluster"]["workers"]["gpusPerWorker"] == 0
+    from trainer_entry.spec import parse_job
+
+    parse_job(job)  # the trainer takes it as it is
+    gpu = json.loads(run_sh("--dry-run", "--cpu", "--work", str(tmp_path)).stdout)["spec"]
+    assert gpu["rollout"]["engine"] == "hf"
+    template = json.loads((SMOKE / "job.json").read_text())["spec"]
+    assert (template["rollout"]["engine"], template["cluster"]["workers"]["gpusPerWorker"]) == ("vllm", 1)
+
+
+def test_the_torch_stack_is_what_only_torch_needs():
+    packages = wheelset.parse((SMOKE / "requirements.txt").read_text())
+    stack = wheelset.torch_stack(packages)
+    assert {"torch", "nvidia-cublas", "nvidia-cudnn-cu13", "nvidia-nccl-cu13"} <= stack
+    assert not {"vllm", "verl", "transformers", "triton", "numpy"} & stack, "others need these too"
+    kept = {p.name for p in wheelset.select(packages, without_torch=True, only=None)}
+    assert kept == {p.name for p in packages} - stack
+    with pytest.raises(wheelset.LockError, match="not in the lock: nonexistent"):
+        wheelset.select(packages, without_torch=False, only=["nonexistent"])
+    with pytest.raises(wheelset.LockError, match="not a hash-locked requirements file"):
+        wheelset.parse("torch==2.11.0\n")
+
+
+def test_fetched_files_install_offline(tmp_path):
+    """fetch-wheels.sh then install-wheels.sh (pip --no-index), on a lock of a few small packages that
+    holds one PyPI has no wheel of (antlr4-python3-runtime: its source is built offline). Needs PyPI."""
+    lock = tmp_path / "lock.txt"
+    names = [
+        "setuptools",
+        "hatchling",
+        "packaging",
+        "pathspec",
+        "pluggy",
+        "trove-classifiers",
+        "idna",
+        "antlr4-python3-runtime",
+    ]
+    packages = wheelset.select(wheelset.parse((SMOKE / "requirements.txt").read_text()), False, names)
+    lock.write_text("".join(p.lines() for p in packages))
+    root = tmp_path / "venv"
+    venv.create(root, with_pip=True)
+    env = {**os.environ, "SMOKE_LOCK": str(lock), "PYTHON": str(root / "bin" / "python")}
+    wheels = tmp_path / "wheels"
+    fetched = subprocess.run(
+        ["bash", str(SMOKE / "fetch-wheels.sh"), str(wheels)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        check=False,
+    )
+    assert fetched.returncode == 0, fetched.stderr
+    assert "antlr4-python3-runtime has no wheel for CPython 3.12" in fetched.stdout
+    assert len(list(wheels.glob("*.whl"))) == len(names) - 1 and list(wheels.glob("antlr4*.tar.gz"))
+    installed = subprocess.run(
+        ["bash", str(SMOKE / "install-wheels.sh"), str(wheels)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**env, "PIP_INDEX_URL": "http://127.0.0.1:9/"},
+        check=False,
+    )
+    assert installed.returncode == 0, installed.stderr
+    check = "import antlr4, idna, trainer_entry, tool_sandbox.sandbox._spawner"
+    subprocess.run([str(root / "bin" / "python"), "-c", check], check=True, timeout=60)

@@ -1,0 +1,129 @@
+"""The tiny model: heads vLLM's CPU attention takes, and a warm-up on the job's own prompts, protocol and
+tools (issue 23): what it teaches is a call the job's agent loop executes."""
+
+import json
+from pathlib import Path
+
+import pytest
+from trainer_entry.__main__ import main
+from trainer_entry.data import prepare
+from trainer_entry.protocols import get_protocol
+from transformers import AutoConfig, AutoTokenizer
+
+from trainer_entry import tiny_model as tm
+
+SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "gsm8k" / "sample.jsonl"
+# vLLM 0.24.0's CPU attention backend (v1/attention/backends/cpu_attn.py) takes these head sizes
+VLLM_CPU_HEAD_SIZES = range(32, 513)
+
+
+@pytest.mark.parametrize("hidden", [32, 64])
+def test_heads_are_a_size_vllms_cpu_attention_takes(tmp_path, hidden):
+    config = AutoConfig.from_pretrained(tm.build_tiny_model(tmp_path, hidden=hidden))
+    head_size = config.hidden_size // config.num_attention_heads
+    assert head_size in VLLM_CPU_HEAD_SIZES
+    assert config.num_attention_heads % config.num_key_value_heads == 0
+
+
+def job_data(tmp_path, protocol, tool="python"):
+    prepare(
+        "gsm8k",
+        [SAMPLE],
+        tmp_path,
+        split=False,
+        train_ratio=1.0,
+        max_samples=64,
+        seed=0,
+        tool=tool,
+        protocol=protocol,
+    )
+    return tm.job_prompts(tmp_path / "train.parquet")
+
+
+@pytest.mark.parametrize("protocol", ["python-tags", "tool-tags", "react", "hermes"])
+async def test_the_taught_call_is_one_the_jobs_loop_runs(tmp_path, tiny_model, protocol):
+    """On the job's prompt (its system prompt, its question) and with the job's tool name."""
+    tools = [{"name": "run_code", "type": "python"}]
+    prompts = job_data(tmp_path, protocol, tool="run_code")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    episode = tm.episode_for(protocol, tools)
+    parts = episode.parts(tokenizer, prompts[0], tools)
+    assert prompts[0].messages[1]["content"] in parts[0][0] and not parts[0][1]
+    call, observation, answer = parts[1][0], parts[2][0], parts[3][0]
+    assert [learn for _, learn in parts] == [False, True, False, True]
+    assert answer == f"#### {prompts[0].answer}{tokenizer.eos_token}"
+    assert episode.calls(call)
+    if protocol == "hermes":
+        from verl.experimental.agent_loop.tool_parser import ToolParser
+
+        parser = ToolParser.get_tool_parser("hermes", tokenizer)
+        _, calls = await parser.extract_tool_calls(tokenizer.encode(call, add_special_tokens=False))
+        assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+            ("run_code", {"code": f"print({prompts[0].answer!r})"})
+        ]
+        assert "<tool_response>" in observation and '"name": "run_code"' in parts[0][0]  # schema shown
+    else:
+        parsed = get_protocol(protocol).parse(call, "run_code")
+        assert (parsed.name, parsed.arguments) == ("run_code", {"code": f"print({prompts[0].answer!r})"})
+        assert observation == get_protocol(protocol).observation(f"{prompts[0].answer}\n")
+
+
+def test_a_job_without_a_python_tool_is_taught_to_call_its_own(tmp_path):
+    tools = [{"name": "lookup", "type": "search", "corpus": "/data/c.jsonl"}]
+    episode = tm.episode_for("react", tools)
+    assert episode.tool["name"] == "lookup"
+    with pytest.raises(
+        ValueError, match="protocol python-tags runs code: the job needs a tool of type python"
+    ):
+        tm.episode_for("python-tags", tools)
+
+
+def test_the_warm_up_makes_the_tiny_model_call_the_jobs_tool_on_the_jobs_prompts(tmp_path, capsys):
+    """`tiny-model --spec job.json`: a hermes job on GSM8K-style prompts (the toy task's phrasing
+    appears nowhere), the way the GPU example is prepared. Measured: ~150 steps, ~1 min."""
+    prepare(
+        "gsm8k",
+        [SAMPLE],
+        tmp_path / "data",
+        split=False,
+        train_ratio=1.0,
+        max_samples=None,
+        seed=0,
+        tool="python",
+        protocol="hermes",
+    )
+    spec = {
+        "model": {"path": str(tmp_path / "model")},
+        "data": {"trainFiles": [str(tmp_path / "data" / "train.parquet")]},
+        "algorithm": {"totalTrainingSteps": 2},
+        "rollout": {"protocol": "hermes"},
+        "tools": [{"name": "python", "type": "python"}],
+        "reward": {"preset": "exact-match"},
+        "cluster": {"workers": {"replicas": 1, "gpusPerWorker": 1}},
+    }
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"metadata": {"name": "smoke"}, "spec": spec}))
+    assert main(["tiny-model", str(tmp_path / "model"), "--spec", str(job), "--warm-up-seconds", "600"]) == 0
+    out = capsys.readouterr().out
+    assert f"warm-up on the job's prompts ({tmp_path / 'data' / 'train.parquet'}), protocol hermes" in out
+    rate = int(out.split("call the tool ")[1].split("%")[0])
+    assert rate >= 25, out
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "model")
+    question = tm.job_prompts(tmp_path / "data" / "train.parquet")[0].messages[1]["content"]
+    assert len(tokenizer.encode(question)) < len(question) / 2, "the tokenizer learnt the job's words"
+
+
+def test_a_protocol_other_than_the_jobs_is_refused(tmp_path, capsys):
+    job = tmp_path / "job.json"
+    spec = {
+        "model": {"path": "m"},
+        "data": {"trainFiles": [str(tmp_path / "train.parquet")]},
+        "algorithm": {"totalEpochs": 1},
+        "rollout": {"protocol": "hermes"},
+        "tools": [{"name": "python", "type": "python"}],
+    }
+    job.write_text(json.dumps({"metadata": {"name": "j"}, "spec": spec}))
+    assert main(["tiny-model", str(tmp_path / "m"), "--spec", str(job), "--protocol", "react"]) == 2
+    assert "--protocol react is not the job's spec.rollout.protocol hermes" in capsys.readouterr().err
+    assert main(["tiny-model", str(tmp_path / "m"), "--spec", str(job)]) == 2
+    assert "train.parquet: no training prompts to warm up on" in capsys.readouterr().err
