@@ -25,6 +25,7 @@ import yaml
 from localcluster.cluster import real_node_cluster
 from operator_process import Sampler, get_json, wait_until
 from toolrl_operator.autoscaler import ROLLOUT_PRESCALE, ROLLOUT_PREWARM, ROLLOUT_TRAINING
+from toolrl_operator.children import CHILD_KINDS
 from training_cluster import (
     CHECKPOINT_CLAIM,
     CPU_EXAMPLE,
@@ -263,8 +264,9 @@ def _delete_pods(tc: TrainingCluster, namespace: str, selector: str) -> list[str
 @pytest.fixture(scope="module")
 def faulted(tc: TrainingCluster) -> FaultedRun:
     """The CPU example with checkpoints every SAVE_FREQ steps. Once a checkpoint is saved and the
-    trainer has gone past it, at one moment: the Ray head pod is deleted (no grace), every
-    tool-pool pod is deleted, and the operator's pod is killed."""
+    trainer has gone past it, at one moment: the Ray head and worker pods are deleted (no grace),
+    every tool-pool pod is deleted, the operator's pod is killed, and the node's kubelet and
+    containerd are restarted (their processes; the containers live on in their shims)."""
     name = "faults"
     host_dir = tc.workdir / "volumes" / tc.namespace / CHECKPOINT_CLAIM
     host_dir.mkdir(parents=True, exist_ok=True)
@@ -291,8 +293,13 @@ def faulted(tc: TrainingCluster) -> FaultedRun:
         fault_at = time.monotonic()
         job_pods = f"toolrl.dev/job={name}"
         assert _delete_pods(tc, tc.namespace, f"{job_pods},ray.io/node-type=head"), "no head pod to delete"
+        assert _delete_pods(tc, tc.namespace, f"{job_pods},ray.io/node-type=worker"), "no worker to delete"
         assert _delete_pods(tc, tc.namespace, f"{job_pods},app.kubernetes.io/component=tool-pool")
         assert _delete_pods(tc, OPERATOR_NAMESPACE, "app.kubernetes.io/name=toolrl-operator")
+        for component in ("kubelet", "containerd"):
+            tc.cluster.stop_component(component, grace=10.0)
+        for component in ("containerd", "kubelet"):  # kubelet's start waits for the node to be Ready
+            tc.cluster.start_component(component, timeout=300)
         wait_until(
             lambda: tc.job(name).get("status", {}).get("phase") in ("Succeeded", "Failed"),
             TRAINING_TIMEOUT,
@@ -315,7 +322,7 @@ def faulted(tc: TrainingCluster) -> FaultedRun:
     return FaultedRun(run, step_at_fault, checkpoint_at_fault, log, fault_at)
 
 
-def test_a_lost_head_pool_and_operator_cost_at_most_a_checkpoint_interval(
+def test_lost_ray_pods_pool_operator_and_node_runtime_cost_at_most_a_checkpoint_interval(
     tc: TrainingCluster, faulted: FaultedRun
 ) -> None:
     status = faulted.run.job["status"]
@@ -370,3 +377,41 @@ def test_nothing_of_the_faulted_run_is_left_behind(tc: TrainingCluster, faulted:
         return [i["metadata"]["name"] for i in clusters["items"] + pods["items"]]
 
     wait_until(lambda: not leftovers(), 300, "the faulted run's Ray cluster and pods to go")
+
+
+# ----- a job deleted mid-training ------------------------------------------------------------------
+
+# KubeRay's children of a RayJob beside the operator's own (CHILD_KINDS), and what their controllers make
+KUBERAY_AND_WORKLOAD_KINDS = ("rayclusters", "jobs", "replicasets", "pods")
+DELETION_BOUND = 300  # seconds: the garbage collector and KubeRay's finalizers, with the machine's load
+
+
+def _everything_of(tc: TrainingCluster, name: str) -> list[str]:
+    """Every object in the namespace that belongs to job `name`: by its label, or by a name the
+    operator and KubeRay derive from the job's."""
+    kinds = [c.plural for c in CHILD_KINDS if c.watched] + list(KUBERAY_AND_WORKLOAD_KINDS)
+    found = get_json(tc.cluster, ",".join(kinds), "-n", tc.namespace)["items"]
+    return [
+        f"{i['kind']}/{i['metadata']['name']}"
+        for i in found
+        if (i["metadata"].get("labels") or {}).get("toolrl.dev/job") == name
+        or i["metadata"]["name"] == name
+        or i["metadata"]["name"].startswith(f"{name}-")
+    ]
+
+
+def test_a_job_deleted_mid_training_leaves_nothing_behind(tc: TrainingCluster) -> None:
+    name = "deleted"
+    job = yaml.safe_load(CPU_EXAMPLE.read_text())
+    job["metadata"]["name"] = name
+    tc.cluster.apply(job, "-n", tc.namespace)
+    wait_until(lambda: tc.state(name).step, TRAINING_TIMEOUT, f"{name} to train its first step", interval=2)
+    owned = _everything_of(tc, name)
+    assert any(o.startswith("RayCluster/") for o in owned) and any(o.startswith("Pod/") for o in owned), owned
+    deleted = time.monotonic()
+    tc.kubectl("delete", "toolrljob", name, "-n", tc.namespace, "--wait=false")
+    wait_until(
+        lambda: not _everything_of(tc, name), DELETION_BOUND, f"everything of {name} to go", interval=1
+    )
+    gone = time.monotonic() - deleted
+    print(f"\n{name}: {len(owned)} objects gone {gone:.1f} s after the delete: {', '.join(sorted(owned))}")

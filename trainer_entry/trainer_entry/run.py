@@ -402,6 +402,10 @@ def explain_ray_failure(exc: BaseException) -> str:
         )
     if isinstance(exc, ray.exceptions.RayTaskError):
         cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+        from trainer_entry.runner import CheckpointWriteError
+
+        if isinstance(cause, CheckpointWriteError):  # its message says what and what to do
+            return str(cause)
         return f"training failed in a Ray worker: {type(cause).__name__}: {_last_line(cause)}"
     return f"{type(exc).__name__}: {first_line(exc)}"
 

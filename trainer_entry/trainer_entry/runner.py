@@ -7,6 +7,9 @@
   none met an infrastructure failure (the agent loop returns those as no output, so verl never
   stores them: see agent_loop.py); verl's console log shows `toolrl/trajectories_trained` and
   `toolrl/infra_failures_in_update` per step.
+- `ToolRLTrainer._save_checkpoint`: a checkpoint that cannot be written (a full or read-only volume)
+  stops the run with `CheckpointWriteError`, which says so and what to do, not an OSError traceback
+  from inside a Ray worker.
 - `ToolRLTaskRunner` is verl's task runner (the `task_runner_class` argument of `run_ppo`) defined in
   this module, so Ray imports this module, and with it the trainer registration, wherever it runs.
 """
@@ -40,6 +43,29 @@ def infra_tainted(extra_fields: list[dict]) -> int:
     )
 
 
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (its volume full, read-only or not ours to write)."""
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The OSError behind `exc`, also through Ray's task errors (a worker's save failed in it)."""
+    seen: BaseException | None = exc
+    for _ in range(16):  # causes may form a cycle
+        if seen is None or isinstance(seen, OSError):
+            return seen
+        seen = getattr(seen, "cause", None) or seen.__cause__
+    return None
+
+
+def checkpoint_write_message(step: int, directory: str, cause: OSError) -> str:
+    return (
+        f"the checkpoint of step {step} could not be written to {directory}: {cause.strerror or cause}; "
+        "free space on the checkpoint volume (spec.checkpoint.volume) or make it writable by uid/gid "
+        "1000. The newest complete checkpoint is still the one a retry resumes from (verl records a "
+        "checkpoint as the latest only once all of it is written; runPolicy.backoffLimit retries)"
+    )
+
+
 @register_trainer(TRAINER_MODE)
 class ToolRLTrainer(PPOTrainerSync):
     """verl's sync trainer plus rollout-phase signals and the Prometheus tracking backend."""
@@ -58,6 +84,18 @@ class ToolRLTrainer(PPOTrainerSync):
     def on_sample_end(self) -> None:
         super().on_sample_end()
         sink().phase("scoring")
+
+    def _save_checkpoint(self):
+        try:
+            return super()._save_checkpoint()
+        except Exception as exc:
+            cause = _os_error(exc)
+            if cause is None:
+                raise
+            directory = self.config.trainer.default_local_dir
+            raise CheckpointWriteError(
+                checkpoint_write_message(self.global_steps, directory, cause)
+            ) from None
 
     def _balance_batch(self, *args, **kwargs):
         sink().phase("training")

@@ -330,3 +330,42 @@ def test_the_cpus_per_gpu_are_verls_and_the_crds():
     (rule,) = [r for r in rules if "cpu" in r["rule"]]
     assert rule["rule"].count(f"{VERL_CPUS_PER_GPU} * self.cluster.workers.gpusPerWorker - 1") == 2
     assert f"at least {VERL_CPUS_PER_GPU} CPUs per GPU" in rule["message"]
+
+
+def test_a_checkpoint_that_cannot_be_written_stops_the_run_saying_so(monkeypatch):
+    """Issue 25 (7): a full or read-only volume failed the run with an OSError traceback from a worker."""
+    import errno
+
+    import ray.exceptions
+    from omegaconf import OmegaConf
+    from trainer_entry.runner import CheckpointWriteError, ToolRLTrainer
+    from verl.trainer.ppo.v1 import PPOTrainerSync
+
+    full = OSError(errno.ENOSPC, "No space left on device")
+    in_worker = ray.exceptions.RayTaskError("save_checkpoint", "Traceback ...\nOSError: ...", full)
+
+    def save(self):
+        raise in_worker
+
+    monkeypatch.setattr(PPOTrainerSync, "_save_checkpoint", save)
+    trainer = ToolRLTrainer.__new__(ToolRLTrainer)  # only what _save_checkpoint reads
+    trainer.global_steps = 6
+    trainer.config = OmegaConf.create({"trainer": {"default_local_dir": "/checkpoints/ns/job"}})
+    with pytest.raises(CheckpointWriteError) as err:
+        trainer._save_checkpoint()
+    message = str(err.value)
+    assert message.startswith(
+        "the checkpoint of step 6 could not be written to /checkpoints/ns/job: No space left on device; "
+        "free space on the checkpoint volume (spec.checkpoint.volume)"
+    ), message
+    assert "a retry resumes from" in message
+    # what the job's status says when the task runner raised it
+    failed = ray.exceptions.RayTaskError("run", "Traceback ...", err.value)
+    assert explain_ray_failure(failed) == message
+
+    def other(self):
+        raise ValueError("not about writing")
+
+    monkeypatch.setattr(PPOTrainerSync, "_save_checkpoint", other)
+    with pytest.raises(ValueError, match="not about writing"):  # anything else goes on unchanged
+        trainer._save_checkpoint()
