@@ -1,7 +1,7 @@
 # The commands a newcomer needs: `make demo` and `make test`. Everything else is a step of those.
 SHELL := /bin/bash
 PY := .venv/bin/python
-LOCALCLUSTER := PYTHONPATH=tests/e2e $(PY) -m localcluster
+LOCALCLUSTER := $(PY) -m harness.localcluster
 # `make bench BENCH="tool_sandbox operator"` runs only those (directories of bench/)
 BENCH ?=
 
@@ -42,7 +42,7 @@ lint: setup
 
 # regenerate the chart's dashboard JSON, alert rules and CRD copy after editing charts/chartgen or crds/
 chart-generate: setup
-	PYTHONPATH=charts $(PY) -m chartgen
+	$(PY) -m chartgen
 
 chart-check: setup
-	PYTHONPATH=charts $(PY) -m chartgen --check
+	$(PY) -m chartgen --check

@@ -17,17 +17,14 @@ import json
 import signal
 import sys
 import time
-from pathlib import Path
 
 import yaml
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
-from localcluster import LocalCluster  # noqa: E402
-from localcluster.__main__ import DEFAULT_ROOT  # noqa: E402
-from localcluster.build import ensure_node_built  # noqa: E402
-from operator_process import EXAMPLE_VOLUMES_LABEL, example_volumes, get_json, wait_until  # noqa: E402
-from training_cluster import (  # noqa: E402
+from harness import REPO
+from harness.localcluster import LocalCluster
+from harness.localcluster.__main__ import DEFAULT_ROOT
+from harness.localcluster.build import ensure_node_built
+from harness.operator_process import EXAMPLE_VOLUMES_LABEL, example_volumes, get_json, wait_until
+from harness.training_cluster import (
     CPU_EXAMPLE,
     GPU_EXAMPLE,
     JobState,

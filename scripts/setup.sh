@@ -6,8 +6,8 @@ cd "$(dirname "$0")/.."
 
 # gcc + libc6-dev: tool_sandbox's C extension (the forker) is compiled at install;
 # python3.11 + -dev: an interpreter another uid can run, for the tests of the pool's non-root mode
-# containerd .. conntrack: the local cluster's real node (tests/e2e/localcluster/node.py);
-# mmdebstrap + buildah: the images it runs (localcluster/images.py); ~350 MiB
+# containerd .. conntrack: the local cluster's real node (harness/harness/localcluster/node.py);
+# mmdebstrap + buildah: the images it runs (harness/harness/localcluster/images.py); ~350 MiB
 APT_PACKAGES=(prometheus libseccomp2 gcc libc6-dev python3.11 python3.11-dev
   containerd runc containernetworking-plugins iptables nftables nfacct conntrack mmdebstrap buildah)
 export UV_PYTHON_DOWNLOADS=never
@@ -42,12 +42,12 @@ fi
 # (and the GPU image's other pins) in its place.
 uv pip install --quiet --python .venv --reinstall-package toolrl-tool-sandbox \
   --override requirements-overrides.txt \
-  -e operator -e tool_sandbox -e trainer_entry -r requirements-dev.txt ./trainer_entry/vllm-cpu
+  -e operator -e tool_sandbox -e trainer_entry -e charts -e harness -r requirements-dev.txt ./trainer_entry/vllm-cpu
 
 if ! command -v go >/dev/null; then
   echo "setup: Go is not installed; the local control plane is built from Go modules." >&2
   echo "       Install Go >= 1.26 (https://go.dev/doc/install) and run 'make setup' again." >&2
   exit 1
 fi
-PYTHONPATH=tests/e2e .venv/bin/python -m localcluster build
+.venv/bin/python -m harness.localcluster build
 echo "setup: done"

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from toolrl_operator import autoscaler as a
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import simulate as sim
+from toolrl_operator import autoscaler as a
 
 MIN, MAX = 2, 64
 

@@ -28,12 +28,10 @@ from pathlib import Path
 
 import generation
 import psutil
+from harness.localcluster import free_port
+from harness.sandbox_process import SandboxProcess
 from trainer_entry.protocols import get_protocol
 from trainer_entry.tiny_model import build_tiny_model, warm_up, write_toy_data
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "e2e"))
-from localcluster import free_port
-from sandbox_process import SandboxProcess
 
 STEP_LINE = re.compile(r"step:(\d+) - (.*)")
 WINDOW = 5  # steps averaged at the start and at the end

@@ -16,9 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
-from localcluster import LocalCluster, ensure_built  # noqa: E402
+from harness import REPO
+from harness.localcluster import LocalCluster, ensure_built
 
 
 def rss_bytes(pid: int) -> int:

@@ -27,20 +27,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from harness import REPO
+from harness.localcluster import LocalCluster
+from harness.localcluster.__main__ import DEFAULT_ROOT
+from harness.operator_process import OperatorProcess, install_crd
 from kubernetes import client, config
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
-from localcluster import LocalCluster  # noqa: E402
-from localcluster.__main__ import DEFAULT_ROOT  # noqa: E402
-from operator_process import OperatorProcess, install_crd  # noqa: E402
-from toolrl_operator.children import CHILD_KINDS as OPERATOR_CHILD_KINDS  # noqa: E402
+from toolrl_operator.children import CHILD_KINDS as OPERATOR_CHILD_KINDS
 
 GROUP, VERSION, PLURAL = "toolrl.dev", "v1alpha1", "toolrljobs"
 # kind -> (api group, version, plural): a job's children, from the operator's one list
 CHILD_KINDS = {c.kind: (c.group, c.version, c.plural) for c in OPERATOR_CHILD_KINDS if c.watched}
 PER_JOB = {kind: 1 for kind in CHILD_KINDS} | {"NetworkPolicy": 2}  # the pool's and the Ray pods'
-
 
 
 def job(name: str) -> dict[str, Any]:

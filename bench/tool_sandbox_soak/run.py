@@ -23,9 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "e2e"))
-from sandbox_process import SandboxProcess, descendants
+from harness.sandbox_process import SandboxProcess, descendants
 
 HERE = Path(__file__).resolve().parent
 FORGE = (

@@ -25,14 +25,12 @@ import time
 from pathlib import Path
 
 import aiohttp
+from harness.localcluster import free_port
+from harness.sandbox_process import SandboxProcess
 from trainer_entry.hub import Sink, use_sink
 from trainer_entry.metrics import TrainerMetrics
 from trainer_entry.pool_client import PoolClient
 from trainer_entry.tiny_model import build_tiny_model
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "e2e"))
-from localcluster import free_port
-from sandbox_process import SandboxProcess
 
 CONCURRENCY = 256
 STUB = """

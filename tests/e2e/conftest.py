@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from localcluster import LocalCluster
-from localcluster.__main__ import DEFAULT_ROOT
-from localcluster.prometheus import Prometheus, scrape_config
-from operator_process import (
+from harness.localcluster import LocalCluster
+from harness.localcluster.__main__ import DEFAULT_ROOT
+from harness.localcluster.prometheus import Prometheus, scrape_config
+from harness.operator_process import (
     EXAMPLE_VOLUMES_LABEL,
     OperatorProcess,
     delete_jobs,

@@ -15,8 +15,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from localcluster.cluster import free_port
-from operator_process import (
+from harness.localcluster.cluster import free_port
+from harness.operator_process import (
     OperatorProcess,
     Sampler,
     get_json,
@@ -25,7 +25,7 @@ from operator_process import (
     small_job,
     wait_until,
 )
-from sandbox_process import SandboxProcess
+from harness.sandbox_process import SandboxProcess
 from toolrl_operator import signals
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolrljob.yaml"

@@ -23,8 +23,8 @@ from typing import Any
 
 import aiohttp
 import requests
-from localcluster.cluster import free_port
-from operator_process import (
+from harness.localcluster.cluster import free_port
+from harness.operator_process import (
     OperatorProcess,
     Sampler,
     get_json,
@@ -33,9 +33,9 @@ from operator_process import (
     small_job,
     wait_until,
 )
+from harness.sandbox_process import SandboxProcess
 from prometheus_client import start_http_server
 from prometheus_client.parser import text_string_to_metric_families
-from sandbox_process import SandboxProcess
 from toolrl_operator import autoscaler, signals
 from trainer_entry.metrics import VERL_REWARD_MEAN, VERL_STEP_SECONDS, VERL_TOOL_CALL_COUNTS, TrainerMetrics
 

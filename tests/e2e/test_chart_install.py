@@ -5,18 +5,15 @@ and leaves the CRD (as Helm documents)."""
 
 from __future__ import annotations
 
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import yaml
-from operator_process import CRD_NAME
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "charts"))
-from chartgen.helm import ALL_FEATURES, helm, values_args  # noqa: E402
-from chartgen.monitoring import crd_files  # noqa: E402
+from chartgen.helm import ALL_FEATURES, helm, values_args
+from chartgen.monitoring import crd_files
+from harness import REPO
+from harness.operator_process import CRD_NAME
 
 
 def _install_monitoring_crds(cluster: Any) -> None:

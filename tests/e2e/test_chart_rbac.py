@@ -14,7 +14,6 @@ import base64
 import copy
 import json
 import ssl
-import sys
 import threading
 import urllib.error
 import urllib.request
@@ -28,13 +27,11 @@ import aiohttp
 import pytest
 import yaml
 from aiohttp import web
-from localcluster.build import KUBERNETES
-from localcluster.cluster import free_port
-from operator_process import OperatorProcess, install_crd, small_job, wait_until
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "charts"))
-from chartgen.helm import chart_with_stub_dependencies, template  # noqa: E402
+from chartgen.helm import chart_with_stub_dependencies, template
+from harness import REPO
+from harness.localcluster.build import KUBERNETES
+from harness.localcluster.cluster import free_port
+from harness.operator_process import OperatorProcess, install_crd, small_job, wait_until
 
 EXAMPLE = REPO / "examples" / "toolrljob.yaml"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")

@@ -7,7 +7,7 @@ import json
 import time
 from collections.abc import Callable
 
-from localcluster import LocalCluster
+from harness.localcluster import LocalCluster
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 60, what: str = "condition") -> object:

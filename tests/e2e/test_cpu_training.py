@@ -27,10 +27,9 @@ from typing import Any
 
 import pytest
 import requests
-from localcluster.cluster import free_port
-from operator_process import get_json, wait_until
-from sandbox_process import SandboxProcess
-from test_trainer_progress import mount_service_account
+from harness.localcluster.cluster import free_port
+from harness.operator_process import get_json, mount_service_account, wait_until
+from harness.sandbox_process import SandboxProcess
 from trainer_entry.tiny_model import build_tiny_model, warm_up, write_toy_data
 
 STEPS = 3
@@ -177,7 +176,7 @@ def apply_job(cluster, namespace: str, tmp_path: Path, job: dict[str, Any]) -> t
         f"the operator reconciled {name} (its trainer ServiceAccount and Role exist)",
         interval=0.5,
     )
-    host, port = mount_service_account(cluster, namespace, tmp_path / "sa", job=name)
+    host, port = mount_service_account(cluster, namespace, tmp_path / "sa", name)
     spec_file = tmp_path / "job.json"
     uid = get_json(cluster, "trj", name, "-n", namespace)["metadata"]["uid"]  # as the operator writes it
     spec_file.write_text(json.dumps({**job, "metadata": {"name": name, "namespace": namespace, "uid": uid}}))

@@ -22,16 +22,14 @@ from typing import Any
 
 import pytest
 import yaml
-from localcluster.build import KUBERNETES
-from localcluster.cluster import free_port
-from localcluster.prometheus import Prometheus
-from operator_process import OperatorProcess, install_crd, small_job, wait_until
+from chartgen.dashboard import DASHBOARD, substitute
+from chartgen.helm import chart_with_stub_dependencies, template
+from harness import REPO
+from harness.localcluster.build import KUBERNETES
+from harness.localcluster.cluster import free_port
+from harness.localcluster.prometheus import Prometheus
+from harness.operator_process import OperatorProcess, install_crd, small_job, wait_until
 from trainer_entry.metrics import TrainerMetrics
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "charts"))
-from chartgen.dashboard import DASHBOARD, substitute  # noqa: E402
-from chartgen.helm import chart_with_stub_dependencies, template  # noqa: E402
 
 JOB = "dash"
 EXAMPLE = REPO / "examples" / "toolrljob.yaml"

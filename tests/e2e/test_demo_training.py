@@ -22,11 +22,9 @@ from typing import Any
 
 import pytest
 import yaml
-from localcluster.cluster import real_node_cluster
-from operator_process import Sampler, get_json, wait_until
-from toolrl_operator.autoscaler import ROLLOUT_PRESCALE, ROLLOUT_PREWARM, ROLLOUT_TRAINING
-from toolrl_operator.children import CHILD_KINDS
-from training_cluster import (
+from harness.localcluster.cluster import real_node_cluster
+from harness.operator_process import Sampler, get_json, wait_until
+from harness.training_cluster import (
     CHECKPOINT_CLAIM,
     CPU_EXAMPLE,
     OPERATOR_NAMESPACE,
@@ -40,6 +38,8 @@ from training_cluster import (
     stage_toy_data,
     training_cluster,
 )
+from toolrl_operator.autoscaler import ROLLOUT_PRESCALE, ROLLOUT_PREWARM, ROLLOUT_TRAINING
+from toolrl_operator.children import CHILD_KINDS
 
 pytestmark = pytest.mark.timeout(5400)
 

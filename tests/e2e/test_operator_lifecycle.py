@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from operator_process import CHILD_KINDS, get_json, job_events, small_job, wait_until
+from harness.operator_process import CHILD_KINDS, get_json, job_events, small_job, wait_until
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolrljob.yaml"
 JOB = "gsm8k-python"

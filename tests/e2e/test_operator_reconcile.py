@@ -10,7 +10,7 @@ import json
 import time
 from typing import Any
 
-from operator_process import get_json, job_events, small_job, wait_until
+from harness.operator_process import get_json, job_events, small_job, wait_until
 from toolrl_operator.children import CHILD_KINDS
 
 JOB = "recon"

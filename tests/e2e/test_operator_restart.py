@@ -7,8 +7,7 @@ import json
 import time
 from collections import Counter
 
-from kubernetes import client, config
-from operator_process import (
+from harness.operator_process import (
     CHILD_KINDS,
     OperatorProcess,
     delete_jobs,
@@ -17,6 +16,7 @@ from operator_process import (
     small_job,
     wait_until,
 )
+from kubernetes import client, config
 
 JOBS = 20
 

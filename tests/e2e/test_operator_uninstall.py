@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_process import OperatorProcess, get_json, install_crd, wait_until
+from harness.operator_process import OperatorProcess, get_json, install_crd, wait_until
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolrljob.yaml"
 OLD_KOPF_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"  # what the per-job daemons needed

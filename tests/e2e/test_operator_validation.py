@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_process import install_crd
+from harness.operator_process import install_crd
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolrljob.yaml"
 DELETE = object()

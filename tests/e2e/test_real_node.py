@@ -12,17 +12,18 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from localcluster import LocalCluster
-from localcluster.cluster import real_node_cluster
-from localcluster.images import Image, ensure_image
-from localcluster.node import (
+from chartgen.helm import helm
+from harness import REPO
+from harness.localcluster import LocalCluster
+from harness.localcluster.cluster import real_node_cluster
+from harness.localcluster.images import Image, ensure_image
+from harness.localcluster.node import (
     BRIDGE,
     BRIDGE_IP,
     GUARD_CHAIN,
@@ -30,11 +31,14 @@ from localcluster.node import (
     NODE_NAME,
     SERVICE_CIDR,
 )
-from operator_process import OperatorProcess, delete_jobs, get_json, install_crd, small_job, wait_until
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "charts"))
-from chartgen.helm import helm  # noqa: E402
+from harness.operator_process import (
+    OperatorProcess,
+    delete_jobs,
+    get_json,
+    install_crd,
+    small_job,
+    wait_until,
+)
 
 # counters and ids that change by themselves (measured: two `sysctl -a` 5 s apart)
 VOLATILE_SYSCTLS = re.compile(

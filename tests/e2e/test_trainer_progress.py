@@ -6,17 +6,14 @@ scoped to this job's status only."""
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import yaml
-from operator_process import get_json, small_job, wait_until
+from harness.operator_process import get_json, mount_service_account, small_job, wait_until
 from trainer_entry.job_status import JobStatusWriter
 from trainer_entry.progress import ApiTarget, ProgressReporter, status_path
 
@@ -38,19 +35,6 @@ def reconciled(cluster, namespace: str, phase: str | None = None) -> dict[str, A
     if status.get("observedGeneration") != job["metadata"]["generation"]:
         return None
     return job if phase is None or status.get("phase") == phase else None
-
-
-def mount_service_account(cluster, namespace: str, directory: Path, job: str = JOB) -> tuple[str, str]:
-    """Write what a pod of `<job>-trainer` gets mounted (`token`, `ca.crt`) into `directory`;
-    return the apiserver's (host, port), what the pod sees as KUBERNETES_SERVICE_HOST/PORT."""
-    token = cluster.kubectl("create", "token", f"{job}-trainer", "-n", namespace).stdout.strip()
-    kubeconfig = yaml.safe_load(Path(cluster.kubeconfig).read_text())
-    server = kubeconfig["clusters"][0]["cluster"]
-    directory.mkdir()
-    (directory / "token").write_text(token)
-    (directory / "ca.crt").write_bytes(base64.b64decode(server["certificate-authority-data"]))
-    url = urlsplit(server["server"])
-    return url.hostname, str(url.port)
 
 
 def patch_code(target: ApiTarget, path: str, body: dict[str, Any]) -> int:
@@ -86,7 +70,7 @@ def test_trainer_reports_progress_with_its_scoped_token(
         "the apiserver authorizing the J-trainer RoleBinding",
     )
 
-    host, port = mount_service_account(cluster, namespace, tmp_path / "serviceaccount")
+    host, port = mount_service_account(cluster, namespace, tmp_path / "serviceaccount", JOB)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
     target = ApiTarget.in_cluster(sa_dir=str(tmp_path / "serviceaccount"))
@@ -159,7 +143,7 @@ def test_trainer_owns_its_tool_pool_degraded_condition_and_posts_events(
         f"the operator's conditions on {name}",
         interval=0.5,
     )
-    host, port = mount_service_account(cluster, namespace, tmp_path / "serviceaccount", job=name)
+    host, port = mount_service_account(cluster, namespace, tmp_path / "serviceaccount", name)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
     target = ApiTarget.in_cluster(sa_dir=str(tmp_path / "serviceaccount"))

@@ -4,20 +4,15 @@ the chart, and the prometheus-operator CRD schemas to validate monitoring object
 from __future__ import annotations
 
 import shutil
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-
-REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "charts"))
-
-from chartgen.helm import chart_with_stub_dependencies, template  # noqa: E402
-from chartgen.monitoring import crd_files  # noqa: E402
-from localcluster.build import KUBERNETES, ensure_built  # noqa: E402
+from chartgen.helm import chart_with_stub_dependencies, template
+from chartgen.monitoring import crd_files
+from harness.localcluster.build import KUBERNETES, ensure_built
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from chartgen.helm import ALL_FEATURES, HelmError, helm, template, values_args
 from chartgen.outputs import CHART, DASHBOARD_JSON
-from localcluster.build import KUBERNETES
+from harness.localcluster.build import KUBERNETES
 
 Render = Callable[..., list[dict[str, Any]]]
 MONITORING = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}

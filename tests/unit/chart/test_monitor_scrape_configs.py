@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from chartgen.helm import ALL_FEATURES
-from localcluster.prometheus import PrometheusError, monitor_scrape_configs
+from harness.localcluster.prometheus import PrometheusError, monitor_scrape_configs
 
 KUBECONFIG = Path("/k/kubeconfig")
 

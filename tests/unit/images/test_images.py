@@ -164,7 +164,7 @@ def test_tool_sandbox_wheel_carries_its_c_extension(pip: Path, tmp_path: Path) -
 
 def test_image_keys_skip_what_builds_skip() -> None:
     """.dockerignore is the one list: a host-built C extension or an egg-info changes no key."""
-    from localcluster.images import _ignored
+    from harness.localcluster.images import _ignored
 
     for path in (
         "tool_sandbox/tool_sandbox/sandbox/_spawner.cpython-311-x86_64-linux-gnu.so",

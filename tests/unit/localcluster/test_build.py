@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from localcluster import build
+from harness.localcluster import build
 
 
 def fake_cache(root: Path) -> Path:

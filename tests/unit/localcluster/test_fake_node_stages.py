@@ -4,7 +4,7 @@ KubeRay's submitter, which stays Running as on a real node until its Ray job end
 from __future__ import annotations
 
 import yaml
-from localcluster.cluster import SUBMITTER_CONTAINER, fake_node_stages
+from harness.localcluster.cluster import SUBMITTER_CONTAINER, fake_node_stages
 from toolrl_operator import rayjob
 
 # kwok v0.8's kustomize/stage/pod/fast/pod-complete.yaml, its selector as shipped (template cut)

@@ -9,8 +9,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from localcluster import images, node
-from localcluster.oci import single_file_layer, write_oci_archive
+from harness.localcluster import images, node
+from harness.localcluster.oci import single_file_layer, write_oci_archive
 
 NETWORK = ipaddress.ip_network("198.18.0.0/15")
 PORTS = {

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from sandbox_process import SandboxProcess
+from harness.sandbox_process import SandboxProcess
 
 SECRET = "toolrl-test-secret-6f1c"
 CORPUS = [

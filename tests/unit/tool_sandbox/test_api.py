@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import requests
-from sandbox_process import SandboxProcess
+from harness.sandbox_process import SandboxProcess
 
 
 @pytest.mark.parametrize(

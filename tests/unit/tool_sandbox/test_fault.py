@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import requests
 from aiohttp import web
-from sandbox_process import SandboxProcess
+from harness.sandbox_process import SandboxProcess
 from tool_sandbox.api import sandboxfusion
 from tool_sandbox.config import ToolConfig
 from tool_sandbox.sandbox import outcome

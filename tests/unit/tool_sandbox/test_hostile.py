@@ -8,7 +8,7 @@ import time
 
 import pytest
 import requests
-from sandbox_process import SandboxProcess
+from harness.sandbox_process import SandboxProcess
 
 
 def assert_still_serving(server: SandboxProcess) -> None:

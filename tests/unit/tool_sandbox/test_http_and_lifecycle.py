@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from sandbox_process import SandboxProcess, recovered
+from harness.sandbox_process import SandboxProcess, recovered
 
 BODY_LIMIT = 32 << 20  # the server's default --max-body-bytes
 

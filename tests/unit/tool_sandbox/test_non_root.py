@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import requests
-from sandbox_process import SandboxProcess
+from harness.sandbox_process import SandboxProcess
 
 NOBODY = 65534
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 import requests
-from sandbox_process import SandboxProcess, descendants, recovered
-from sandbox_process import process_name as _comm
-from sandbox_process import process_state as _state
-from sandbox_process import sysv_objects as _sysv_objects
-from sandbox_process import workdir_of as _workdir
+from harness.sandbox_process import SandboxProcess, descendants, recovered
+from harness.sandbox_process import process_name as _comm
+from harness.sandbox_process import process_state as _state
+from harness.sandbox_process import sysv_objects as _sysv_objects
+from harness.sandbox_process import workdir_of as _workdir
 
 
 @pytest.fixture(scope="module", params=["root", "pod"])

@@ -26,7 +26,7 @@ from pathlib import Path
 from textwrap import dedent
 
 import pytest
-from sandbox_process import SandboxProcess
+from harness.sandbox_process import SandboxProcess
 from tool_sandbox.sandbox.pool import worker_environment
 
 

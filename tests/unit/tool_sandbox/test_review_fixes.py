@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from localcluster.cluster import free_port
-from sandbox_process import SandboxProcess
+from harness.localcluster.cluster import free_port
+from harness.sandbox_process import SandboxProcess
 from tool_sandbox.config import ServerSettings, ToolConfig
 from tool_sandbox.sandbox import wire
 from tool_sandbox.sandbox.pool import Pool

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import requests
-from sandbox_process import SandboxProcess
+from harness.sandbox_process import SandboxProcess
 
 SLEEP = "import time\ntime.sleep(1.5)\nprint('slept')"
 

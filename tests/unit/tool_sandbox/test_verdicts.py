@@ -18,7 +18,7 @@ from pathlib import Path
 import pyseccomp
 import pytest
 import requests
-from sandbox_process import SandboxProcess, descendants, process_state, recovered
+from harness.sandbox_process import SandboxProcess, descendants, process_state, recovered
 from tool_sandbox.config import ToolConfig
 
 

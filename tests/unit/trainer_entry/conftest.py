@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from sandbox_process import SandboxProcess
+from harness.sandbox_process import SandboxProcess
 from trainer_entry.tiny_model import build_tiny_model
 
 

@@ -176,7 +176,7 @@ def test_a_pool_that_is_ready_but_keeps_failing_calls_is_bounded_too(metrics: Tr
 
 
 def test_pool_ready_probes_the_real_readyz(sandbox: str) -> None:
-    from localcluster import free_port
+    from harness.localcluster import free_port
 
     assert pool_ready(sandbox)
     assert not pool_ready(f"http://127.0.0.1:{free_port()}")

@@ -104,7 +104,7 @@ def test_events_name_the_job_and_say_why(api) -> None:
 
 @pytest.fixture
 def hub(api, monkeypatch) -> MetricsHub:
-    from localcluster import free_port
+    from harness.localcluster import free_port
 
     settings = HubSettings(
         port=free_port(),

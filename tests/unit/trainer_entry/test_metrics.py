@@ -5,7 +5,7 @@ import threading
 import urllib.request
 
 import pytest
-from localcluster import free_port
+from harness.localcluster import free_port
 from prometheus_client import generate_latest
 from trainer_entry.hub import Sink, TrackingBackend, use_sink
 from trainer_entry.metrics import TrainerMetrics

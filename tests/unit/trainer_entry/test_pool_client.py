@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 from aiohttp import web
-from localcluster import free_port
+from harness.localcluster import free_port
 from trainer_entry.pool_client import CallResult, PoolClient, backoff_seconds, retry_after_seconds
 
 

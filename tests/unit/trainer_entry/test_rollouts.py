@@ -282,7 +282,7 @@ async def test_infrastructure_failure_excludes_the_trajectory(
 ):
     """hermes is verl's own tool_agent loop with our exclusion (agent_loop.HermesAgentLoop): before it, the
     failed call was an `Error:` observation and the trajectory was scored like any other."""
-    from localcluster import free_port
+    from harness.localcluster import free_port
 
     metrics = TrainerMetrics()
     use_sink(Sink(local=metrics))
@@ -323,7 +323,7 @@ def tiny_model_text(out, model):
 async def test_the_code_execution_reward_is_not_computed_when_the_pool_fails():
     """Its own pool call: an infrastructure failure is no score at all (verl then evicts and regenerates
     the trajectory's group), never 0; the model's own failures are still scored 0."""
-    from localcluster import free_port
+    from harness.localcluster import free_port
     from trainer_entry.rewards import PoolUnavailable
 
     metrics = TrainerMetrics()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from localcluster import free_port
+from harness.localcluster import free_port
 from trainer_entry.__main__ import main
 from trainer_entry.run import (
     Environment,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,19 +20,17 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import yaml
-from localcluster import LocalCluster
-from localcluster.build import ensure_prometheus_built
-from localcluster.cluster import free_port
-from localcluster.images import Image, ensure_image
-from localcluster.node import BRIDGE_IP, NODE_LABEL
-from localcluster.prometheus import Prometheus, monitor_scrape_configs
-from operator_process import get_json, wait_until
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "charts"))
-from chartgen.dashboard import DASHBOARD, substitute  # noqa: E402
-from chartgen.helm import helm  # noqa: E402
-from chartgen.monitoring import crd_files  # noqa: E402
+from chartgen.dashboard import DASHBOARD, substitute
+from chartgen.helm import helm
+from chartgen.monitoring import crd_files
+from harness import REPO
+from harness.localcluster import LocalCluster
+from harness.localcluster.build import ensure_prometheus_built
+from harness.localcluster.cluster import free_port
+from harness.localcluster.images import Image, ensure_image
+from harness.localcluster.node import BRIDGE_IP, NODE_LABEL
+from harness.localcluster.prometheus import Prometheus, monitor_scrape_configs
+from harness.operator_process import get_json, wait_until
 
 CHART = REPO / "charts" / "toolrl-operator"
 CPU_EXAMPLE = REPO / "examples" / "toolrljob-cpu.yaml"

@@ -1,4 +1,4 @@
-"""`python -m localcluster {build,up,down,status,images}`: the commands behind `make cluster-up/down`
+"""`python -m harness.localcluster {build,up,down,status,images}`: the commands behind `make cluster-up/down`
 and `make images`."""
 
 from __future__ import annotations
@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
+from harness import REPO
 
 from .build import BuildError, ensure_built, ensure_node_built
 from .cluster import ClusterError, LocalCluster
@@ -15,12 +17,11 @@ from .node import NodeError
 # imported by `up` (the trainer's ~6 GB only by `make images`: it is built on demand)
 NODE_IMAGES = ["tool-sandbox", "operator"]
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-DEFAULT_ROOT = REPO_ROOT / ".local-cluster"
+DEFAULT_ROOT = REPO / ".local-cluster"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="localcluster", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m harness.localcluster", description=__doc__)
     parser.add_argument("command", choices=["build", "up", "down", "status", "images"])
     parser.add_argument("names", nargs="*", help="images: which (default: all of images/)")
     parser.add_argument(

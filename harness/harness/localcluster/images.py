@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from harness import REPO
 
 from .build import cache_root
 from .oci import write_oci_archive
 
-REPO = Path(__file__).resolve().parents[3]
 IMAGES_DIR = REPO / "images"
 SUITE = "bookworm"
 # the stand-in for python:3.11-slim-bookworm: an interpreter with venv, pip and the C headers

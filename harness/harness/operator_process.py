@@ -9,6 +9,7 @@ wait_until(lambda: ..., timeout, "what")  # poll until truthy; get_json(cluster,
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -21,12 +22,13 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
+from urllib.parse import urlsplit
 
 import yaml
-from localcluster.cluster import free_port
+from harness import REPO
+from harness.localcluster.cluster import free_port
 from toolrl_operator.children import CHILD_KINDS as OPERATOR_CHILD_KINDS
 
-REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "toolrl.dev_toolrljobs.yaml"
 EXAMPLE = REPO / "examples" / "toolrljob.yaml"
 # what the operator creates for a job, as kubectl resource names (plural.group), from the one list
@@ -283,3 +285,16 @@ class OperatorProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def mount_service_account(cluster, namespace: str, directory: Path, job: str) -> tuple[str, str]:
+    """Write what a pod of `<job>-trainer` gets mounted (`token`, `ca.crt`) into `directory`;
+    return the apiserver's (host, port), what the pod sees as KUBERNETES_SERVICE_HOST/PORT."""
+    token = cluster.kubectl("create", "token", f"{job}-trainer", "-n", namespace).stdout.strip()
+    kubeconfig = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    server = kubeconfig["clusters"][0]["cluster"]
+    directory.mkdir()
+    (directory / "token").write_text(token)
+    (directory / "ca.crt").write_bytes(base64.b64decode(server["certificate-authority-data"]))
+    url = urlsplit(server["server"])
+    return url.hostname, str(url.port)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import requests
 import yaml
-from localcluster.cluster import free_port
+from harness.localcluster.cluster import free_port
 
 PYTHON_TOOL = {"name": "python", "type": "python"}
 
