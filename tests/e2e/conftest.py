@@ -22,13 +22,6 @@ from harness.operator_process import (
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.e2e)
-
-
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """kwok's fake nodes only (4 GPU, 2 CPU), as these tests expect: `make cluster-up`'s cluster

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from harness.operator_process import OperatorProcess, get_json, install_crd, wait_until
 
@@ -26,7 +25,6 @@ def small_job(name: str, finalizers: list[str] | None = None) -> dict[str, Any]:
     return job
 
 
-@pytest.mark.e2e
 def test_jobs_carry_no_finalizer_and_delete_without_the_operator(cluster, namespace, tmp_path) -> None:
     install_crd(cluster)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from harness.sandbox_process import SandboxProcess
+from harness.tiers import process_tier
 
 SECRET = "toolrl-test-secret-6f1c"
 CORPUS = [
@@ -67,6 +68,7 @@ def searchable_directory(prefix: str) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
+@process_tier
 def server() -> Iterator[SandboxProcess]:
     with searchable_directory("toolrl-sandbox-") as root:
         running = start_server(root)
@@ -75,6 +77,7 @@ def server() -> Iterator[SandboxProcess]:
 
 
 @pytest.fixture
+@process_tier
 def make_server(tmp_path: Path) -> Iterator[Callable[..., SandboxProcess]]:
     """Start a server with extra CLI flags (and tools, or SandboxProcess.start's options such as
     `prefix`); stopped after the test."""
@@ -117,6 +120,7 @@ def debian_venv(root: Path) -> str:
 
 
 @pytest.fixture(scope="session")
+@process_tier
 def debian_python() -> Iterator[str]:
     """debian_venv once per test session (shared by the pod server and the root one below)."""
     root = Path(tempfile.mkdtemp(prefix="toolrl-debian-venv-"))
@@ -153,6 +157,7 @@ def non_root_server(
 
 
 @pytest.fixture
+@process_tier
 def make_pod_server() -> Iterator[Callable[..., SandboxProcess]]:
     """Start a server as in its pod (non_root_server) with extra CLI flags; stopped after the test."""
     with contextlib.ExitStack() as stack:
@@ -160,6 +165,7 @@ def make_pod_server() -> Iterator[Callable[..., SandboxProcess]]:
 
 
 @pytest.fixture(scope="session")
+@process_tier
 def pod_server(debian_python: str) -> Iterator[SandboxProcess]:
     """A server as in the pool's pod (non-root, children share its uid), shared by the modules."""
     with non_root_server(python=debian_python) as running:
@@ -167,6 +173,7 @@ def pod_server(debian_python: str) -> Iterator[SandboxProcess]:
 
 
 @pytest.fixture(scope="session")
+@process_tier
 def debian_root_server(debian_python: str) -> Iterator[SandboxProcess]:
     """As root (each child a uid of its own), on the Debian interpreter of the pod server: the
     children can read its standard library (pyenv's, under a 0700 /root, only preloaded modules)."""

@@ -1,0 +1,35 @@
+"""The three test tiers, each test marked by where it lives and what it runs (never by hand):
+
+- `cluster`: everything under tests/e2e (the local control plane; ~25 min);
+- `process`: a test that starts real servers or loads the trainer stack: it uses a fixture marked
+  `@process_tier` (harness.tiers), or its module imports a process launcher of the harness or
+  a heavy library (verl, vLLM, torch, Ray, transformers), itself or through our own packages;
+- `pure`: the rest (seconds).
+
+`make test` runs all three, `make test-fast` the pure tier (`pytest -m pure`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from harness.tiers import TIERS, module_tier, uses_processes
+
+E2E = Path(__file__).parent / "e2e"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, description in TIERS.items():
+        config.addinivalue_line("markers", f"{name}: {description}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.path))
+        if E2E in path.parents:
+            tier = "cluster"
+        elif module_tier(path) == "process" or uses_processes(item):
+            tier = "process"
+        else:
+            tier = "pure"
+        item.add_marker(getattr(pytest.mark, tier))
