@@ -23,6 +23,16 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {description}")
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With `-m pure` alone, modules whose every test is of another tier are not even imported
+    (importing verl alone takes tens of seconds); their tests are deselected either way."""
+    if config.option.markexpr != "pure" or not collection_path.name.startswith("test_"):
+        return None
+    if E2E in collection_path.parents or module_tier(collection_path) == "process":
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(str(item.path))

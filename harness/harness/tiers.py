@@ -86,16 +86,30 @@ def _own_module_is_process(name: str) -> bool:
     return _SEEN[name]
 
 
+def _source(name: str) -> tuple[Path, bool] | None:
+    """The source file of our module `name` and whether it is a package, found without importing
+    anything (importing would load what is being looked for); None for a name that is no module
+    (`from package import function`)."""
+    top, *rest = name.split(".")
+    spec = importlib.util.find_spec(top)  # a top-level name: found, not imported
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    directory = Path(next(iter(spec.submodule_search_locations)))
+    path = directory.joinpath(*rest)
+    if (path / "__init__.py").is_file():
+        return path / "__init__.py", True
+    if path.with_suffix(".py").is_file():
+        return path.with_suffix(".py"), False
+    return None
+
+
 def _own_module_finds_process(name: str) -> bool:
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return False  # `from package import function`: the name is no module
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+    found = _source(name)
+    if found is None:
         return False
-    package = name if spec.submodule_search_locations else name.rpartition(".")[0]
-    tree = ast.parse(Path(spec.origin).read_text(), spec.origin)
-    return _any_process(_imports(tree, package, top_level_only=True))
+    path, is_package = found
+    package = name if is_package else name.rpartition(".")[0]
+    return _any_process(_imports(ast.parse(path.read_text(), str(path)), package, top_level_only=True))
 
 
 def _any_process(names: set[str]) -> bool:

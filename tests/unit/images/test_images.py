@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from harness.tiers import process_tier
 
 REPO = Path(__file__).resolve().parents[3]
 IMAGES = sorted(p.parent for p in (REPO / "images").glob("*/Dockerfile"))
@@ -52,11 +53,21 @@ def _pins(path: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
+@process_tier
 def pip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """pip of a fresh virtualenv, so nothing installed in the workspace satisfies a requirement."""
     root = tmp_path_factory.mktemp("pip-venv")
     venv.create(root, with_pip=True)
     return root / "bin" / "pip"
+
+
+@pytest.fixture
+@process_tier
+def fresh_venv(tmp_path: Path) -> Path:
+    """A virtualenv of its own for the test (its root)."""
+    root = tmp_path / "venv"
+    venv.create(root, with_pip=True)
+    return root
 
 
 def test_every_image_directory_has_a_dockerfile() -> None:
@@ -128,11 +139,9 @@ def _local_distributions(dockerfile: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize("name", ENTRYPOINT_IMAGES)
-def test_entrypoint_starts_from_the_pinned_requirements(name: str, tmp_path: Path) -> None:
+def test_entrypoint_starts_from_the_pinned_requirements(name: str, fresh_venv: Path) -> None:
     image = REPO / "images" / name
-    root = tmp_path / "venv"
-    venv.create(root, with_pip=True)
-    pip, python = root / "bin" / "pip", root / "bin" / "python"
+    pip, python = fresh_venv / "bin" / "pip", fresh_venv / "bin" / "python"
     installs = [["-r", str(image / "requirements.txt")],
                 *(["--no-deps", str(dist)] for dist in _local_distributions(image / "Dockerfile"))]
     for args in installs:
