@@ -22,8 +22,15 @@ TIERS = {
 
 # what makes a module's tests `process`: the libraries of the trainer stack ...
 HEAVY_LIBRARIES = frozenset({"verl", "vllm", "torch", "ray", "transformers"})
-# ... and the harness's modules that start servers
-LAUNCHERS = frozenset({"harness.sandbox_process", "harness.operator_process", "harness.training_cluster"})
+# ... and the modules that start servers or worker processes
+LAUNCHERS = frozenset(
+    {
+        "harness.sandbox_process",
+        "harness.operator_process",
+        "harness.training_cluster",
+        "tool_sandbox.sandbox.pool",
+    }
+)
 # our own distributions' packages, whose module-level imports are followed
 OWN_PACKAGES = frozenset({"harness", "trainer_entry", "tool_sandbox", "toolrl_operator", "chartgen"})
 

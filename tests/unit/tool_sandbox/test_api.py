@@ -7,6 +7,7 @@ import base64
 import concurrent.futures
 import json
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -241,3 +242,14 @@ def test_metrics_follow_the_contract_and_pass_promtool(server: SandboxProcess) -
         assert name in text, name
     check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_concurrent_first_steps_of_one_trajectory_share_one_session(make_server: object) -> None:
+    server = make_server("--max-sessions", "2")
+    step = "<python>count = globals().get('count', 0) + 1\nprint(count)</python>"
+    body = {"trajectory_ids": ["same"] * 8, "actions": [step] * 8}
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: server.post("/get_observation", body).json(), range(4)))
+    observations = [o for answer in answers for o in answer["observations"]]
+    assert sorted(int(o) for o in observations) == list(range(1, 33)), observations
+    assert all(all(answer["valids"]) for answer in answers)

@@ -4,10 +4,13 @@ server as root and as in its pod (children share its uid)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
 import signal
+import subprocess
+import sys
 import time
 import zlib
 from collections.abc import Callable
@@ -17,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from harness.localcluster.cluster import free_port
 from harness.sandbox_process import SandboxProcess, recovered
 
 BODY_LIMIT = 32 << 20  # the server's default --max-body-bytes
@@ -263,3 +267,26 @@ def test_sigterm_drains_then_fails_what_is_left_as_the_pools(
 def _inflight(server: SandboxProcess) -> float:
     metrics = requests.get(server.url + "/metrics", timeout=30).text
     return float(re.search(r"^toolrl_tool_inflight (\S+)$", metrics, re.MULTILINE).group(1))
+
+
+def test_readiness_fails_without_landlock_unless_allowed(make_server: object, tmp_path: Path) -> None:
+    allowed = make_server("--no-landlock", "--allow-no-landlock")
+    body = requests.get(allowed.url + "/readyz", timeout=10).json()
+    assert body["ready"] is True and body["sandbox"]["landlockAbi"] == 0
+    port = free_port()
+    argv = [sys.executable, "-m", "tool_sandbox", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--workdir", str(tmp_path / "work"), "--no-landlock"]
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):  # until the workers reported their layers (before: "starting")
+            assert process.poll() is None
+            with contextlib.suppress(requests.ConnectionError):
+                response = requests.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+                if not response.json().get("problem", "starting").startswith("starting"):
+                    break
+            time.sleep(0.2)
+        assert response.status_code == 503
+        assert "--allow-no-landlock" in response.json()["problem"]
+    finally:
+        process.terminate()
+        process.wait(15)

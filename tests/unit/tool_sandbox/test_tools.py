@@ -1,8 +1,12 @@
-"""The search and http tools in-process: a real BM25 index, a real local HTTP upstream."""
+"""The search and http tools in-process (a real BM25 index, a real local HTTP upstream), and the http
+tool's one deadline across retries through a real server."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -103,3 +107,31 @@ async def test_http_tool_retries_server_errors_then_answers(tmp_path: Path) -> N
         await bad_tool.close()
     finally:
         await runner.cleanup()
+
+
+def test_http_tool_keeps_one_deadline_across_retries(make_server: object) -> None:
+    attempts: list[str] = []
+
+    class SlowBusy(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            attempts.append(self.path)
+            time.sleep(0.6)
+            self.send_response(503)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), SlowBusy)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{upstream.server_address[1]}/api"
+        tool = {"name": "api", "type": "http", "url": url, "timeoutSeconds": 1, "retryDelaySeconds": 0.5}
+        server = make_server(tools=[tool])
+        result = server.post("/v1/execute", {"tool": "api", "input": {"q": 1}}).json()
+    finally:
+        upstream.shutdown()
+    # 0.6 s answer + 0.5 s pause would pass the 1 s deadline: no retry (4 attempts before the fix)
+    assert result["status"] == "timeout", result
+    assert "no time left for a retry within 1.0s" in result["message"]
+    assert attempts == ["/api"]

@@ -1,16 +1,10 @@
-"""Small pure pieces of the runtime: REST paths, CLI namespaces, the jobs-by-phase gauge."""
+"""The operator's Kubernetes client (toolrl_operator.apply): REST paths, a timeout on every call,
+clear errors, no retries of its own."""
 
 from __future__ import annotations
 
-import datetime as dt
-
 import pytest
-from prometheus_client import REGISTRY
-from toolrl_operator.__main__ import namespaces, parse_args
 from toolrl_operator.apply import resource_path
-from toolrl_operator.events import MAX_MESSAGE, event_manifest
-from toolrl_operator.handlers import plain
-from toolrl_operator.metrics import PhaseBook
 
 
 def test_resource_paths_for_core_and_group_kinds() -> None:
@@ -22,60 +16,6 @@ def test_resource_paths_for_core_and_group_kinds() -> None:
     )
     with pytest.raises(ValueError, match="unknown kind 'Secret'"):
         resource_path("v1", "Secret", "rl", "x")
-
-
-def test_namespaces_from_repeated_and_comma_separated_flags() -> None:
-    args = parse_args(["--namespace", "a,b", "--namespace", " c ", "--metrics-port", "9000"])
-    assert namespaces(args.namespace) == ["a", "b", "c"]
-    assert (args.metrics_port, args.liveness_port) == (9000, 8080)
-    assert namespaces(parse_args([]).namespace) == []
-
-
-def _gauge(namespace: str, phase: str) -> float | None:
-    return REGISTRY.get_sample_value("toolrl_operator_jobs", {"namespace": namespace, "phase": phase})
-
-
-def test_phase_book_counts_jobs_not_transitions() -> None:
-    book = PhaseBook()
-    book.record("unit-ns", "a", "Running")
-    book.record("unit-ns", "a", "Running")
-    book.record("unit-ns", "b", "Running")
-    assert _gauge("unit-ns", "Running") == 2
-    book.record("unit-ns", "a", "Failed")
-    assert (_gauge("unit-ns", "Running"), _gauge("unit-ns", "Failed")) == (1, 1)
-    book.record("unit-ns", "a", None)
-    book.record("unit-ns", "b", None)
-    assert (_gauge("unit-ns", "Running"), _gauge("unit-ns", "Failed")) == (0, 0)
-
-
-def test_plain_copies_nested_views() -> None:
-    source = {"a": [{"b": 1}], "c": (2, 3)}
-    copied = plain(source)
-    assert copied == {"a": [{"b": 1}], "c": [2, 3]}
-    copied["a"][0]["b"] = 9
-    assert source["a"][0]["b"] == 1
-
-
-def test_event_manifest_refers_to_the_job_and_cuts_long_messages() -> None:
-    job = {
-        "apiVersion": "toolrl.dev/v1alpha1",
-        "kind": "ToolRLJob",
-        "metadata": {"name": "j", "namespace": "rl", "uid": "u1", "generation": 2},
-    }
-    now = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
-    event = event_manifest(job, "Warning", "AutoscalerHolding", "x" * 2000, now)
-    assert event["involvedObject"] == {
-        "apiVersion": "toolrl.dev/v1alpha1", "kind": "ToolRLJob", "name": "j", "namespace": "rl", "uid": "u1"
-    }
-    assert event["metadata"] == {"generateName": "j.", "namespace": "rl"}
-    assert (event["type"], event["reason"], event["source"]) == (
-        "Warning", "AutoscalerHolding", {"component": "toolrl-operator"}
-    )
-    assert len(event["message"]) <= MAX_MESSAGE and "..." in event["message"]
-    assert event["lastTimestamp"] == "2026-01-02T03:04:05+00:00"
-    with pytest.raises(ValueError, match="use Normal or Warning"):
-        event_manifest(job, "Info", "R", "m", now)
-    assert resource_path("v1", "Event", "rl") == "/api/v1/namespaces/rl/events"
 
 
 class _Response:
