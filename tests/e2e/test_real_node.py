@@ -3,8 +3,9 @@ beside kwok's fake GPU nodes, the API and cluster DNS reachable from pods, `kube
 the operator's hardened tool pool under Pod Security `restricted` (Landlock and seccomp active,
 hostile code contained), the egress guard, and a host put back as it was by `down`.
 
-One real node runs per machine, so the tests share one cluster (module scope) and run in file
-order; the last one stops it and compares the host with what it was before `up`.
+One real node runs per machine, so the tests share one cluster (module scope), in any order; the
+fixture's teardown stops it and fails the module's last test if a packet left the machine or the
+host differs from what it was before `up`.
 """
 
 from __future__ import annotations
@@ -95,6 +96,25 @@ def real(tmp_path_factory: pytest.TempPathFactory, images: dict[str, Image]) -> 
         for image in images.values():
             cluster.node.import_image(image.archive, image.ref)
         yield cluster
+        # every packet from or to 198.18.0.0/15 that tried another interface than the bridge or
+        # loopback was dropped and counted by the guard, over all of the module's tests
+        drops = cluster.node.guard_drops()
+    problems = [f"the egress guard dropped {drops} packet(s) leaving the machine"] if drops else []
+    problems += host_differences(cluster.before, machine_state())  # type: ignore[attr-defined]
+    assert not problems, "the real node did not leave the host as it was:\n" + "\n".join(problems)
+
+
+def host_differences(before: dict, after: dict) -> list[str]:
+    """What `down` left changed on the host, per kind of state (gone and new entries)."""
+    differences = []
+    for key in before:
+        if after[key] != before[key]:
+            change = {
+                "gone": sorted(set(map(str, before[key])) - set(map(str, after[key]))),
+                "new": sorted(set(map(str, after[key])) - set(map(str, before[key]))),
+            }
+            differences.append(f"{key} differs after down: " + json.dumps(change, indent=1))
+    return differences
 
 
 def pod(name: str, image: Image, command: list[str], **spec: object) -> dict:
@@ -227,8 +247,7 @@ def pool(real: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             print(real.kubectl("describe", "pods", "-n", ns).stdout[-4000:])
             raise
         yield {"namespace": ns, "pod": found, "url": f"http://{found['status']['podIP']}:8080"}
-        if real.is_running():  # the last test stops the cluster
-            delete_jobs(real, ns)
+        delete_jobs(real, ns)
 
 
 def _http(url: str, body: dict | None = None, timeout: float = 60) -> tuple[int, dict]:
@@ -371,23 +390,3 @@ def test_the_node_pulls_nothing_from_anywhere(real: LocalCluster, images: dict[s
         assert "127.0.0.1:9" in message, f"{ref}: the pull did not go to the closed port: {message}"
         assert "lookup" not in message and "no such host" not in message, f"{ref} resolved a name: {message}"
     real.kubectl("delete", "namespace", ns, "--wait=false")
-
-
-def test_nothing_left_the_machine(real: LocalCluster) -> None:
-    """Every packet from or to 198.18.0.0/15 that tried another interface than the bridge or
-    loopback was dropped and counted by the guard: there were none."""
-    assert real.node.guard_drops() == 0
-
-
-def test_down_puts_the_host_back(real: LocalCluster) -> None:
-    real.down()
-    after = machine_state()
-    before = real.before  # type: ignore[attr-defined]
-    for key in before:
-        assert after[key] == before[key], f"{key} differs after down: " + json.dumps(
-            {
-                "gone": sorted(set(map(str, before[key])) - set(map(str, after[key]))),
-                "new": sorted(set(map(str, after[key])) - set(map(str, before[key]))),
-            },
-            indent=1,
-        )
