@@ -5,7 +5,7 @@ LOCALCLUSTER := $(PY) -m harness.localcluster
 # `make bench BENCH="tool_sandbox operator"` runs only those (directories of bench/)
 BENCH ?=
 
-.PHONY: setup cluster-up cluster-down images demo test test-unit test-e2e bench lint chart-generate chart-check
+.PHONY: setup cluster-up cluster-down images demo test test-fast test-process test-unit test-e2e bench lint chart-generate chart-check
 
 setup:
 	@scripts/setup.sh
@@ -23,8 +23,17 @@ images: setup
 demo: setup
 	$(PY) scripts/demo.py
 
+# all three tiers (tests/conftest.py marks each test): pure, process and cluster
 test: setup lint
 	$(PY) -m pytest tests
+
+# the edit loop: the pure tier only (in-process, no servers, no verl)
+test-fast: setup
+	$(PY) -m pytest -m pure tests
+
+# real sandbox servers, worker pools and the trainer stack, no cluster
+test-process: setup
+	$(PY) -m pytest -m process tests
 
 test-unit: setup
 	$(PY) -m pytest tests/unit

@@ -1,6 +1,6 @@
 """Regenerate the chart's derived files, or with --check fail if the committed ones are stale.
 
-    python -m chartgen            # run from charts/ (or PYTHONPATH=charts)
+    python -m chartgen            # chartgen is installed editable (charts/pyproject.toml)
     python -m chartgen --check
 """
 

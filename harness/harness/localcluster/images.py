@@ -13,7 +13,7 @@ here with mmdebstrap (no container registry is reachable), keyed by their inputs
   (`toolrl-<name>:<appVersion>`), which `RealNode.import_image` loads into the node's containerd:
   kubelet then finds it and pulls nothing.
 
-`python -m localcluster images [NAME...]` builds them (make images).
+`python -m harness.localcluster images [NAME...]` builds them (make images).
 """
 
 from __future__ import annotations

@@ -281,7 +281,8 @@ class RealNode:
                 raise NodeError(
                     f"another local cluster's real node holds this machine (cluster at {owner}); "
                     "one real node runs per machine (it owns the host's iptables chains and bridge). "
-                    f"Stop it first: `make cluster-down` or `python -m localcluster down --root {owner}`."
+                    "Stop it first: `make cluster-down` or "
+                    f"`python -m harness.localcluster down --root {owner}`."
                 )
             time.sleep(2)
 
