@@ -38,7 +38,9 @@ GPU_EXAMPLE = REPO / "examples" / "toolrljob.yaml"
 IMAGES = ("operator", "tool-sandbox", "trainer")
 OPERATOR_NAMESPACE = "toolrl-system"
 RELEASE = "toolrl"
-HELM_WAIT = "300s"  # helm install --wait: the operator pod Ready on a loaded machine
+HELM_WAIT = (
+    "600s"  # helm install --wait: the operator pod Ready on a loaded machine (300 s ran out at load 15)
+)
 HELM_TIMEOUT = 360.0  # the helm process itself, beyond its own --wait
 # what examples/toolrljob-cpu.yaml mounts at /data (spec.data.volume)
 DATA_CLAIM = "toy-data"
@@ -286,18 +288,23 @@ def training_cluster(
     values = workdir / "values.yaml"
     values.write_text(yaml.safe_dump(chart_values(namespace, f"http://{BRIDGE_IP}:{port}")))
     log(f"helm install {RELEASE} charts/toolrl-operator -n {OPERATOR_NAMESPACE} -f {values}")
-    tc.helm(
-        "install",
-        RELEASE,
-        str(CHART),
-        "-n",
-        OPERATOR_NAMESPACE,
-        "-f",
-        str(values),
-        "--wait",
-        "--timeout",
-        HELM_WAIT,
-    )
+    try:
+        tc.helm(
+            "install",
+            RELEASE,
+            str(CHART),
+            "-n",
+            OPERATOR_NAMESPACE,
+            "-f",
+            str(values),
+            "--wait",
+            "--timeout",
+            HELM_WAIT,
+        )
+    except Exception:  # what kept the operator from turning Ready: its pod, the node, the Events
+        for args in (("get", "pods", "-A", "-o", "wide"), ("describe", "pods", "-n", OPERATOR_NAMESPACE)):
+            log(tc.kubectl(*args, check=False).stdout[-4000:])
+        raise
     try:
         tc.prometheus = start_prometheus(tc, port)
         try:
