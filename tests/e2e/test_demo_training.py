@@ -296,10 +296,7 @@ def faulted(tc: TrainingCluster) -> FaultedRun:
         assert _delete_pods(tc, tc.namespace, f"{job_pods},ray.io/node-type=worker"), "no worker to delete"
         assert _delete_pods(tc, tc.namespace, f"{job_pods},app.kubernetes.io/component=tool-pool")
         assert _delete_pods(tc, OPERATOR_NAMESPACE, "app.kubernetes.io/name=toolrl-operator")
-        for component in ("kubelet", "containerd"):
-            tc.cluster.stop_component(component, grace=10.0)
-        for component in ("containerd", "kubelet"):  # kubelet's start waits for the node to be Ready
-            tc.cluster.start_component(component, timeout=300)
+        tc.cluster.restart_node_runtime()
         wait_until(
             lambda: tc.job(name).get("status", {}).get("phase") in ("Succeeded", "Failed"),
             TRAINING_TIMEOUT,
@@ -335,7 +332,10 @@ def test_lost_ray_pods_pool_operator_and_node_runtime_cost_at_most_a_checkpoint_
     redone = faulted.step_at_fault - first + 1
     assert redone <= SAVE_FREQ, f"{redone} steps redone, more than the checkpoint interval {SAVE_FREQ}"
     steps = [s.step for _, s in faulted.run.samples if s.step is not None]
-    assert min(steps[steps.index(faulted.step_at_fault) :]) >= first - 1, f"progress reset: {steps}"
+    # shown progress never falls below where the run stood (the old trainer may have saved one more
+    # checkpoint between the faults and its end: then the new one resumes past the faulted step)
+    floor = min(faulted.step_at_fault, first - 1)
+    assert min(steps[steps.index(faulted.step_at_fault) :]) >= floor, f"progress reset: {steps}"
     shown = [step for step, _ in itertools.groupby(steps)]
     seen = faulted.seconds_until(lambda s: s.reason == "TrainerRestarted")
     resumed = faulted.seconds_until(lambda s: (s.step or 0) > faulted.step_at_fault)

@@ -270,6 +270,24 @@ class LocalCluster:
             pass
         self._save_state()
 
+    def restart_node_runtime(self, timeout: float = 300.0) -> None:
+        """Restart the real node's kubelet and containerd processes, as after a node agent's crash or
+        upgrade (the containers live on in their shims). A kubelet started before containerd's CRI
+        has initialized exits ("server is not initialized yet"); like a service manager's restart
+        policy, it is started again until it stays."""
+        for name in ("kubelet", "containerd"):
+            self.stop_component(name, grace=10.0)
+        self.start_component("containerd", timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.start_component("kubelet", timeout)
+                return
+            except ClusterError as exc:
+                if "exited" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+
     # ----- clients ---------------------------------------------------------------------
 
     def kubectl(
