@@ -378,6 +378,11 @@ def build_app(service: Service) -> web.Application:
             }
         )
 
+    @routes.get("/v1/tools")
+    async def list_tools(request: web.Request) -> web.Response:
+        """Every tool of this pool: name, type, description and the JSON schema of its input."""
+        return _json({"tools": [tool.schema() for tool in service.tools.values()]})
+
     @routes.get("/healthz")
     async def healthz(request: web.Request) -> web.Response:
         """Liveness: runs no code and takes no execution slot (a burst of probes costs each
