@@ -1,8 +1,12 @@
-"""The pool as a gateway: its tools' schemas (GET /v1/tools), served from the tool registry."""
+"""The pool as a gateway: its tools' schemas (GET /v1/tools) from the tool registry, MCP at /mcp
+with the official SDK client, and the metrics of every protocol."""
 
 from __future__ import annotations
 
+import pytest
 import requests
+from mcp import Client
+from mcp.shared.exceptions import MCPError
 from sandbox_process import SandboxProcess
 from tool_sandbox.tools import TOOL_TYPES
 
@@ -17,3 +21,100 @@ def test_tools_route_lists_every_tool_with_its_input_schema(server: SandboxProce
     assert tools["search"]["inputSchema"]["properties"]["topK"]["maximum"] == 100
     assert all(tool["description"] for tool in tools.values())
     assert tools["python"]["inputSchema"] == TOOL_TYPES["python"].input_schema
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_mcp_sdk_client_lists_and_calls_the_tools(server: SandboxProcess, mode: str) -> None:
+    """The official MCP SDK client over streamable HTTP: `auto` first probes server/discover (a
+    newer protocol era) and falls back to initialize; `legacy` goes straight to initialize."""
+    async with Client(server.url + "/mcp", mode=mode) as client:
+        listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert list(listed) == ["python", "search"]
+        assert listed["python"].input_schema == TOOL_TYPES["python"].input_schema
+        assert listed["search"].description
+
+        ran = await client.call_tool("python", {"code": "print(6 * 7)"})
+        assert not ran.is_error, ran
+        assert ran.content[0].text == "42\n"
+        assert ran.structured_content["status"] == "ok" and ran.structured_content["fault"] is None
+
+        found = await client.call_tool("search", {"query": "capital of France", "topK": 1})
+        assert not found.is_error and "Paris" in found.content[0].text
+
+        failed = await client.call_tool("python", {"code": "1 / 0"})
+        assert failed.is_error
+        assert "ZeroDivisionError" in failed.content[0].text
+        assert failed.structured_content["fault"] == "code"
+        assert failed.meta == {"dev.toolrl/fault": "code"}
+
+        bad_arguments = await client.call_tool("search", {"topK": 3})
+        assert bad_arguments.is_error and bad_arguments.structured_content["fault"] == "code"
+        assert "input of a search tool must be a query string" in bad_arguments.content[0].text
+
+        with pytest.raises(MCPError, match="unknown tool 'ruby'; this pool serves python, search"):
+            await client.call_tool("ruby", {"code": "puts 1"})
+
+
+def test_mcp_timeouts_are_the_codes_fault_and_bad_requests_get_json_rpc_errors(
+    server: SandboxProcess,
+) -> None:
+    def rpc(body: object, **headers: str) -> requests.Response:
+        return requests.post(server.url + "/mcp", json=body, headers=headers, timeout=60)
+
+    call = {"name": "python", "arguments": {"code": "while True: pass"}}
+    answer = rpc({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call}).json()["result"]
+    assert answer["isError"] and answer["structuredContent"]["status"] == "timeout"
+    assert answer["_meta"] == {"dev.toolrl/fault": "code"}
+
+    for body, status, code, message in [
+        ([{"jsonrpc": "2.0", "id": 1, "method": "ping"}], 400, -32600, "batches are not supported"),
+        ({"id": 1, "method": "ping"}, 400, -32600, "send a JSON-RPC 2.0 message"),
+        ({"jsonrpc": "2.0", "id": 2, "method": "resources/list"}, 200, -32601, "method 'resources/list'"),
+        (
+            {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": []},
+            200,
+            -32602,
+            "params must be an object",
+        ),
+        (
+            {
+                "jsonrpc": "2.0",
+                "id": 4,
+                "method": "tools/call",
+                "params": {"name": "python", "arguments": "x"},
+            },
+            200,
+            -32602,
+            "arguments must be an object, got str",
+        ),
+    ]:
+        reply = rpc(body)
+        assert reply.status_code == status, reply.text
+        assert reply.json()["error"]["code"] == code and message in reply.json()["error"]["message"], (
+            reply.text
+        )
+    not_json = requests.post(server.url + "/mcp", data=b"{oops", timeout=10)
+    assert not_json.status_code == 400 and not_json.json()["error"]["code"] == -32700
+    old = rpc({"jsonrpc": "2.0", "id": 5, "method": "ping"}, **{"MCP-Protocol-Version": "1999-01-01"})
+    assert old.status_code == 400 and "is not one of 2025-03-26" in old.json()["error"]["message"]
+    assert rpc({"jsonrpc": "2.0", "method": "notifications/initialized"}).status_code == 202
+    assert requests.get(server.url + "/mcp", timeout=10).status_code == 405
+
+
+def test_metrics_count_calls_by_protocol(server: SandboxProcess) -> None:
+    server.execute("print(1)")
+    server.post("/run_code", {"code": "print(1)", "language": "python"})
+    server.post("/get_observation", {"trajectory_ids": ["m"], "actions": ["<python>print(1)</python>"]})
+    server.post("/get_observation", {"trajectory_ids": ["m"], "actions": [""], "finish": [True]})
+    rpc = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "python", "arguments": {"code": "1"}},
+    }
+    server.post("/mcp", rpc)
+    text = requests.get(server.url + "/metrics", timeout=10).text
+    for protocol in ("native", "sandboxfusion", "verltool", "mcp"):
+        assert f'toolrl_tool_calls_total{{outcome="ok",protocol="{protocol}",tool="python"}}' in text, (
+            protocol
+        )

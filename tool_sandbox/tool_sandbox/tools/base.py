@@ -42,6 +42,15 @@ class ToolResult:
         body["fault"] = self.whose_fault()
         return body
 
+    def observation(self) -> str:
+        """What a model reads back: output, then errors, then why the call ended early."""
+        parts = [self.output]
+        if self.stderr:
+            parts.append(self.stderr)
+        if self.status in (outcome.TIMEOUT, outcome.KILLED, outcome.REJECTED) or self.sandboxError:
+            parts.append(f"[{self.status}: {self.message}]")
+        return "\n".join(p for p in parts if p)
+
     def whose_fault(self) -> str | None:
         return self.fault if self.fault is not None else outcome.fault(self.status, self.sandboxError)
 
