@@ -6,6 +6,7 @@ naming itself in `protocol` so the metrics count calls per tool and per protocol
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -20,6 +21,7 @@ from tool_sandbox.sessions import API, Sessions
 from tool_sandbox.tools import Tool, ToolResult, build_tools, needs_pool
 from tool_sandbox.tools.python import PythonTool
 
+SERVER_NAME = "toolrl-tool-pool"  # how the pool names itself to protocols that ask (MCP, OpenEnv)
 NATIVE = "native"  # the pool's own API (/v1/execute): the protocol of a call that names none
 MAX_SESSION_WAITING = 64  # calls of one session queued behind its running cell; more get 429
 # Finished VerlTool trajectories remembered (never reopened), oldest forgotten first; each by a
@@ -198,3 +200,10 @@ class Service:
         self.finished.move_to_end(session_id)
         while len(self.finished) > FINISHED_TRAJECTORIES_KEPT:
             self.finished.popitem(last=False)
+
+
+def server_version() -> str:
+    try:
+        return importlib.metadata.version("toolrl-tool-sandbox")
+    except importlib.metadata.PackageNotFoundError:
+        return "0"

@@ -1,12 +1,15 @@
 """The pool as a gateway: its tools' schemas (GET /v1/tools) from the tool registry, MCP at /mcp
-with the official SDK client, and the metrics of every protocol."""
+with the official SDK client, OpenEnv with the openenv client, and the metrics of every protocol."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 import requests
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from openenv.core import GenericEnvClient
 from sandbox_process import SandboxProcess
 from tool_sandbox.tools import TOOL_TYPES
 
@@ -113,8 +116,77 @@ def test_metrics_count_calls_by_protocol(server: SandboxProcess) -> None:
         "params": {"name": "python", "arguments": {"code": "1"}},
     }
     server.post("/mcp", rpc)
+    server.post("/step", {"action": {"code": "1"}})
     text = requests.get(server.url + "/metrics", timeout=10).text
-    for protocol in ("native", "sandboxfusion", "verltool", "mcp"):
+    for protocol in ("native", "sandboxfusion", "verltool", "mcp", "openenv"):
         assert f'toolrl_tool_calls_total{{outcome="ok",protocol="{protocol}",tool="python"}}' in text, (
             protocol
         )
+
+
+def _live_sessions(server: SandboxProcess) -> float:
+    text = requests.get(server.url + "/metrics", timeout=10).text
+    return float(
+        next(line for line in text.splitlines() if line.startswith("toolrl_sandbox_sessions ")).split()[1]
+    )
+
+
+async def test_openenv_client_runs_episodes_with_state_kept_across_steps(server: SandboxProcess) -> None:
+    """OpenEnv's own client (WebSocket at /ws): an episode's Python state lives across its steps,
+    a reset starts clean, two episodes at once are apart, and the session goes with the client."""
+    async with GenericEnvClient(base_url=server.url) as env, GenericEnvClient(base_url=server.url) as other:
+        first = await env.reset(episode_id="e1")
+        assert first.observation["status"] == "ready" and not first.done and first.reward is None
+        await other.reset()
+        assert (await env.step({"code": "x = 20\nprint('set')"})).observation["stdout"] == "set\n"
+        await other.step({"code": "x = 1"})
+        step = await env.step({"code": "print(x + 22)"})
+        assert step.observation["stdout"] == "42\n" and step.observation["fault"] is None and not step.done
+
+        failed = await env.step({"code": "1 / 0"})
+        assert failed.observation["status"] == "error" and failed.observation["fault"] == "code"
+        assert "ZeroDivisionError" in failed.observation["stderr"]
+        found = await env.step({"tool": "search", "arguments": {"query": "capital of France", "topK": 1}})
+        assert "Paris" in found.observation["output"] and found.observation["tool"] == "search"
+        bad = await env.step({"tool": "search", "arguments": {"topK": 1}})
+        assert bad.observation["fault"] == "code" and "query" in bad.observation["message"]
+        assert await env.state() == {"episode_id": "e1", "step_count": 5, "tools": ["python", "search"]}
+
+        with pytest.raises(RuntimeError, match=r"neither code nor tool.*\(code: VALIDATION_ERROR\)"):
+            await env.step({"cmd": "ls"})
+        with pytest.raises(RuntimeError, match="unknown tool 'ruby'"):
+            await env.step({"tool": "ruby"})
+
+        await env.reset()
+        fresh = await env.step({"code": "print(x)"})
+        assert "NameError" in fresh.observation["stderr"] and (await env.state())["step_count"] == 1
+        ended = await env.step({"code": "import os\nos._exit(3)"})
+        assert ended.done, ended
+        with pytest.raises(RuntimeError, match=r"has ended; reset.*SESSION_ERROR"):
+            await env.step({"code": "print(1)"})
+        assert (await other.step({"code": "print(x)"})).observation["stdout"] == "1\n"
+
+    for _ in range(100):  # the server closes a session when its client goes
+        if _live_sessions(server) == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert _live_sessions(server) == 0, "the episodes' sessions outlived their clients"
+
+
+def test_openenv_http_routes(server: SandboxProcess) -> None:
+    assert requests.get(server.url + "/health", timeout=10).json() == {"status": "healthy"}
+    schema = requests.get(server.url + "/schema", timeout=10).json()
+    assert set(schema) == {"action", "observation", "state"}
+    assert schema["action"]["oneOf"][1]["properties"]["tool"]["enum"] == ["python", "search"]
+    reset = requests.post(server.url + "/reset", json={}, timeout=10).json()
+    assert reset["observation"]["status"] == "ready" and reset["done"] is False
+    step = server.post("/step", {"action": {"code": "print(2 + 2)"}}).json()
+    assert step["observation"]["stdout"] == "4\n" and step["reward"] is None and step["done"] is False
+    assert requests.get(server.url + "/state", timeout=10).json()["step_count"] == 0
+    for body, message in [
+        ({}, 'the body is {"action": {...}}'),
+        ({"action": {"code": 5}}, "code and stdin must be strings"),
+        ({"action": {"code": "1"}, "timeout_s": -1}, "timeout_s must be a positive number"),
+    ]:
+        answer = server.post("/step", body)
+        assert answer.status_code == 422 and message in answer.json()["error"], answer.text

@@ -16,7 +16,7 @@ from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from tool_sandbox.admission import Rejected
-from tool_sandbox.api import mcp, native, sandboxfusion, verltool
+from tool_sandbox.api import mcp, native, openenv, sandboxfusion, verltool
 from tool_sandbox.api.requests import RequestError, shown
 from tool_sandbox.api.web import SETTINGS, json_response
 from tool_sandbox.config import ServerSettings, ToolConfig
@@ -29,7 +29,7 @@ from tool_sandbox.tools import ToolInputError, ToolResult
 log = logging.getLogger(__name__)
 SHUTDOWN_SECONDS = 5.0  # after the drain, for handlers to write their answers before connections close
 # The protocols the pool speaks: each a module with `routes(service)`; a new one is a module here.
-PROTOCOLS = (native, sandboxfusion, verltool, mcp)
+PROTOCOLS = (native, sandboxfusion, verltool, mcp, openenv)
 
 
 def _rejected(exc: Rejected) -> web.Response:

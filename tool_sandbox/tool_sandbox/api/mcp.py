@@ -14,7 +14,6 @@ correct them); an unknown tool or a malformed request is a JSON-RPC error."""
 
 from __future__ import annotations
 
-import importlib.metadata
 from typing import Any
 
 from aiohttp import web
@@ -23,7 +22,7 @@ from tool_sandbox.admission import Rejected
 from tool_sandbox.api.requests import RequestError, json_kind, shown
 from tool_sandbox.api.web import json_response, read_json
 from tool_sandbox.sandbox import outcome
-from tool_sandbox.service import Service
+from tool_sandbox.service import SERVER_NAME, Service, server_version
 from tool_sandbox.tools.base import ToolInputError, ToolResult
 
 PROTOCOL = "mcp"
@@ -45,14 +44,7 @@ class RpcError(Exception):
         self.code = code
 
 
-def _server_version() -> str:
-    try:
-        return importlib.metadata.version("toolrl-tool-sandbox")
-    except importlib.metadata.PackageNotFoundError:
-        return "0"
-
-
-SERVER_INFO = {"name": "toolrl-tool-pool", "version": _server_version()}
+SERVER_INFO = {"name": SERVER_NAME, "version": server_version()}
 
 
 def _error(request_id: Any, code: int, message: str, status: int = 200) -> web.Response:
