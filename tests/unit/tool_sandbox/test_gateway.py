@@ -4,6 +4,7 @@ with the official SDK client, OpenEnv with the openenv client, and the metrics o
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 import requests
@@ -190,3 +191,27 @@ def test_openenv_http_routes(server: SandboxProcess) -> None:
     ]:
         answer = server.post("/step", body)
         assert answer.status_code == 422 and message in answer.json()["error"], answer.text
+
+
+async def test_a_full_pool_is_the_infrastructures_fault_in_mcp_and_openenv(make_server: Any) -> None:
+    """A call the pool refuses (at capacity) is a failed result with fault infra, never the code's;
+    OpenEnv sessions beyond the session cap are refused at connect."""
+    tiny = make_server("--capacity", "1", "--queue-size", "1", "--workers", "1", "--max-sessions", "1")
+    slow = {"name": "python", "arguments": {"code": "import time\ntime.sleep(2)"}}
+
+    async with Client(tiny.url + "/mcp", mode="legacy") as client:
+        results = await asyncio.gather(*(client.call_tool(**slow) for _ in range(4)))
+    refused = [r for r in results if r.is_error]
+    assert refused and len(refused) < 4, results
+    for result in refused:
+        assert (
+            result.structured_content["status"] == "rejected"
+            and result.structured_content["fault"] == "infra"
+        )
+        assert result.meta["dev.toolrl/fault"] == "infra" and result.meta["dev.toolrl/retryAfterSeconds"] >= 1
+
+    async with GenericEnvClient(base_url=tiny.url) as env:
+        await env.reset()
+        assert (await env.step({"code": "print(1)"})).observation["stdout"] == "1\n"
+        with pytest.raises(ConnectionError, match="429"):
+            await GenericEnvClient(base_url=tiny.url).connect()

@@ -102,7 +102,8 @@ def routes(service: Service) -> web.RouteTableDef:
         return {"tools": tools}
 
     async def call_tool(params: dict[str, Any]) -> dict[str, Any]:
-        name, arguments = params.get("name"), params.get("arguments", {})
+        name, arguments = params.get("name"), params.get("arguments")
+        arguments = {} if arguments is None else arguments
         if not isinstance(name, str) or name not in service.tools:
             served = ", ".join(service.tools)
             raise RpcError(INVALID_PARAMS, f"unknown tool {shown(name)}; this pool serves {served}")

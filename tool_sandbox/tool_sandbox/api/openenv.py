@@ -259,11 +259,21 @@ async def _answer(episode: Episode, raw: str) -> str | None:
 def routes(service: Service) -> web.RouteTableDef:
     routes = web.RouteTableDef()
 
+    sockets = 0  # open environment sessions: each may hold a sandbox session, so as many as those
+
     @routes.get("/ws")
-    async def websocket(request: web.Request) -> web.WebSocketResponse:
+    async def websocket(request: web.Request) -> web.StreamResponse:
+        nonlocal sockets
+        if sockets >= service.settings.max_sessions:
+            limit = service.settings.max_sessions
+            answer = {
+                "error": f"{limit} OpenEnv sessions are open (one per sandbox session); close one or retry"
+            }
+            return json_response(answer, 429, {"Retry-After": "5"})
         socket = web.WebSocketResponse(max_msg_size=service.settings.max_body_bytes)
         await socket.prepare(request)
         episode = Episode(service)
+        sockets += 1
         try:
             async for message in socket:
                 if message.type == WSMsgType.BINARY:
@@ -276,6 +286,7 @@ def routes(service: Service) -> web.RouteTableDef:
                     break
                 await socket.send_str(answer)
         finally:
+            sockets -= 1
             await asyncio.shield(episode.close())
             await socket.close()
         return socket
