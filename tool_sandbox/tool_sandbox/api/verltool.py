@@ -124,16 +124,6 @@ def _python_fences(text: str) -> list[str]:
     return found
 
 
-def observation(result: ToolResult) -> str:
-    """What the model reads back: output, then errors, then why the call ended early."""
-    parts = [result.output]
-    if result.stderr:
-        parts.append(result.stderr)
-    if result.status in (outcome.TIMEOUT, outcome.KILLED, outcome.REJECTED) or result.sandboxError:
-        parts.append(f"[{result.status}: {result.message}]")
-    return "\n".join(p for p in parts if p)
-
-
 def routes(service: Service) -> web.RouteTableDef:
     routes = web.RouteTableDef()
 
@@ -191,7 +181,7 @@ async def _observe(service: Service, step: Step, caller: str) -> tuple[str, bool
             service.refuse_when_draining()
             opened = await service.sessions.ensure(tool, session_id, VERLTOOL)
             if isinstance(opened, ToolResult):
-                return observation(opened), False, False, opened.whose_fault()
+                return opened.observation(), False, False, opened.whose_fault()
             payload = {"code": text, "stdin": step.stdin}
             result = await service.execute(
                 ExecuteRequest(tool.name, payload, None, session_id), VERLTOOL, PROTOCOL
@@ -202,4 +192,4 @@ async def _observe(service: Service, step: Step, caller: str) -> tuple[str, bool
         return f"[{outcome.REJECTED}: {exc}]", False, False, outcome.FAULT_INFRA
     except ToolInputError as exc:
         return f"[{outcome.ERROR}: {exc}]", False, False, outcome.FAULT_CODE
-    return observation(result), False, True, result.whose_fault()
+    return result.observation(), False, True, result.whose_fault()
