@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import aiohttp
 import pytest
 import requests
 from mcp import Client
@@ -215,3 +216,25 @@ async def test_a_full_pool_is_the_infrastructures_fault_in_mcp_and_openenv(make_
         assert (await env.step({"code": "print(1)"})).observation["stdout"] == "1\n"
         with pytest.raises(ConnectionError, match="429"):
             await GenericEnvClient(base_url=tiny.url).connect()
+
+
+async def test_openenv_websocket_answers_bad_messages_with_error_codes(server: SandboxProcess) -> None:
+    async with aiohttp.ClientSession() as http, http.ws_connect(server.url + "/ws") as socket:
+        for raw, code, message in [
+            ("{oops", "INVALID_JSON", "request body is not valid JSON"),
+            ("[" * 100_000 + "]" * 100_000, "INVALID_JSON", "nests JSON too deeply"),
+            ("[1]", "INVALID_JSON", "a message is a JSON object, got list"),
+            ('{"type": "dance"}', "UNKNOWN_TYPE", "send reset, step, state or close"),
+            ('{"type": "step", "data": {"code": 1}}', "VALIDATION_ERROR", "code and stdin must be strings"),
+            (
+                '{"type": "reset", "data": {"episode_id": 7}}',
+                "VALIDATION_ERROR",
+                "episode_id must be a string",
+            ),
+        ]:
+            await socket.send_str(raw)
+            answer = await socket.receive_json(timeout=30)
+            assert answer["type"] == "error" and answer["data"]["code"] == code, (raw[:20], answer)
+            assert message in answer["data"]["message"], answer
+        await socket.send_str('{"type": "state"}')  # the connection survived every bad message
+        assert (await socket.receive_json(timeout=30))["data"]["step_count"] == 0

@@ -26,7 +26,15 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from tool_sandbox.admission import Rejected
-from tool_sandbox.api.requests import ExecuteRequest, RequestError, finite, json_kind, require_object, shown
+from tool_sandbox.api.requests import (
+    ExecuteRequest,
+    RequestError,
+    finite,
+    json_kind,
+    parse_json,
+    require_object,
+    shown,
+)
 from tool_sandbox.api.web import json_response, read_json
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.service import SERVER_NAME, Service, server_version
@@ -232,9 +240,9 @@ def _error(code: str, message: str) -> str:
 async def _answer(episode: Episode, raw: str) -> str | None:
     """The answer to one WebSocket message (None after `close`)."""
     try:
-        message = json.loads(raw)
-    except ValueError as exc:
-        return _error("INVALID_JSON", f'the message is not JSON ({exc}); send {{"type": ..., "data": ...}}')
+        message = parse_json(raw.encode())
+    except RequestError as exc:
+        return _error("INVALID_JSON", f'{exc}; send {{"type": ..., "data": ...}}')
     if not isinstance(message, dict):
         return _error("INVALID_JSON", f"a message is a JSON object, got {json_kind(message)}")
     kind, data = message.get("type"), message.get("data", {})
