@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
 from tool_sandbox.config import ServerSettings
+from tool_sandbox.tools import TOOL_TYPES
 from toolrl_operator import naming
 
-from trainer_entry import run, translate
+from trainer_entry import run, spec, translate
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_paths_the_operator_mounts_are_where_the_trainer_looks() -> None:
@@ -20,3 +24,13 @@ def test_paths_the_operator_mounts_are_where_the_trainer_looks() -> None:
 def test_ports_the_operator_opens_are_the_ones_served() -> None:
     assert naming.TRAINER_METRICS_PORT == run.DEFAULT_METRICS_PORT
     assert ServerSettings().port == naming.TOOL_POOL_PORT
+
+
+def test_tool_types_agree_across_the_pool_the_trainer_and_the_crd() -> None:
+    """The pool's registry is the home of the tool types; the trainer and the CRD restate them."""
+    crd = yaml.safe_load((REPO / "crds" / "toolrl.dev_toolrljobs.yaml").read_text())
+    spec_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert set(spec_schema["properties"]["tools"]["items"]["properties"]["type"]["enum"]) == set(TOOL_TYPES)
+    assert set(spec.TOOL_TYPES) == set(TOOL_TYPES) == set(translate.TOOL_DESCRIPTIONS)
+    for kind in ("python", "search"):  # the argument the trainer's schema asks the model for
+        assert translate.TOOL_DESCRIPTIONS[kind][2] == TOOL_TYPES[kind].input_schema["required"]

@@ -12,7 +12,6 @@ from typing import Any
 
 import yaml
 
-TOOL_TYPES = ("python", "search", "http")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -167,12 +166,12 @@ def _parse_tool(entry: Any, where: str) -> ToolConfig:
     name, kind = values["name"], values["type"]
     if not _NAME.match(name):
         raise ConfigError(f"{where}.name: {name!r} is not an identifier (letters, digits, _)")
+    # the registry of tool types imports this module (their configs): read it when it is needed
+    from tool_sandbox.tools import TOOL_TYPES
+
     if kind not in TOOL_TYPES:
         raise ConfigError(f"{where}.type: {kind!r} is not one of {', '.join(TOOL_TYPES)}")
-    if kind == "search" and not values.get("corpus"):
-        raise ConfigError(f"{where}: a search tool needs corpus (path of a JSONL file)")
-    if kind == "http" and not str(values.get("url", "")).startswith(("http://", "https://")):
-        raise ConfigError(f"{where}: an http tool needs url, an absolute http:// or https:// URL")
+    TOOL_TYPES[kind].check_config(values, where)
     return ToolConfig(**values)
 
 

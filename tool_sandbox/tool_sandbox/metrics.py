@@ -19,13 +19,16 @@ class Metrics:
         r = self.registry
         self.duration = Histogram(
             "toolrl_tool_call_duration_seconds",
-            "Time from receiving a tool call to answering it, by tool and outcome.",
-            ["tool", "outcome"],
+            "Time from receiving a tool call to answering it, by tool, outcome and protocol.",
+            ["tool", "outcome", "protocol"],
             buckets=DURATION_BUCKETS,
             registry=r,
         )
         self.calls = Counter(
-            "toolrl_tool_calls", "Tool calls answered, by tool and outcome.", ["tool", "outcome"], registry=r
+            "toolrl_tool_calls",
+            "Tool calls answered, by tool, outcome and protocol (the API it came in by).",
+            ["tool", "outcome", "protocol"],
+            registry=r,
         )
         self.inflight = Gauge("toolrl_tool_inflight", "Tool calls executing now.", registry=r)
         self.queue_depth = Gauge("toolrl_tool_queue_depth", "Tool calls waiting for capacity.", registry=r)
@@ -48,9 +51,9 @@ class Metrics:
         self.capacity.set(capacity)
         self.sessions.set_function(sessions)
 
-    def observe(self, tool: str, outcome: str, seconds: float, truncated: bool) -> None:
-        self.duration.labels(tool, outcome).observe(seconds)
-        self.calls.labels(tool, outcome).inc()
+    def observe(self, tool: str, outcome: str, seconds: float, truncated: bool, protocol: str) -> None:
+        self.duration.labels(tool, outcome, protocol).observe(seconds)
+        self.calls.labels(tool, outcome, protocol).inc()
         if truncated:
             self.truncated.labels(tool).inc()
 

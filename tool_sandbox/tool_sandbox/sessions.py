@@ -1,9 +1,10 @@
 """Stateful sessions: a sandboxed process per session whose variables survive between calls,
 with a cap on live sessions and an idle time-to-live.
 
-Sessions come in two kinds that never reach each other's routes: the pool's own (`api`, opened by
-POST /v1/sessions, named by an unguessable id) and VerlTool's trajectories (`verltool`, named by
-the caller's address and its trajectory id, which others could guess)."""
+Sessions come in kinds that never reach each other's routes: the pool's own (`api`, opened by
+POST /v1/sessions, named by an unguessable id), VerlTool's trajectories (`verltool`, named by
+the caller's address and its trajectory id, which others could guess) and OpenEnv's episodes
+(`openenv`, one per WebSocket connection, named by an unguessable id)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class SessionExists(Exception):
 
 API = "api"
 VERLTOOL = "verltool"
+OPENENV = "openenv"
 
 
 @dataclass

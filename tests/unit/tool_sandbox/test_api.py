@@ -231,8 +231,8 @@ def test_metrics_follow_the_contract_and_pass_promtool(server: SandboxProcess) -
     server.post("/v1/execute", {"tool": "search", "input": "Paris"})
     text = requests.get(server.url + "/metrics", timeout=5).text
     for name in (
-        'toolrl_tool_call_duration_seconds_bucket{le="0.001",outcome="ok",tool="python"}',
-        'toolrl_tool_calls_total{outcome="ok",tool="search"}',
+        'toolrl_tool_call_duration_seconds_bucket{le="0.001",outcome="ok",protocol="native",tool="python"}',
+        'toolrl_tool_calls_total{outcome="ok",protocol="native",tool="search"}',
         "toolrl_tool_inflight ",
         "toolrl_tool_queue_depth ",
         "toolrl_tool_capacity 32.0",

@@ -91,5 +91,5 @@ def test_verltool_requests_and_actions() -> None:
     assert verltool.extract("```python\nx = 2\nprint(x)\n```") == ("python", "x = 2\nprint(x)")
     assert verltool.extract("<search> capital of France </search>") == ("search", "capital of France")
     assert verltool.extract("The answer is 4.") is None
-    text = verltool.observation(ToolResult(status="timeout", output="partial", message="wall-clock timeout"))
+    text = ToolResult(status="timeout", output="partial", message="wall-clock timeout").observation()
     assert text == "partial\n[timeout: wall-clock timeout]"

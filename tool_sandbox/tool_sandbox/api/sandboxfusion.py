@@ -1,5 +1,5 @@
-"""SandboxFusion's `POST /run_code` dialect (pure translation both ways), so verl recipes that call
-SandboxFusion (`call_sandbox_api`) run against the pool unchanged."""
+"""SandboxFusion's `POST /run_code` dialect, so verl recipes that call SandboxFusion
+(`call_sandbox_api`) run against the pool unchanged: pure translation both ways, and the route."""
 
 from __future__ import annotations
 
@@ -10,10 +10,17 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiohttp import web
+
 from tool_sandbox.api.requests import RequestError, finite, json_kind, require_object, shown
+from tool_sandbox.api.web import json_response, read_json
 from tool_sandbox.config import ServerSettings
 from tool_sandbox.sandbox import outcome
+from tool_sandbox.service import Service
 from tool_sandbox.tools.base import ToolResult
+from tool_sandbox.tools.python import PythonTool
+
+PROTOCOL = "sandboxfusion"
 
 PYTHON_LANGUAGES = ("python", "python3")
 MAX_FETCH_FILES = 64
@@ -194,3 +201,34 @@ def _number(body: dict[str, Any], key: str) -> float | None:
     if not finite(value):
         raise RequestError(f"{key} must be a finite number, got {shown(value)}")
     return float(value)
+
+
+def routes(service: Service) -> web.RouteTableDef:
+    routes = web.RouteTableDef()
+
+    @routes.post("/run_code")
+    async def run_code(request: web.Request) -> web.Response:
+        call = parse_run_code(await read_json(request))
+        if call.language not in PYTHON_LANGUAGES:
+            return json_response(unsupported_language(call.language))
+        if not service.python_tools:
+            return json_response(no_python_tool())
+        tool = service.tools[service.python_tools[0]]
+        assert isinstance(tool, PythonTool)
+        payload = {"code": call.code, "stdin": call.stdin}
+        granted = limits(call, service.settings)
+        result = await service.admit(
+            tool.name,
+            lambda: tool.run(
+                payload,
+                granted.seconds,
+                memory_mib=granted.memory_mib,
+                max_output=granted.max_output,
+                files=call.files,
+                fetch=call.fetch_files,
+            ),
+            PROTOCOL,
+        )
+        return json_response(to_response(result))
+
+    return routes

@@ -1,14 +1,25 @@
-"""VerlTool's `POST /get_observation` dialect (pure parsing and rendering): a batch of
-trajectories' latest actions in, one observation per trajectory out."""
+"""VerlTool's `POST /get_observation` dialect: a batch of trajectories' latest actions in, one
+observation per trajectory out (pure parsing and rendering, and the route)."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from tool_sandbox.api.requests import RequestError, json_kind, require_object
+from aiohttp import web
+
+from tool_sandbox.admission import Rejected
+from tool_sandbox.api.requests import ExecuteRequest, RequestError, json_kind, require_object, shown
+from tool_sandbox.api.web import json_response, read_json
 from tool_sandbox.sandbox import outcome
-from tool_sandbox.tools.base import ToolResult
+from tool_sandbox.service import Service
+from tool_sandbox.sessions import VERLTOOL, SessionExists, SessionLimit
+from tool_sandbox.tools.base import ToolInputError, ToolResult
+from tool_sandbox.tools.python import PythonTool
+
+PROTOCOL = "verltool"
 
 _FENCE = "```"
 PYTHON_FENCES = (
@@ -113,11 +124,72 @@ def _python_fences(text: str) -> list[str]:
     return found
 
 
-def observation(result: ToolResult) -> str:
-    """What the model reads back: output, then errors, then why the call ended early."""
-    parts = [result.output]
-    if result.stderr:
-        parts.append(result.stderr)
-    if result.status in (outcome.TIMEOUT, outcome.KILLED, outcome.REJECTED) or result.sandboxError:
-        parts.append(f"[{result.status}: {result.message}]")
-    return "\n".join(p for p in parts if p)
+def routes(service: Service) -> web.RouteTableDef:
+    routes = web.RouteTableDef()
+
+    @routes.post("/get_observation")
+    async def get_observation(request: web.Request) -> web.Response:
+        steps = parse_request(await read_json(request))
+        caller = request.remote or "unknown"
+        answers: list[tuple[str, bool, bool, str | None]] = [("", False, False, None)] * len(steps)
+        trajectories: dict[str, list[int]] = {}
+        for index, step in enumerate(steps):
+            trajectories.setdefault(step.trajectory_id, []).append(index)
+
+        async def in_order(indices: list[int]) -> None:  # one trajectory's steps one after another
+            for index in indices:
+                answers[index] = await _observe(service, steps[index], caller)
+
+        await asyncio.gather(*(in_order(indices) for indices in trajectories.values()))
+        return json_response(
+            {
+                "observations": [a[0] for a in answers],
+                "dones": [a[1] for a in answers],
+                "valids": [a[2] for a in answers],
+                "faults": [a[3] for a in answers],
+            }
+        )
+
+    return routes
+
+
+async def _observe(service: Service, step: Step, caller: str) -> tuple[str, bool, bool, str | None]:
+    """One trajectory's step: (observation, done, valid, fault). Python state lives in a session per
+    trajectory, scoped to the caller's address: a trajectory id names a session only for the
+    client that made it, and a finished one is never opened again."""
+    key = f"{caller}\0{step.trajectory_id}".encode("utf-8", "surrogatepass")
+    session_id = "verltool:" + hashlib.blake2b(key, digest_size=16).hexdigest()
+    if step.finish:
+        service.finish_trajectory(session_id)
+        await service.sessions.close(session_id, VERLTOOL)
+        return "", True, True, None
+    if session_id in service.finished:
+        name = shown(step.trajectory_id.split(":", 1)[1], 80)
+        why = f"[{outcome.ERROR}: trajectory {name} was finished; use a new trajectory id]"
+        return why, True, False, outcome.FAULT_CODE
+    call = extract(step.action)
+    if call is None:
+        return "", False, False, None
+    kind, text = call
+    names = [n for n, t in service.tools.items() if t.type == kind]
+    if not names:
+        return f"[no {kind} tool in this pool]", False, False, outcome.FAULT_INFRA
+    try:
+        if kind == "python":
+            tool = service.tools[names[0]]
+            assert isinstance(tool, PythonTool)
+            service.refuse_when_draining()
+            opened = await service.sessions.ensure(tool, session_id, VERLTOOL)
+            if isinstance(opened, ToolResult):
+                return opened.observation(), False, False, opened.whose_fault()
+            payload = {"code": text, "stdin": step.stdin}
+            result = await service.execute(
+                ExecuteRequest(tool.name, payload, None, session_id), VERLTOOL, PROTOCOL
+            )
+        else:
+            result = await service.execute(ExecuteRequest(names[0], text, None, None), protocol=PROTOCOL)
+    except (Rejected, SessionLimit, SessionExists) as exc:
+        return f"[{outcome.REJECTED}: {exc}]", False, False, outcome.FAULT_INFRA
+    except ToolInputError as exc:
+        return f"[{outcome.ERROR}: {exc}]", False, False, outcome.FAULT_CODE
+    return result.observation(), False, True, result.whose_fault()

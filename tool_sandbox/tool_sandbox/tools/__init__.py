@@ -1,4 +1,5 @@
-"""Tool types as a registry: a `type` in tools.yaml names a module here."""
+"""Tool types as a registry: a `type` in tools.yaml names a Tool subclass here, which declares
+its name, description, input schema and handler once (see tools/base.py)."""
 
 from __future__ import annotations
 
@@ -9,26 +10,18 @@ from tool_sandbox.tools.http import HttpTool
 from tool_sandbox.tools.python import PythonTool
 from tool_sandbox.tools.search import SearchTool
 
-__all__ = ["Tool", "ToolInputError", "ToolResult", "build_tools", "needs_pool"]
+__all__ = ["TOOL_TYPES", "Tool", "ToolInputError", "ToolResult", "build_tools", "needs_pool"]
+
+# The one list of tool types; adding one is a Tool subclass and an entry here.
+TOOL_TYPES: dict[str, type[Tool]] = {kind.type: kind for kind in (PythonTool, SearchTool, HttpTool)}
 
 
 def needs_pool(configs: tuple[ToolConfig, ...]) -> bool:
-    return any(config.type == PythonTool.type for config in configs)
+    return any(TOOL_TYPES[config.type].needs_pool for config in configs)
 
 
 def build_tools(
     configs: tuple[ToolConfig, ...], pool: Pool | None, settings: ServerSettings
 ) -> dict[str, Tool]:
-    """Instantiate each configured tool by its type."""
-    tools: dict[str, Tool] = {}
-    for config in configs:
-        if config.type == PythonTool.type:
-            assert pool is not None
-            tools[config.name] = PythonTool(config, pool, settings)
-        elif config.type == SearchTool.type:
-            tools[config.name] = SearchTool(config)
-        elif config.type == HttpTool.type:
-            tools[config.name] = HttpTool(config)
-        else:
-            raise ValueError(f"tool {config.name}: unknown type {config.type!r}")
-    return tools
+    """Instantiate each configured tool by its type (checked when the config was parsed)."""
+    return {config.name: TOOL_TYPES[config.type].create(config, pool, settings) for config in configs}

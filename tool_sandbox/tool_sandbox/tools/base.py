@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tool_sandbox.config import ToolConfig
+from tool_sandbox.config import ServerSettings, ToolConfig
 from tool_sandbox.sandbox import outcome
+
+if TYPE_CHECKING:
+    from tool_sandbox.sandbox.pool import Pool
 
 
 class ToolInputError(ValueError):
@@ -39,19 +42,51 @@ class ToolResult:
         body["fault"] = self.whose_fault()
         return body
 
+    def observation(self) -> str:
+        """What a model reads back: output, then errors, then why the call ended early."""
+        parts = [self.output]
+        if self.stderr:
+            parts.append(self.stderr)
+        if self.status in (outcome.TIMEOUT, outcome.KILLED, outcome.REJECTED) or self.sandboxError:
+            parts.append(f"[{self.status}: {self.message}]")
+        return "\n".join(p for p in parts if p)
+
     def whose_fault(self) -> str | None:
         return self.fault if self.fault is not None else outcome.fault(self.status, self.sandboxError)
 
 
 class Tool:
-    """A configured tool. Subclasses implement `execute`; stateful ones also sessions."""
+    """A configured tool. A tool type is a subclass that declares, once, its `type` (the name in
+    tools.yaml), a `description`, the JSON schema of its input object (`input_schema`, served at
+    GET /v1/tools and MCP's tools/list) and implements `execute`; stateful ones also sessions."""
 
     type = ""
+    description = ""
+    input_schema: dict[str, Any] = {"type": "object"}
     supports_sessions = False
+    needs_pool = False  # runs code in the sandbox workers
 
     def __init__(self, config: ToolConfig) -> None:
         self.config = config
         self.name = config.name
+
+    @classmethod
+    def create(cls, config: ToolConfig, pool: Pool | None, settings: ServerSettings) -> Tool:
+        """The configured tool (a type that runs code gets the pool and the server settings)."""
+        return cls(config)
+
+    @classmethod
+    def check_config(cls, values: dict[str, Any], where: str) -> None:
+        """Raise ConfigError saying what a tools.yaml entry of this type lacks."""
+
+    def schema(self) -> dict[str, Any]:
+        """This tool as callers see it: name, type, description and the JSON schema of its input."""
+        return {
+            "name": self.name,
+            "type": self.type,
+            "description": self.config.description or self.description,
+            "inputSchema": self.input_schema,
+        }
 
     async def start(self) -> None:
         """Load what the tool needs before the pool reports ready."""

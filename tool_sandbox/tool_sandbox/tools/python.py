@@ -35,7 +35,22 @@ def parse_code(payload: Any) -> tuple[str, str]:
 
 class PythonTool(Tool):
     type = "python"
+    description = "Run Python code in a sandbox and return what it prints."
+    input_schema = {
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "description": "Python source to execute"},
+            "stdin": {"type": "string", "description": "Text the program reads from standard input"},
+        },
+        "required": ["code"],
+    }
     supports_sessions = True
+    needs_pool = True
+
+    @classmethod
+    def create(cls, config: ToolConfig, pool: Pool | None, settings: ServerSettings) -> Tool:
+        assert pool is not None, "a python tool runs in the sandbox pool"
+        return cls(config, pool, settings)
 
     def __init__(self, config: ToolConfig, pool: Pool, settings: ServerSettings) -> None:
         super().__init__(config)

@@ -70,6 +70,20 @@ def render(hits: list[tuple[Document, float]]) -> str:
 
 class SearchTool(Tool):
     type = "search"
+    description = "Search the corpus and return the best matching passages."
+    input_schema = {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "minLength": 1, "description": "What to search for"},
+            "topK": {"type": "integer", "minimum": 1, "maximum": 100, "description": "How many passages"},
+        },
+        "required": ["query"],
+    }
+
+    @classmethod
+    def check_config(cls, values: dict[str, Any], where: str) -> None:
+        if not values.get("corpus"):
+            raise ConfigError(f"{where}: a search tool needs corpus (path of a JSONL file)")
 
     def __init__(self, config: ToolConfig) -> None:
         super().__init__(config)

@@ -1,0 +1,209 @@
+"""The pool's service, independent of any transport: tools, sessions, admission (backpressure,
+draining) and metrics. Each protocol (api/native.py, api/sandboxfusion.py, api/verltool.py,
+api/mcp.py, ...) is a module of its own that translates its wire format to calls of this service,
+naming itself in `protocol` so the metrics count calls per tool and per protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tool_sandbox.admission import Admission, Rejected
+from tool_sandbox.api.requests import ExecuteRequest, RequestError, shown
+from tool_sandbox.config import ServerSettings, ToolConfig
+from tool_sandbox.metrics import Metrics
+from tool_sandbox.sandbox import outcome
+from tool_sandbox.sandbox.pool import Pool
+from tool_sandbox.sessions import API, Sessions
+from tool_sandbox.tools import Tool, ToolResult, build_tools, needs_pool
+from tool_sandbox.tools.python import PythonTool
+
+SERVER_NAME = "toolrl-tool-pool"  # how the pool names itself to protocols that ask (MCP, OpenEnv)
+NATIVE = "native"  # the pool's own API (/v1/execute): the protocol of a call that names none
+MAX_SESSION_WAITING = 64  # calls of one session queued behind its running cell; more get 429
+# Finished VerlTool trajectories remembered (never reopened), oldest forgotten first; each by a
+# fixed-size digest of its caller and id, so a few requests with huge ids cannot fill the memory.
+FINISHED_TRAJECTORIES_KEPT = 100_000
+READINESS_SECONDS = 1.0  # a readiness answer serves every probe for this long (one check per burst)
+SHUTTING_DOWN = "the tool server is shutting down; retry the call"
+
+
+class Service:
+    """Tools, sessions, backpressure and metrics, independent of HTTP."""
+
+    def __init__(self, settings: ServerSettings, tools: tuple[ToolConfig, ...]) -> None:
+        self.settings = settings
+        self.pool = Pool(settings) if needs_pool(tools) else None
+        self.tools: dict[str, Tool] = build_tools(tools, self.pool, settings)
+        self.admission = Admission(settings.capacity, settings.queue_size)
+        self.sessions = Sessions(settings.max_sessions, settings.session_idle_seconds)
+        self.metrics = Metrics()
+        self.metrics.bind(
+            lambda: self.admission.inflight,
+            lambda: self.admission.waiting,
+            settings.capacity,
+            lambda: len(self.sessions.live),
+        )
+        self.tools_ready = False
+        self.draining = False  # SIGTERM: no call starts any more (drain)
+        self._reaper: asyncio.Task[None] | None = None
+        self.finished: OrderedDict[str, None] = OrderedDict()  # VerlTool sessions that were finished
+        self._readiness: asyncio.Future[list[str]] | None = None
+        self._readiness_at = 0.0
+
+    @property
+    def python_tools(self) -> list[str]:
+        return [name for name, tool in self.tools.items() if isinstance(tool, PythonTool)]
+
+    async def start(self) -> None:
+        if self.pool is not None:
+            await self.pool.start()
+        for tool in self.tools.values():
+            await tool.start()
+        self.tools_ready = True
+        self._reaper = asyncio.create_task(
+            self.sessions.reap_forever(min(30.0, self.settings.session_idle_seconds))
+        )
+
+    async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+        await self.sessions.close_all()
+        for tool in self.tools.values():
+            await tool.close()
+        if self.pool is not None:
+            await self.pool.close()
+
+    async def readiness(self) -> list[str]:
+        """Why the pool must not take traffic now ([] when ready): starting, shutting down,
+        Landlock missing, or a worker that cannot fork or run a program. The program runs in an
+        execution slot, and only when one is free (a busy pool is evidently running code); one
+        check serves every probe for READINESS_SECONDS."""
+        if self.draining:
+            return [SHUTTING_DOWN]
+        if not self.tools_ready or (self.pool is not None and not self.pool.is_ready()):
+            return ["starting: the sandbox workers are warming up"]
+        if self.unready_reason():
+            return [self.unready_reason()]
+        if self.pool is None:
+            return []
+        now = asyncio.get_running_loop().time()
+        if self._readiness is None or (
+            self._readiness.done() and now - self._readiness_at > READINESS_SECONDS
+        ):
+            self._readiness, self._readiness_at = asyncio.ensure_future(self._check_workers()), now
+        return await asyncio.shield(self._readiness)
+
+    async def _check_workers(self) -> list[str]:
+        assert self.pool is not None
+        async with self.admission.free_slot() as free:
+            return await self.pool.ready_problems(run_code=free)
+
+    def unready_reason(self) -> str:
+        """Why a started pool must not take traffic, or ""."""
+        if self.pool is None or not self.pool.is_ready() or self.settings.allow_no_landlock:
+            return ""
+        if not self.pool.layers().get("landlockAbi"):
+            return (
+                "Landlock is unavailable (kernel without it, or --no-landlock): children could read"
+                " files outside their directory; use a kernel with Landlock or start with --allow-no-landlock"
+            )
+        return ""
+
+    async def admit(self, tool: str, job: Callable[[], Awaitable[ToolResult]], protocol: str) -> ToolResult:
+        """Run `job` under backpressure and record it (by tool and by the protocol it came in by);
+        raises Rejected when the queue is full or the server is shutting down (a queued call then
+        never starts)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            self.refuse_when_draining()
+            async with self.admission.slot():
+                self.refuse_when_draining()
+                result = await job()
+        except Rejected:
+            self.metrics.observe(tool, outcome.REJECTED, loop.time() - started, False, protocol)
+            raise
+        self.metrics.observe(tool, result.status, loop.time() - started, result.truncated, protocol)
+        return result
+
+    def refuse_when_draining(self) -> None:
+        if self.draining:
+            raise Rejected(1, SHUTTING_DOWN, 503)
+
+    async def drain(self, seconds: float) -> int:
+        """Stop starting calls (they get 503, fault infra) and give those running up to `seconds`
+        to end; then answer the rest as the pool's failure. Returns how many were failed."""
+        self.draining = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while self.admission.inflight and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        return self.pool.fail_pending(SHUTTING_DOWN) if self.pool is not None else 0
+
+    async def call(
+        self, name: str, arguments: Any, protocol: str, timeout: float | None = None
+    ) -> ToolResult:
+        """Run the tool `name` with these arguments (its input), outside any session. Raises
+        RequestError for a tool this pool does not serve, ToolInputError for arguments the tool
+        cannot take, Rejected when the pool is full or shutting down."""
+        if name not in self.tools:
+            raise RequestError(f"unknown tool {shown(name)}; this pool serves {', '.join(self.tools)}", 404)
+        return await self.execute(ExecuteRequest(name, arguments, timeout, None), protocol=protocol)
+
+    async def execute(self, request: ExecuteRequest, kind: str = API, protocol: str = NATIVE) -> ToolResult:
+        """A call; with a session, one of this kind (the pool's own sessions for /v1/execute:
+        VerlTool's trajectories are reachable only through /get_observation)."""
+        tool = self.tools[request.tool]
+        if request.session is None:
+            return await self.admit(tool.name, lambda: tool.execute(request.input, request.timeout), protocol)
+        session = self.sessions.get(request.session, kind)
+        if session is None:
+            name = shown(request.session, 80)
+            raise RequestError(f"unknown or expired session {name}; open one with POST /v1/sessions", 404)
+        if session.tool is not tool:
+            raise RequestError(f"session {request.session!r} belongs to tool {session.tool.name!r}")
+        # A session runs one cell at a time: its queued calls wait here, for its lock, before they
+        # take an execution slot, so they never hold slots that other callers' calls wait for.
+        if session.waiting >= MAX_SESSION_WAITING:
+            self.metrics.observe(tool.name, outcome.REJECTED, 0.0, False, protocol)
+            raise Rejected(1)
+        session.waiting += 1
+        try:
+            await session.lock.acquire()
+        finally:
+            session.waiting -= 1
+        try:
+            return await self.admit(
+                tool.name, lambda: self._in_session(session.id, request.input, request.timeout), protocol
+            )
+        finally:
+            session.lock.release()
+
+    async def _in_session(self, session_id: str, payload: Any, timeout: float | None) -> ToolResult:
+        """A cell of a session whose lock the caller holds."""
+        session = self.sessions.live.get(session_id)
+        if session is None:
+            return ToolResult(status=outcome.ERROR, message="session was closed")
+        result, alive = await session.tool.execute_in_session(session.handle, payload, timeout)
+        if not alive:
+            self.sessions.live.pop(session_id, None)
+            result.message = (result.message + "; " if result.message else "") + "the session has ended"
+        return result
+
+    def finish_trajectory(self, session_id: str) -> None:
+        """Remember a finished trajectory (its session key: a fixed-size digest)."""
+        self.finished[session_id] = None
+        self.finished.move_to_end(session_id)
+        while len(self.finished) > FINISHED_TRAJECTORIES_KEPT:
+            self.finished.popitem(last=False)
+
+
+def server_version() -> str:
+    try:
+        return importlib.metadata.version("toolrl-tool-sandbox")
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
