@@ -9,10 +9,10 @@ from typing import Any
 import aiohttp
 import pytest
 import requests
+from harness.sandbox_process import SandboxProcess
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from openenv.core import GenericEnvClient
-from sandbox_process import SandboxProcess
 from tool_sandbox.tools import TOOL_TYPES
 
 
