@@ -4,6 +4,7 @@ and `make images`."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from harness import REPO
 from .build import BuildError, ensure_built, ensure_node_built
 from .cluster import ClusterError, LocalCluster
 from .images import ALL_IMAGES, ImageError, ensure_image
-from .node import NodeError
+from .node import NodeError, RealNode, claim_owner
 
 # imported by `up` (the trainer's ~6 GB only by `make images`: it is built on demand)
 NODE_IMAGES = ["tool-sandbox", "operator"]
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"localcluster: {image.ref} imported into the real node")
         elif args.command == "down":
             if recorded is None:
+                if os.geteuid() == 0 and claim_owner() is None:  # no node of any cluster runs here
+                    RealNode.remove_leftover_rules()
                 print("localcluster: no cluster recorded; nothing to stop")
                 return 0
             recorded.down()

@@ -676,7 +676,16 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
                             raise
                         time.sleep(0.1)
 
-    def _restore_iptables(self, before: dict) -> None:
+    @staticmethod
+    def remove_leftover_rules() -> None:
+        """Remove the KUBE-* and guard chains of a cluster whose processes were killed without its
+        teardown (no cluster is recorded and no node claimed, so none of them is in use)."""
+        RealNode._restore_iptables(
+            {"iptables": {}, "ip6tables": {}, "nft": nft_tables(), "nfacct": nfacct_objects()}
+        )
+
+    @staticmethod
+    def _restore_iptables(before: dict) -> None:
         ours = ("KUBE-", GUARD_CHAIN)
         for family, key in (("ip", "iptables"), ("ip6", "ip6tables")):
             now, then = iptables_rules(family), before[key]
