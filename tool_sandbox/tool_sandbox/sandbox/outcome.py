@@ -77,3 +77,17 @@ def cap_output(data: bytes, total: int, limit: int) -> tuple[str, bool]:
         return data.decode("utf-8", errors="replace"), False
     text = data[:limit].decode("utf-8", errors="replace")
     return f"{text}\n[... output truncated: {total} bytes, first {limit} shown ...]", True
+
+
+def no_run_reply(status: str, message: str) -> dict[str, object]:
+    """The worker protocol's reply for a call that no code ran for (the pool's failure)."""
+    return {
+        "status": status,
+        "exitCode": None,
+        "stdout": "",
+        "stderr": "",
+        "truncated": False,
+        "durationSeconds": 0.0,
+        "message": message,
+        "sandboxError": True,
+    }

@@ -291,13 +291,4 @@ class Pool:
 
 def lost_result(message: str) -> dict[str, Any]:
     """The reply for a call whose worker died under it."""
-    return {
-        "status": outcome.ERROR,
-        "exitCode": None,
-        "stdout": "",
-        "stderr": "",
-        "truncated": False,
-        "durationSeconds": 0.0,
-        "message": message,
-        "sandboxError": True,
-    }
+    return outcome.no_run_reply(outcome.ERROR, message)

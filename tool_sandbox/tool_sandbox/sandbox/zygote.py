@@ -902,17 +902,7 @@ def claim_lease(root: str, uid_base: int | None, uid_leases: str | None = None) 
 
 def _error(msg: dict[str, Any], status: str, message: str) -> dict[str, Any]:
     """The worker's answer to a call that no code ran for."""
-    return {
-        "id": msg.get("id"),
-        "status": status,
-        "exitCode": None,
-        "stdout": "",
-        "stderr": "",
-        "truncated": False,
-        "durationSeconds": 0.0,
-        "message": message,
-        "sandboxError": True,
-    }
+    return {"id": msg.get("id"), **outcome.no_run_reply(status, message)}
 
 
 def _sweep(lease: Lease, slots: int) -> None:
