@@ -27,7 +27,7 @@ from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
 from trainer_entry.hub import TrackingBackend, sink
 from trainer_entry.pool_client import FAULT_INFRA
 from trainer_entry.tools import TOOL_FAULTS
-from trainer_entry.translate import TRAINER_MODE
+from trainer_entry.verl_entry_points import TRAINER_MODE
 from trainer_entry.verl_internals import TrainerStepHooks, actor_class, add_tracking_backend
 
 log = logging.getLogger(__name__)
