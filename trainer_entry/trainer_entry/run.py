@@ -235,9 +235,10 @@ def check_verl_internals(job: Job) -> None:
         contexts.append(verl_internals.CPU)
         if job.spec["rollout"]["engine"] == "vllm":
             contexts.append(verl_internals.VLLM_CPU)
-    moved = verl_internals.probe(contexts)
-    if moved:
-        raise TrainingError(verl_internals.moved_message(moved))
+    try:
+        verl_internals.check(contexts)
+    except verl_internals.InternalsMoved as exc:
+        raise TrainingError(str(exc)) from None
 
 
 def run(job: Job, env: Environment, workdir: Path) -> None:
