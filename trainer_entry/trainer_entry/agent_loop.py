@@ -36,6 +36,7 @@ from trainer_entry.hub import sink
 from trainer_entry.pool_client import FAULT_INFRA, CallResult
 from trainer_entry.protocols import Call, get_protocol
 from trainer_entry.tools import TOOL_FAULTS, TOOL_OUTCOMES, PoolTool
+from trainer_entry.verl_internals import ToolAgentLoopHooks
 
 
 def truncate_middle(text: str, limit: int) -> str:
@@ -217,13 +218,12 @@ def infra_failure(extra_fields: dict[str, Any]) -> str | None:
     return None
 
 
-class HermesAgentLoop(ToolAgentLoop):
+class HermesAgentLoop(ToolAgentLoopHooks, ToolAgentLoop):
     """verl's `tool_agent` (the hermes protocol), whose trajectories are excluded as TagAgentLoop's are:
     our PoolTool records each call's fault in the trajectory (tools.PoolTool.execute); after a round of
     calls with an infrastructure failure the loop stops, and the trajectory is returned as no output."""
 
-    async def _handle_processing_tools_state(self, agent_data: AgentData) -> AgentState:
-        state = await super()._handle_processing_tools_state(agent_data)
+    def after_tool_calls(self, agent_data: AgentData, state: AgentState) -> AgentState:
         return AgentState.TERMINATED if infra_failure(agent_data.extra_fields) else state
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput | list:

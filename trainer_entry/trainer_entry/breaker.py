@@ -31,6 +31,13 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 from trainer_entry.hub import sink
 from trainer_entry.pool_client import PoolClient, backoff_seconds
 from trainer_entry.rewards import raise_recorded_failure
+from trainer_entry.verl_internals import (
+    RUN_PROMPT_ERROR_LOG,
+    ReplayBufferHooks,
+    prompt_groups,
+    refill,
+    session_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +72,9 @@ class BatchCount:
 def count_batch(
     keys: list[str], tags: list[dict[str, Any]], prompts: int, rollouts_per_prompt: int
 ) -> BatchCount:
-    """Count the sessions (`{uid}_{session}_{index}` keys, verl's TransferQueue layout) in a batch."""
+    """Count the sessions (trajectories: `verl_internals.session_of` their keys) in a batch."""
     sessions = {
-        tuple(key.split("_")[:2])
-        for key, tag in zip(keys, tags, strict=True)
-        if not tag.get("is_padding", False)
+        session_of(key) for key, tag in zip(keys, tags, strict=True) if not tag.get("is_padding", False)
     }
     return BatchCount(expected=prompts * rollouts_per_prompt, kept=len(sessions))
 
@@ -153,7 +158,7 @@ def failing_groups_message(
     return (
         f"step {step}: prompt groups kept failing for {waited:.0f}s with none finishing ({groups} failed "
         f"group(s) for a batch of {prompts} prompt(s), each evicted and generated again by verl; their "
-        "errors are in the log as 'Error in _run_prompt'), over the bound of TOOLRL_POOL_WAIT_SECONDS "
+        f"errors are in the log as '{RUN_PROMPT_ERROR_LOG}'), over the bound of TOOLRL_POOL_WAIT_SECONDS "
         f"{settings.recovery_seconds:.0f}s. The usual cause is the code-execution reward's own pool calls "
         f"(PoolUnavailable): check the tool pool at {settings.pool_url} (its pods and /readyz), then resume "
         "from the last checkpoint; otherwise an agent loop raises (see the errors)"
@@ -261,24 +266,23 @@ class Breaker:
         return batch, metrics
 
 
-class BreakerReplayBuffer(ReplayBufferAsync):
+class BreakerReplayBuffer(ReplayBufferHooks, ReplayBufferAsync):
     """verl's replay buffer for our trainer mode, which will not hand a degraded batch to the update."""
 
     def __init__(self, *args: Any, sampler_kwargs: Any, **kwargs: Any) -> None:
         super().__init__(*args, sampler_kwargs=sampler_kwargs, **kwargs)
         self.breaker = Breaker(BreakerSettings.from_kwargs(sampler_kwargs))
 
-    def _terminal_eviction_reasons(self, global_steps: int, partition_id: str) -> Any:
-        """verl's choice of the finished groups to evict, on each poll of its sampling loop (every 2 s, and
-        after each refill). A failed group (verl marks one whose trajectory raised) is first checked
-        against the reward failures the hub recorded: verl would evict it and generate a new prompt in
-        its place, and a reward that raises on every answer of some kind would do so forever."""
-        failed = self.failure_keys[partition_id]
+    def on_group_poll(self, global_steps: int, partition_id: str) -> None:
+        """Before verl's choice of the finished groups to evict, on each poll of its sampling loop (every
+        2 s, and after each refill). A failed group (verl marks one whose trajectory raised) is first
+        checked against the reward failures the hub recorded: verl would evict it and generate a new
+        prompt in its place, and a reward that raises on every answer of some kind would do so forever."""
+        failed, finished = prompt_groups(self, partition_id)
         if failed:
             raise_recorded_failure()
             if partition_id == TRAIN_PARTITION:  # verl evicts and regenerates failed groups only there
-                self.breaker.failed_groups(global_steps, len(failed), len(self.finished_keys[partition_id]))
-        return super()._terminal_eviction_reasons(global_steps, partition_id)
+                self.breaker.failed_groups(global_steps, len(failed), len(finished))
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[Any, dict]:
         if partition_id != TRAIN_PARTITION:
@@ -294,5 +298,5 @@ class BreakerReplayBuffer(ReplayBufferAsync):
             batch_size,
             lambda: super(BreakerReplayBuffer, self).sample(global_steps, partition_id, batch_size),
             discard,
-            self.refill_fn,
+            lambda prompts: refill(self, prompts),
         )

@@ -159,7 +159,8 @@ def _platform_class() -> type:
 
 
 def _patch_verl() -> None:
-    """The three accelerator assumptions of verl 0.9.1 that no extension point reaches.
+    """The three accelerator assumptions of verl 0.9.1 that no extension point reaches (the verl
+    functions replaced here are `verl_internals` entries, which the start-up probe checks).
 
     1. Process groups are created with the backend `cpu:gloo,<device>:<backend>`; for device cpu
        that is `cpu:gloo,cpu:gloo`, which torch rejects (a device type given twice). Every verl
@@ -171,11 +172,9 @@ def _patch_verl() -> None:
        exists only on GPUs (verl then falls back to trl, which it does not depend on). On a CPU it is
        loaded the same way with torch's `sdpa` attention. verl imports the loader at call time.
     """
-    import verl.utils.distributed as distributed
-    import verl.utils.fsdp_utils as fsdp_utils
-    import verl.utils.model as model_utils
+    from trainer_entry import verl_internals as internals
 
-    original = distributed.initialize_global_process_group_ray
+    original = internals.resolve(internals.PROCESS_GROUP_INIT)
     if not getattr(original, "toolrl_cpu", False):
 
         def initialize_global_process_group_ray(timeout_second=None, backend=None):
@@ -184,9 +183,9 @@ def _patch_verl() -> None:
             return original(timeout_second=timeout_second, backend=backend)
 
         initialize_global_process_group_ray.toolrl_cpu = True
-        distributed.initialize_global_process_group_ray = initialize_global_process_group_ray
+        internals.replace(internals.PROCESS_GROUP_INIT, initialize_global_process_group_ray)
 
-    policy = fsdp_utils.CPUOffloadPolicy
+    policy = internals.resolve(internals.FSDP_OFFLOAD_POLICY)
     if policy is not None and not getattr(policy, "toolrl_cpu", False):
 
         class UnpinnedCPUOffloadPolicy(policy):
@@ -195,9 +194,9 @@ def _patch_verl() -> None:
             def __init__(self, pin_memory: bool = False, **kwargs: Any) -> None:
                 super().__init__(pin_memory=False, **kwargs)
 
-        fsdp_utils.CPUOffloadPolicy = UnpinnedCPUOffloadPolicy
+        internals.replace(internals.FSDP_OFFLOAD_POLICY, UnpinnedCPUOffloadPolicy)
 
-    if not getattr(model_utils.load_valuehead_model, "toolrl_cpu", False):
+    if not getattr(internals.resolve(internals.VALUEHEAD_LOADER), "toolrl_cpu", False):
 
         def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
             from transformers import AutoModelForTokenClassification
@@ -211,7 +210,7 @@ def _patch_verl() -> None:
             )
 
         load_valuehead_model.toolrl_cpu = True
-        model_utils.load_valuehead_model = load_valuehead_model
+        internals.replace(internals.VALUEHEAD_LOADER, load_valuehead_model)
 
 
 def install() -> None:

@@ -28,6 +28,7 @@ from verl.workers.config import HFModelConfig, RolloutConfig
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
+from trainer_entry.verl_internals import actor_ready, call_in_actor, set_replica_server
 from trainer_entry.verl_plugin import ENGINE_NAME
 
 log = logging.getLogger(__name__)
@@ -218,8 +219,8 @@ class HFReplica(RolloutReplica):
     async def launch_servers(self) -> None:
         node_id = None
         if self.workers:
-            node_id = await self.workers[0].__ray_call__.remote(
-                lambda worker: ray.get_runtime_context().get_node_id()
+            node_id = await call_in_actor(
+                self.workers[0], lambda worker: ray.get_runtime_context().get_node_id()
             )
         options: dict[str, Any] = {
             "name": server_name(self.replica_rank) + self.name_suffix,
@@ -235,11 +236,10 @@ class HFReplica(RolloutReplica):
             .options(**options)
             .remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
         )
-        await server.__ray_ready__.remote()
+        await actor_ready(server)
         self.servers = [server]
-        self._server_handle = server
         # verl's load balancer keys servers by address; there is no HTTP endpoint
-        self._server_address = f"{ENGINE}-replica-{self.replica_rank}"
+        set_replica_server(self, server, f"{ENGINE}-replica-{self.replica_rank}")
 
 
 class HFServerAdapter(BaseRollout):

@@ -225,10 +225,28 @@ def start_ray(job: Job, runtime_env: dict[str, Any]) -> None:
             print(f"trainer_entry: local Ray start {attempt} timed out; retrying", flush=True)
 
 
+def check_verl_internals(job: Job) -> None:
+    """Fail at once, with the list, when the installed verl (Ray, vLLM) moved an internal this job's run
+    relies on (verl_internals.probe), instead of mid-training."""
+    from trainer_entry import verl_internals
+
+    contexts = [verl_internals.ALWAYS]
+    if cpu_only(job.spec):
+        contexts.append(verl_internals.CPU)
+        if job.spec["rollout"]["engine"] == "vllm":
+            contexts.append(verl_internals.VLLM_CPU)
+    try:
+        verl_internals.check(contexts)
+    except verl_internals.InternalsMoved as exc:
+        raise TrainingError(str(exc)) from None
+
+
 def run(job: Job, env: Environment, workdir: Path) -> None:
     """Train: everything from here on runs on the Ray cluster (RAY_ADDRESS, or a local one)."""
     if cpu_only(job.spec):
         use_cpu_platform()
+    check_engine(job)
+    check_verl_internals(job)  # before anything imports what may have moved
     import ray
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
     from verl.trainer.main_ppo import run_ppo
@@ -237,7 +255,6 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     from trainer_entry.hub import HubSettings, start_hub
     from trainer_entry.runner import ToolRLTaskRunner
 
-    check_engine(job)
     translation = translate(job, env.pool_url, env.pool_wait_seconds)
     write_workdir(job, translation, workdir, env.custom_reward_dir)
     config = verl_config.compose(translation.overrides)

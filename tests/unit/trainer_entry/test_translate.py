@@ -333,3 +333,24 @@ def test_every_job_attends_with_sdpa_unless_its_image_has_flash_attn():
     cfg = composed(job(trainer={"extraArgs": flash}))
     assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "flash_attention_2"
     assert cfg.actor_rollout_ref.model.use_remove_padding is True
+
+
+def test_every_door_in_the_entry_point_table_leads_to_our_code():
+    """verl_entry_points names what verl loads; a renamed class fails here, not in a Ray worker."""
+    import importlib
+    import re
+
+    from trainer_entry.verl_entry_points import DATASET, ENTRY_POINTS, REWARD, SAMPLER
+
+    for ref in (DATASET, REWARD, SAMPLER):
+        module = importlib.import_module(ref.module.removeprefix("pkg://"))
+        assert callable(getattr(module, ref.name)), ref
+    named = {name for entry in ENTRY_POINTS for name in re.findall(r"trainer_entry(?:\.\w+)+", entry.ours)}
+    assert len(named) >= 8
+    for dotted in named:
+        module, _, attr = dotted.rpartition(".")
+        try:
+            target = importlib.import_module(dotted)  # a module
+        except ModuleNotFoundError:
+            target = getattr(importlib.import_module(module), attr)
+        assert target is not None, dotted
