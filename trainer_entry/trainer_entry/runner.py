@@ -1,13 +1,17 @@
 """Our hooks into verl's trainer, through the extension points verl offers (no patching).
 
-- `ToolRLTrainer` is verl's synchronous v1 trainer registered under its own `trainer.v1.trainer_mode`;
-  its `on_*` hooks mark the rollout phase and, once verl has built its `Tracking`, add our backend
-  next to verl's own ones.
-- `ToolRLTrainer._compute_advantage` counts the trajectories each update trains on and checks that
+- `ToolRLHooks` are our hooks, applied to verl's synchronous v1 trainer (`ToolRLTrainer`) and to its
+  colocated asynchronous one (`ToolRLColocateAsyncTrainer`: rollouts of the next steps go on while an
+  update trains, partial rollouts resumed on the new weights), each registered under its own
+  `trainer.v1.trainer_mode` (translate.TRAINER_MODES). Every hook calls verl's own first or last, so
+  verl's (the async trainer's abort, sleep and resume of the rollout replicas, its warm-up batches)
+  still run. The `on_*` hooks mark the rollout phase and, once verl has built its `Tracking`, add our
+  backend next to verl's own ones.
+- `ToolRLHooks._compute_advantage` counts the trajectories each update trains on and checks that
   none met an infrastructure failure (the agent loop returns those as no output, so verl never
   stores them: see agent_loop.py); verl's console log shows `toolrl/trajectories_trained` and
   `toolrl/infra_failures_in_update` per step.
-- `ToolRLTrainer._save_checkpoint`: a checkpoint that cannot be written (a full or read-only volume)
+- `ToolRLHooks._save_checkpoint`: a checkpoint that cannot be written (a full or read-only volume)
   stops the run with `CheckpointWriteError`, which says so and what to do, not an OSError traceback
   from inside a Ray worker.
 - `ToolRLTaskRunner` is verl's task runner (the `task_runner_class` argument of `run_ppo`) defined in
@@ -21,12 +25,12 @@ import logging
 import ray
 import transfer_queue as tq
 from verl.trainer.main_ppo import TaskRunnerV1
-from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
+from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSync, register_trainer
 
 from trainer_entry.hub import TrackingBackend, sink
 from trainer_entry.pool_client import FAULT_INFRA
 from trainer_entry.tools import TOOL_FAULTS
-from trainer_entry.translate import TRAINER_MODE
+from trainer_entry.translate import COLOCATE_ASYNC_TRAINER_MODE, TRAINER_MODE
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +70,10 @@ def checkpoint_write_message(step: int, directory: str, cause: OSError) -> str:
     )
 
 
-@register_trainer(TRAINER_MODE)
-class ToolRLTrainer(PPOTrainerSync):
-    """verl's sync trainer plus rollout-phase signals and the Prometheus tracking backend."""
+class ToolRLHooks:
+    """Rollout-phase signals, the Prometheus tracking backend, the check that no update trains on an
+    infrastructure failure, and a clear error for a checkpoint that cannot be written; mixed into a verl
+    v1 trainer (before it, so `super()` is verl's)."""
 
     def on_train_begin(self) -> None:
         super().on_train_begin()
@@ -117,6 +122,16 @@ class ToolRLTrainer(PPOTrainerSync):
             )
         sink().trajectories([None] * len(keys))
         return super()._compute_advantage(batch, metrics)
+
+
+@register_trainer(TRAINER_MODE)
+class ToolRLTrainer(ToolRLHooks, PPOTrainerSync):
+    """verl's sync trainer with our hooks (spec.trainer.mode sync)."""
+
+
+@register_trainer(COLOCATE_ASYNC_TRAINER_MODE)
+class ToolRLColocateAsyncTrainer(ToolRLHooks, PPOTrainerColocateAsync):
+    """verl's colocated asynchronous trainer with our hooks (spec.trainer.mode colocate-async)."""
 
 
 class _ToolRLTaskRunner(TaskRunnerV1.__ray_actor_class__):

@@ -25,7 +25,12 @@ SAMPLER_CLASS = "BreakerReplayBuffer"
 # holds a step (TOOLRL_POOL_WAIT_SECONDS overrides it).
 DEFAULT_POOL_WAIT_SECONDS = 600.0
 REWARD_MODULE = "pkg://trainer_entry.rewards"
+# Our trainers (runner.py) by spec.trainer.mode: verl's trainers with our hooks, each registered with
+# verl under its own trainer.v1.trainer_mode (verl treats every mode but its own "sync" as asynchronous
+# in its replay buffer and checkpoints; see runner.py)
 TRAINER_MODE = "toolrl-sync"
+COLOCATE_ASYNC_TRAINER_MODE = "toolrl-colocate-async"
+TRAINER_MODES = {"sync": TRAINER_MODE, "colocate-async": COLOCATE_ASYNC_TRAINER_MODE}
 CHECKPOINT_ROOT = "/checkpoints"
 # Files the run writes into its Ray working_dir, so every node finds them at these relative paths.
 TOOL_CONFIG_FILE = "toolrl_tools.yaml"
@@ -187,6 +192,21 @@ def breaker_overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list
     ] + [f"+trainer.v1.sampler.sampler_kwargs.{key}={hydra_value(value)}" for key, value in kwargs.items()]
 
 
+def trainer_mode_overrides(job: Job) -> list[str]:
+    """Our trainer for spec.trainer.mode; an asynchronous one with its warm-up and staleness bound."""
+    trainer = job.spec["trainer"]
+    mode = trainer["mode"]
+    out = [f"trainer.v1.trainer_mode={TRAINER_MODES[mode]}"]
+    if mode == "colocate-async":
+        knobs = trainer["async"]
+        out += [
+            f"trainer.v1.colocate_async.num_warmup_batches={hydra_value(knobs['warmupBatches'])}",
+            f"trainer.v1.sampler.max_off_policy_threshold={int(knobs['maxPolicyVersions'])}",
+            f"trainer.v1.sampler.max_off_policy_strategy={knobs['onStale']}",
+        ]
+    return out
+
+
 def _reward(job: Job, pool_url: str) -> list[str]:
     reward = job.spec["reward"]
     kwargs: dict[str, Any] = {"preset": reward["preset"], "pool_url": pool_url}
@@ -269,8 +289,8 @@ def _overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list[str]:
         f"trainer.project_name={v(job.namespace)}",
         f"trainer.experiment_name={v(job.name)}",
         f"trainer.logger={v(list(s['trainer']['loggers']))}",
-        f"trainer.v1.trainer_mode={TRAINER_MODE}",
     ]
+    out += trainer_mode_overrides(job)
     if algo.get("totalTrainingSteps") is not None:
         out.append(f"trainer.total_training_steps={algo['totalTrainingSteps']}")
     else:
