@@ -228,7 +228,11 @@ class HFRolloutServer:
         self.resumed.clear()
         async with self.lock:  # the request being sampled has stopped
             pass
-        return {"aborted_count": self.aborted - before, "request_ids": []}
+        count = self.aborted - before
+        log.warning(
+            "hf rollout: generation paused (step %s), %d request(s) aborted", self.global_steps, count
+        )
+        return {"aborted_count": count, "request_ids": []}
 
     async def resume_generation(self) -> None:
         self.paused = self.rejecting = False
