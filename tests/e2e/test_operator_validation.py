@@ -106,6 +106,17 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("sglang-not-yet", {"rollout.engine": "sglang"}, "sglang is not supported yet"),
     ("engine-known", {"rollout.engine": "tgi"}, "rollout.engine must be vllm or hf"),
+    (
+        "separate-async-not-yet",
+        {"trainer.mode": "separate-async"},
+        "separate-async (rollout and training on separate GPUs) is not supported yet: use colocate-async",
+    ),
+    (
+        "colocate-async-needs-2-versions",
+        {"trainer.mode": "colocate-async", "trainer.async": {"maxPolicyVersions": 1}},
+        "set maxPolicyVersions to 2 or more, or use trainer.mode sync",
+    ),
+    ("on-stale-enum", {"trainer.async": {"onStale": "keep"}}, 'Unsupported value: "keep"'),
     ("resume-value", {"checkpoint": {"resume": "sometimes"}}, "checkpoint.resume must be auto, disable"),
     ("extra-args-hydra", {"trainer": {"extraArgs": ["--lr 1"]}}, "must be a Hydra override"),
     # schema constraints
@@ -159,6 +170,12 @@ def test_a_cpu_job_with_the_vllm_engine_is_accepted(cluster, crd, namespace) -> 
     cpu = yaml.safe_load((EXAMPLE.parent / "toolrljob-cpu.yaml").read_text())
     cpu["spec"]["rollout"]["engine"] = "vllm"
     res = dry_run(cluster, namespace, cpu)
+    assert res.returncode == 0, res.stderr
+
+
+def test_a_colocate_async_job_is_accepted(cluster, crd, namespace) -> None:
+    changes = {"spec.trainer": {"mode": "colocate-async", "async": {"warmupBatches": 0.5, "onStale": "wait"}}}
+    res = dry_run(cluster, namespace, changed(changes))
     assert res.returncode == 0, res.stderr
 
 

@@ -11,6 +11,12 @@ plugs into verl 0.9.1 through its registries (`verl_plugin.register`), the same 
 The server samples one request at a time with a KV cache, honouring temperature, top-p, top-k,
 EOS, stop strings and max_tokens. Log-probs, when asked, are of the sampled token under the
 model's unmodified distribution (what vLLM returns by default).
+
+Partial rollouts (verl's `colocate_async` trainer) work as on verl's vLLM server: `abort_all_requests`
+stops the request being sampled at its next token and returns what it has with stop reason
+`aborted`, and parks every request that arrives (or waits for the model) until `resume_generation`;
+verl's `FullyAsyncLLMServerClient` then sends the aborted request again with its tokens so far, to
+be continued on the new weights (`global_steps` tells it which version sampled each piece).
 """
 
 from __future__ import annotations
@@ -91,6 +97,12 @@ class HFRolloutServer:
         self.generator = torch.Generator().manual_seed(int(config.seed) + replica_rank)
         self.lock = asyncio.Lock()
         self.updates = 0
+        # partial rollouts: while paused, the request being sampled stops at its next token and new ones
+        # wait for `resumed` (read by the sampling thread: a bool's assignment is atomic)
+        self.paused = self.rejecting = False
+        self.resumed = asyncio.Event()
+        self.resumed.set()
+        self.aborted = 0
 
     def _budget(self, prompt_len: int, params: dict[str, Any]) -> int:
         # as verl's vLLM server: the request's max_tokens, else what the response length allows
@@ -108,7 +120,8 @@ class HFRolloutServer:
         return max(1, min(int(requested), room))
 
     @torch.no_grad()  # grad mode is per thread: this runs in a worker thread
-    def _sample(self, prompt_ids: list[int], params: dict[str, Any]) -> tuple[list[int], list[float]]:
+    def _sample(self, prompt_ids: list[int], params: dict[str, Any]) -> tuple[list[int], list[float], bool]:
+        """The sampled tokens and their log-probs, and whether an abort stopped the sampling."""
         max_tokens = self._budget(len(prompt_ids), params)
         temperature = float(params.get("temperature", 1.0))
         top_p = float(params.get("top_p", 1.0))
@@ -121,6 +134,8 @@ class HFRolloutServer:
         past = None
         step_input = torch.tensor([prompt_ids], dtype=torch.long)
         for _ in range(max_tokens):
+            if self.paused:
+                return tokens, logprobs, True
             out = self.model(input_ids=step_input, past_key_values=past, use_cache=True)
             past = out.past_key_values
             logits = out.logits[0, -1].float()
@@ -134,7 +149,7 @@ class HFRolloutServer:
                 if any(s in tail for s in stops):
                     break
             step_input = torch.tensor([[token]], dtype=torch.long)
-        return tokens, logprobs
+        return tokens, logprobs, False
 
     async def generate(
         self,
@@ -149,12 +164,18 @@ class HFRolloutServer:
             raise ValueError("rollout.engine hf serves text models only (got image or video input)")
         params = dict(sampling_params)
         want_logprobs = bool(params.get("logprobs"))
+        while self.paused and not self.rejecting:  # parked until verl resumes generation
+            await self.resumed.wait()
         async with self.lock:  # one sequence at a time: torch already uses every core for one
-            tokens, logprobs = await asyncio.to_thread(self._sample, list(prompt_ids), params)
+            if self.paused:  # aborted (or rejected) while waiting for the model: the client sends it again
+                tokens, logprobs, aborted = [], [], True
+            else:
+                tokens, logprobs, aborted = await asyncio.to_thread(self._sample, list(prompt_ids), params)
+        self.aborted += aborted
         return TokenOutput(
             token_ids=tokens,
             log_probs=logprobs if want_logprobs else None,
-            stop_reason="completed",
+            stop_reason="aborted" if aborted else "completed",
             extra_fields={"global_steps": self.global_steps},
         )
 
@@ -200,9 +221,23 @@ class HFRolloutServer:
     async def resume_kv_cache(self) -> None: ...
 
     async def abort_all_requests(self, reject_request: bool = False) -> dict[str, Any]:
-        return {"aborted_count": 0, "request_ids": []}
+        """Stop sampling and hold new requests until `resume_generation`: the request being sampled ends
+        at its next token (`aborted`), as do those waiting for the model, and with `reject_request`
+        those that arrive until then (verl routes them to another replica). Returns once none samples."""
+        before = self.aborted
+        self.paused, self.rejecting = True, reject_request
+        self.resumed.clear()
+        async with self.lock:  # the request being sampled has stopped
+            pass
+        count = self.aborted - before
+        log.warning(
+            "hf rollout: generation paused (step %s), %d request(s) aborted", self.global_steps, count
+        )
+        return {"aborted_count": count, "request_ids": []}
 
-    async def resume_generation(self) -> None: ...
+    async def resume_generation(self) -> None:
+        self.paused = self.rejecting = False
+        self.resumed.set()
 
     async def wait_for_requests_to_drain(self) -> None:
         async with self.lock:

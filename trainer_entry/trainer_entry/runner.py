@@ -1,14 +1,18 @@
 """Our hooks into verl's trainer: verl's extension points, and `verl_internals.TrainerStepHooks` for
 the private steps of an update that no extension point reaches (no patching).
 
-- `ToolRLTrainer` is verl's synchronous v1 trainer registered under its own `trainer.v1.trainer_mode`;
-  its `on_*` hooks mark the rollout phase and, once verl has built its `Tracking`, add our backend
-  next to verl's own ones.
-- `ToolRLTrainer.on_update_batch` (before verl computes the advantage) counts the trajectories each
+- `ToolRLHooks` are our hooks, applied to verl's synchronous v1 trainer (`ToolRLTrainer`) and to its
+  colocated asynchronous one (`ToolRLColocateAsyncTrainer`: rollouts of the next steps go on while an
+  update trains, partial rollouts resumed on the new weights), each registered under its own
+  `trainer.v1.trainer_mode` (verl_entry_points.TRAINER_MODES). Every hook calls verl's own first or
+  last, so verl's (the async trainer's abort, sleep and resume of the rollout replicas, its warm-up
+  batches) still run. The `on_*` hooks mark the rollout phase and, once verl has built its `Tracking`, add our
+  backend next to verl's own ones.
+- `ToolRLHooks.on_update_batch` (before verl computes the advantage) counts the trajectories each
   update trains on and checks that none met an infrastructure failure (the agent loop returns those
   as no output, so verl never stores them: see agent_loop.py); verl's console log shows
   `toolrl/trajectories_trained` and `toolrl/infra_failures_in_update` per step.
-- `ToolRLTrainer.save_checkpoint`: a checkpoint that cannot be written (a full or read-only volume)
+- `ToolRLHooks.save_checkpoint`: a checkpoint that cannot be written (a full or read-only volume)
   stops the run with `CheckpointWriteError`, which says so and what to do, not an OSError traceback
   from inside a Ray worker.
 - `ToolRLTaskRunner` is verl's task runner (the `task_runner_class` argument of `run_ppo`) defined in
@@ -22,12 +26,12 @@ import logging
 import ray
 import transfer_queue as tq
 from verl.trainer.main_ppo import TaskRunnerV1
-from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
+from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSync, register_trainer
 
 from trainer_entry.hub import TrackingBackend, sink
 from trainer_entry.pool_client import FAULT_INFRA
 from trainer_entry.tools import TOOL_FAULTS
-from trainer_entry.verl_entry_points import TRAINER_MODE
+from trainer_entry.verl_entry_points import COLOCATE_ASYNC_TRAINER_MODE, TRAINER_MODE
 from trainer_entry.verl_internals import TrainerStepHooks, actor_class, add_tracking_backend
 
 log = logging.getLogger(__name__)
@@ -68,9 +72,10 @@ def checkpoint_write_message(step: int, directory: str, cause: OSError) -> str:
     )
 
 
-@register_trainer(TRAINER_MODE)
-class ToolRLTrainer(TrainerStepHooks, PPOTrainerSync):
-    """verl's sync trainer plus rollout-phase signals and the Prometheus tracking backend."""
+class ToolRLHooks(TrainerStepHooks):
+    """Rollout-phase signals, the Prometheus tracking backend, the check that no update trains on an
+    infrastructure failure, and a clear error for a checkpoint that cannot be written; mixed into a verl
+    v1 trainer (before it, so `super()` is verl's)."""
 
     def on_train_begin(self) -> None:
         super().on_train_begin()
@@ -117,6 +122,16 @@ class ToolRLTrainer(TrainerStepHooks, PPOTrainerSync):
                 len(keys),
             )
         sink().trajectories([None] * len(keys))
+
+
+@register_trainer(TRAINER_MODE)
+class ToolRLTrainer(ToolRLHooks, PPOTrainerSync):
+    """verl's sync trainer with our hooks (spec.trainer.mode sync)."""
+
+
+@register_trainer(COLOCATE_ASYNC_TRAINER_MODE)
+class ToolRLColocateAsyncTrainer(ToolRLHooks, PPOTrainerColocateAsync):
+    """verl's colocated asynchronous trainer with our hooks (spec.trainer.mode colocate-async)."""
 
 
 class _ToolRLTaskRunner(actor_class(TaskRunnerV1)):

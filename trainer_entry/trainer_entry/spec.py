@@ -19,6 +19,11 @@ ENGINES = ("vllm", "hf")  # both run without GPUs too (gpusPerWorker 0): vllm as
 # Not supported yet: the trainer image has no sglang, and sglang's server rejects the tag protocols'
 # `include_stop_str_in_output` and stop strings with verl's default `skip_tokenizer_init` (issue 23).
 UNSUPPORTED_ENGINES = {"sglang": "not supported yet (the trainer image has no sglang): use vllm"}
+TRAINER_MODES = ("sync", "colocate-async")
+UNSUPPORTED_TRAINER_MODES = {
+    "separate-async": "not supported yet (rollout and training on separate GPUs): use colocate-async"
+}
+STALE_STRATEGIES = ("drop", "wait")  # verl's trainer.v1.sampler.max_off_policy_strategy
 # The estimators of verl's AdvantageEstimator that need no extra config (tested against verl's enum).
 ESTIMATORS = ("grpo", "gae", "rloo", "reinforce_plus_plus", "remax", "grpo_passk", "gpg", "opo")
 GROUP_ESTIMATORS = ("grpo", "rloo", "grpo_passk", "opo")
@@ -63,7 +68,11 @@ DEFAULTS: dict[str, Any] = {
     },
     "cluster": {"workers": {"replicas": 1, "gpusPerWorker": 8}},
     "checkpoint": {"resume": "auto"},
-    "trainer": {"loggers": ["console"]},
+    "trainer": {
+        "mode": "sync",
+        "async": {"warmupBatches": 1, "maxPolicyVersions": 8, "onStale": "drop"},
+        "loggers": ["console"],
+    },
 }
 SAVE_FREQ_WITH_VOLUME = 20
 """`checkpoint.saveFreq` when unset and a checkpoint volume is given (the CRD has no default: without a
@@ -272,6 +281,7 @@ def check_spec(spec: dict[str, Any]) -> None:
     _check_tools(spec)
     _check_reward(spec)
     _check_checkpoint(spec)
+    _check_trainer_mode(spec)
     loggers = _get(spec, "trainer.loggers")
     _need(
         isinstance(loggers, list) and all(name in LOGGERS for name in loggers),
@@ -284,6 +294,23 @@ def check_spec(spec: dict[str, Any]) -> None:
         "trainer.extraArgs",
         "must be a list of Hydra overrides like 'trainer.val_before_train=false'",
     )
+
+
+def _check_trainer_mode(spec: dict[str, Any]) -> None:
+    mode = _get(spec, "trainer.mode")
+    unsupported = isinstance(mode, str) and mode in UNSUPPORTED_TRAINER_MODES
+    _need(not unsupported, "trainer.mode", f"{mode} is {UNSUPPORTED_TRAINER_MODES.get(mode)}")
+    _one_of(spec, "trainer.mode", TRAINER_MODES)
+    _number(spec, "trainer.async.warmupBatches", 0, 16)
+    _positive_int(spec, "trainer.async.maxPolicyVersions")
+    _one_of(spec, "trainer.async.onStale", STALE_STRATEGIES)
+    if mode == "colocate-async":
+        _need(
+            _get(spec, "trainer.async.maxPolicyVersions") >= 2,
+            "trainer.async.maxPolicyVersions",
+            "1 drops every sample begun before the last update (all that overlapping generation "
+            "produced) in trainer.mode colocate-async: set it to 2 or more, or use trainer.mode sync",
+        )
 
 
 def _check_tools(spec: dict[str, Any]) -> None:

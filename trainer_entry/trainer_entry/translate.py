@@ -20,7 +20,7 @@ from trainer_entry.verl_entry_points import (
     REWARD,
     SAMPLER,
     TOOL_CLASS,
-    TRAINER_MODE,
+    TRAINER_MODES,
 )
 
 # How long the trainer waits for the tool pool's /readyz: before the run, and when the circuit breaker
@@ -186,6 +186,21 @@ def breaker_overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list
     ]
 
 
+def trainer_mode_overrides(job: Job) -> list[str]:
+    """Our trainer for spec.trainer.mode; an asynchronous one with its warm-up and staleness bound."""
+    trainer = job.spec["trainer"]
+    mode = trainer["mode"]
+    out = [f"trainer.v1.trainer_mode={TRAINER_MODES[mode]}"]
+    if mode == "colocate-async":
+        knobs = trainer["async"]
+        out += [
+            f"trainer.v1.colocate_async.num_warmup_batches={hydra_value(knobs['warmupBatches'])}",
+            f"trainer.v1.sampler.max_off_policy_threshold={int(knobs['maxPolicyVersions'])}",
+            f"trainer.v1.sampler.max_off_policy_strategy={knobs['onStale']}",
+        ]
+    return out
+
+
 def _reward(job: Job, pool_url: str) -> list[str]:
     reward = job.spec["reward"]
     kwargs: dict[str, Any] = {"preset": reward["preset"], "pool_url": pool_url}
@@ -263,8 +278,8 @@ def _overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list[str]:
         f"trainer.project_name={v(job.namespace)}",
         f"trainer.experiment_name={v(job.name)}",
         f"trainer.logger={v(list(s['trainer']['loggers']))}",
-        f"trainer.v1.trainer_mode={TRAINER_MODE}",
     ]
+    out += trainer_mode_overrides(job)
     if algo.get("totalTrainingSteps") is not None:
         out.append(f"trainer.total_training_steps={algo['totalTrainingSteps']}")
     else:

@@ -38,7 +38,12 @@ class EntryPoint:
     ours: str
 
 
+# Our trainers (runner.py) by spec.trainer.mode: verl's trainers with our hooks, each registered with verl
+# under its own `trainer.v1.trainer_mode` (verl treats every mode but its own "sync" as asynchronous in its
+# replay buffer and checkpoints; see runner.py)
 TRAINER_MODE = "toolrl-sync"
+COLOCATE_ASYNC_TRAINER_MODE = "toolrl-colocate-async"
+TRAINER_MODES = {"sync": TRAINER_MODE, "colocate-async": COLOCATE_ASYNC_TRAINER_MODE}
 DATASET = ConfigClass("data.custom_cls", "pkg://trainer_entry.dataset", "JobDataset")
 SAMPLER = ConfigClass(
     "trainer.v1.sampler.custom_sampler", "pkg://trainer_entry.breaker", "BreakerReplayBuffer"
@@ -52,8 +57,9 @@ PLUGIN_MODULE = "trainer_entry.verl_plugin"  # [project.entry-points."verl.plugi
 ENTRY_POINTS: tuple[EntryPoint, ...] = (
     EntryPoint(
         "trainer mode",
-        f"`register_trainer({TRAINER_MODE!r})` when runner.py is imported; `trainer.v1.trainer_mode`",
-        "trainer_entry.runner.ToolRLTrainer",
+        f"`register_trainer(...)` for {', '.join(map(repr, TRAINER_MODES.values()))} when runner.py is "
+        "imported; `trainer.v1.trainer_mode` by spec.trainer.mode",
+        "trainer_entry.runner.ToolRLTrainer, trainer_entry.runner.ToolRLColocateAsyncTrainer",
     ),
     EntryPoint(
         "task runner",

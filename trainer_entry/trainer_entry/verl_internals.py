@@ -361,7 +361,8 @@ def refill(buffer: Any, prompts: int) -> Any:
 
 
 class TrainerStepHooks:
-    """For PPOTrainerSync: `before_update()`, `on_update_batch(batch, metrics)` and `save_checkpoint
+    """For verl's v1 trainers (PPOTrainerSync and PPOTrainerColocateAsync: both inherit these steps from
+    PPOTrainer): `before_update()`, `on_update_batch(batch, metrics)` and `save_checkpoint
     (save)` around the private steps of an update and of a checkpoint."""
 
     def before_update(self) -> None: ...

@@ -155,11 +155,74 @@ async def test_waiting_for_a_ready_pool(sandbox):
 
 def test_our_trainer_is_registered_with_verl():
     from trainer_entry.runner import ToolRLTaskRunner, ToolRLTrainer
-    from trainer_entry.translate import TRAINER_MODE
+    from trainer_entry.verl_entry_points import TRAINER_MODE
     from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls
 
     assert get_trainer_cls(TRAINER_MODE) is ToolRLTrainer and issubclass(ToolRLTrainer, PPOTrainerSync)
     assert hasattr(ToolRLTaskRunner, "remote")
+
+
+def test_our_hooks_are_registered_for_each_trainer_mode_over_verls_trainer_of_that_mode():
+    from trainer_entry.runner import ToolRLColocateAsyncTrainer, ToolRLHooks, ToolRLTrainer
+    from trainer_entry.spec import TRAINER_MODES as SPEC_MODES
+    from trainer_entry.verl_entry_points import TRAINER_MODES
+    from trainer_entry.verl_internals import TrainerStepHooks
+    from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSync, get_trainer_cls
+
+    assert set(TRAINER_MODES) == set(SPEC_MODES), "every mode the spec accepts has a trainer"
+    ours = {
+        "sync": (ToolRLTrainer, PPOTrainerSync),
+        "colocate-async": (ToolRLColocateAsyncTrainer, PPOTrainerColocateAsync),
+    }
+    for mode, (trainer, verls) in ours.items():
+        assert get_trainer_cls(TRAINER_MODES[mode]) is trainer
+        # our hooks first, verl's trainer of that mode behind them (what their super() calls)
+        assert trainer.__mro__[1:4] == (ToolRLHooks, TrainerStepHooks, verls), trainer.__mro__
+
+
+class Replicas:
+    """verl's CheckpointEngineManager as the trainers' hooks call it: records the calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: self.calls.append((name, *args))
+
+
+def test_the_async_trainers_own_hooks_still_run_under_ours():
+    """verl's colocate_async hooks pause generation for the update (abort and sleep the replicas after
+    sampling), update the weights and resume generation after the step, and send the warm-up batches
+    before the first: ours must not replace them."""
+    from omegaconf import OmegaConf
+    from trainer_entry.hub import Sink, use_sink
+    from trainer_entry.metrics import TrainerMetrics
+    from trainer_entry.runner import ToolRLColocateAsyncTrainer
+    from verl.utils.tracking import Tracking
+
+    metrics = TrainerMetrics()
+    use_sink(Sink(local=metrics))
+    trainer = ToolRLColocateAsyncTrainer.__new__(ToolRLColocateAsyncTrainer)  # the hooks only
+    trainer.logger = Tracking(project_name="rl", experiment_name="j", default_backend=[])
+    trainer.total_training_steps = 10
+    trainer.global_steps = 3
+    trainer.timing_raw = {}
+    trainer.curr_step_profile = False
+    trainer.checkpoint_manager = replicas = Replicas()
+    warmups: list = []
+    trainer._add_async_warmup_batches = warmups.append
+    trainer.config = OmegaConf.create({"trainer": {"v1": {"colocate_async": {"num_warmup_batches": 1.5}}}})
+
+    trainer.on_train_begin()
+    assert warmups == [1.5], "verl's warm-up batches were not sent"
+    assert "toolrl" in trainer.logger.logger
+    trainer.on_step_begin()
+    assert metrics.registry.get_sample_value("toolrl_trainer_rollout_phase", {"phase": "generating"}) == 1
+    trainer.on_sample_end()
+    assert metrics.registry.get_sample_value("toolrl_trainer_rollout_phase", {"phase": "scoring"}) == 1
+    assert [c[0] for c in replicas.calls] == ["abort_replicas", "sleep_replicas"]
+    trainer.on_step_end()
+    assert replicas.calls[2:] == [("update_weights", 3), ("resume_generation_replicas",)]
 
 
 def test_trainer_hooks_feed_metrics_through_verls_tracking():

@@ -238,3 +238,59 @@ def test_checkpoints_are_saved_only_with_a_checkpoint_volume():
     ):
         parse_job(doc(checkpoint={"saveFreq": 5}))
     assert "default" not in crd_spec_schema()["properties"]["checkpoint"]["properties"]["saveFreq"]
+
+
+# ---- issue 20: the trainer's modes -------------------------------------------------------------------
+
+
+def test_the_trainer_mode_defaults_to_sync_with_verls_async_defaults():
+    trainer = parse_job(doc()).spec["trainer"]
+    assert trainer["mode"] == "sync"
+    # verl 0.9.1's own defaults (trainer.v1.colocate_async.num_warmup_batches, trainer.v1.sampler.*)
+    assert trainer["async"] == {"warmupBatches": 1, "maxPolicyVersions": 8, "onStale": "drop"}
+
+
+def test_separate_async_is_refused_with_what_to_use():
+    with pytest.raises(
+        SpecError, match=r"^spec\.trainer\.mode: separate-async is not supported yet .*: use colocate-async$"
+    ):
+        parse_job(doc(trainer={"mode": "separate-async"}))
+
+
+@pytest.mark.parametrize(
+    ("trainer", "message"),
+    [
+        ({"mode": "async"}, r"spec\.trainer\.mode: unknown value 'async'; use one of sync, colocate-async"),
+        (
+            {"mode": "colocate-async", "async": {"maxPolicyVersions": 1}},
+            r"spec\.trainer\.async\.maxPolicyVersions: 1 drops every sample begun before the last update "
+            r".*: set it to 2 or more, or use trainer\.mode sync",
+        ),
+        ({"async": {"maxPolicyVersions": 0}}, r"spec\.trainer\.async\.maxPolicyVersions: must be a positive"),
+        (
+            {"async": {"warmupBatches": -1}},
+            r"spec\.trainer\.async\.warmupBatches: must be a number in \[0, 16\]",
+        ),
+        (
+            {"async": {"onStale": "keep"}},
+            r"spec\.trainer\.async\.onStale: unknown value 'keep'; use one of drop, wait",
+        ),
+    ],
+)
+def test_async_settings_that_cannot_run_name_what_to_change(trainer, message):
+    with pytest.raises(SpecError, match=message):
+        parse_job(doc(trainer=trainer))
+
+
+def test_the_crd_admits_the_trainers_modes_only():
+    from trainer_entry.spec import TRAINER_MODES, UNSUPPORTED_TRAINER_MODES
+
+    trainer = crd_spec_schema()["properties"]["trainer"]["properties"]
+    (rule,) = trainer["mode"]["x-kubernetes-validations"]
+    assert rule["rule"] == "self in [" + ", ".join(f"'{m}'" for m in TRAINER_MODES) + "]"
+    assert all(
+        m in rule["message"] and "use colocate-async" in rule["message"] for m in UNSUPPORTED_TRAINER_MODES
+    )
+    assert tuple(trainer["async"]["properties"]["onStale"]["enum"]) == ("drop", "wait")
+    cross = [r for r in crd_spec_schema()["x-kubernetes-validations"] if "maxPolicyVersions" in r["rule"]]
+    assert cross and "set maxPolicyVersions to 2 or more, or use trainer.mode sync" in cross[0]["message"]

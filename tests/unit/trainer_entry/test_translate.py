@@ -12,6 +12,7 @@ from trainer_entry.translate import (
     hydra_value,
     translate,
 )
+from trainer_entry.verl_entry_points import COLOCATE_ASYNC_TRAINER_MODE, TRAINER_MODE, TRAINER_MODES
 from verl.trainer.ppo.core_algos import AdvantageEstimator
 from verl.utils.config import omega_conf_to_dataclass
 
@@ -354,3 +355,30 @@ def test_every_door_in_the_entry_point_table_leads_to_our_code():
         except ModuleNotFoundError:
             target = getattr(importlib.import_module(module), attr)
         assert target is not None, dotted
+
+
+def test_each_trainer_mode_runs_our_trainer_of_that_mode(tiny_model):
+    """sync and colocate-async each compose to a config verl checks, naming our trainer for the mode; the
+    async knobs land on verl's keys, and only in an asynchronous mode (sync keeps verl's sampler)."""
+    cpu = {
+        "model": {"path": str(tiny_model)},
+        "rollout": {"engine": "hf", "protocol": "python-tags"},
+        "cluster": {"workers": {"replicas": 1, "gpusPerWorker": 0}},
+        "algorithm": {"rolloutsPerPrompt": 2, "trainBatchSize": 4, "totalTrainingSteps": 2},
+    }
+    knobs = {"warmupBatches": 1.5, "maxPolicyVersions": 3, "onStale": "wait"}
+    sync = composed(job(**cpu, trainer={"async": knobs}))
+    assert sync.trainer.v1.trainer_mode == TRAINER_MODE == TRAINER_MODES["sync"]
+    assert sync.trainer.v1.sampler.max_off_policy_threshold == 8  # verl's default, untouched
+    assert sync.trainer.v1.sampler.max_off_policy_strategy == "drop"
+
+    colocated = composed(job(**cpu, trainer={"mode": "colocate-async", "async": knobs}))
+    assert colocated.trainer.v1.trainer_mode == COLOCATE_ASYNC_TRAINER_MODE
+    assert colocated.trainer.v1.colocate_async.num_warmup_batches == 1.5
+    assert colocated.trainer.v1.sampler.max_off_policy_threshold == 3
+    assert colocated.trainer.v1.sampler.max_off_policy_strategy == "wait"
+    # the circuit breaker stays verl's sampler in every mode
+    assert colocated.trainer.v1.sampler.custom_sampler.name == sync.trainer.v1.sampler.custom_sampler.name
+    defaults = composed(job(**cpu, trainer={"mode": "colocate-async"}))
+    assert defaults.trainer.v1.colocate_async.num_warmup_batches == 1
+    assert defaults.trainer.v1.sampler.max_off_policy_threshold == 8
