@@ -113,6 +113,35 @@ class TrainingCluster:
         return helm(self.cluster.bin("helm"), *kubeconfig, *args, check=check, timeout=HELM_TIMEOUT)
 
 
+def checkpointed(tc: TrainingCluster, job: dict[str, Any], save_freq: int) -> Path:
+    """Gives `job` a checkpoint volume (a local PersistentVolume in the namespace, writable by the
+    trainer) saved every `save_freq` steps and resumed from automatically; its directory on the host."""
+    host_dir = tc.workdir / "volumes" / tc.namespace / CHECKPOINT_CLAIM
+    host_dir.mkdir(parents=True, exist_ok=True)
+    os.chown(host_dir, TRAINER_UID, TRAINER_UID)
+    tc.cluster.apply(local_volume(tc.namespace, CHECKPOINT_CLAIM, host_dir))
+    job["spec"]["checkpoint"] = {
+        "saveFreq": save_freq,
+        "resume": "auto",
+        "volume": {"persistentVolumeClaim": {"claimName": CHECKPOINT_CLAIM}},
+    }
+    return host_dir
+
+
+def newest_checkpoint(checkpoints: Path) -> int:
+    """The step of the newest complete checkpoint under `checkpoints` (verl writes its marker last)."""
+    marker = next(checkpoints.rglob("latest_checkpointed_iteration.txt"), None)
+    return int(marker.read_text().strip()) if marker else 0
+
+
+def delete_pods(tc: TrainingCluster, namespace: str, selector: str) -> list[str]:
+    """Deletes the pods `selector` picks at once (no grace period, as a lost node does); their names."""
+    names = tc.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "name").stdout.split()
+    if names:
+        tc.kubectl("delete", "-n", namespace, *names, "--grace-period=0", "--force", "--wait=false")
+    return names
+
+
 def ensure_images(cluster: LocalCluster, log: Callable[[str], None] = print) -> dict[str, Image]:
     """The operator, tool-sandbox and CPU trainer images, built if their inputs changed (the
     trainer's first build takes ~17 min here) and imported into the real node."""

@@ -12,7 +12,6 @@ on first use (~17 min cold, ~4 min when only trainer_entry changed, cached by it
 from __future__ import annotations
 
 import itertools
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -25,15 +24,15 @@ import yaml
 from harness.localcluster.cluster import real_node_cluster
 from harness.operator_process import Sampler, get_json, wait_until
 from harness.training_cluster import (
-    CHECKPOINT_CLAIM,
     CPU_EXAMPLE,
     OPERATOR_NAMESPACE,
-    TRAINER_UID,
     JobState,
     TrainingCluster,
+    checkpointed,
     dashboard_queries,
+    delete_pods,
     finite_over,
-    local_volume,
+    newest_checkpoint,
     plot_run,
     stage_toy_data,
     training_cluster,
@@ -249,18 +248,6 @@ class FaultedRun:
         )
 
 
-def _newest_checkpoint(checkpoints: Path) -> int:
-    marker = next(checkpoints.rglob("latest_checkpointed_iteration.txt"), None)
-    return int(marker.read_text().strip()) if marker else 0
-
-
-def _delete_pods(tc: TrainingCluster, namespace: str, selector: str) -> list[str]:
-    names = tc.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "name").stdout.split()
-    if names:
-        tc.kubectl("delete", "-n", namespace, *names, "--grace-period=0", "--force", "--wait=false")
-    return names
-
-
 @pytest.fixture(scope="module")
 def faulted(tc: TrainingCluster) -> FaultedRun:
     """The CPU example with checkpoints every SAVE_FREQ steps. Once a checkpoint is saved and the
@@ -268,34 +255,26 @@ def faulted(tc: TrainingCluster) -> FaultedRun:
     every tool-pool pod is deleted, the operator's pod is killed, and the node's kubelet and
     containerd are restarted (their processes; the containers live on in their shims)."""
     name = "faults"
-    host_dir = tc.workdir / "volumes" / tc.namespace / CHECKPOINT_CLAIM
-    host_dir.mkdir(parents=True, exist_ok=True)
-    os.chown(host_dir, TRAINER_UID, TRAINER_UID)
-    tc.cluster.apply(local_volume(tc.namespace, CHECKPOINT_CLAIM, host_dir))
     job = yaml.safe_load(CPU_EXAMPLE.read_text())
     job["metadata"]["name"] = name
-    job["spec"]["checkpoint"] = {
-        "saveFreq": SAVE_FREQ,
-        "resume": "auto",
-        "volume": {"persistentVolumeClaim": {"claimName": CHECKPOINT_CLAIM}},
-    }
+    host_dir = checkpointed(tc, job, SAVE_FREQ)
     applied = time.time()
     tc.cluster.apply(job, "-n", tc.namespace)
     with Sampler(lambda: tc.state(name), interval=2) as sampler:
 
         def past_a_checkpoint() -> int | None:
             step = tc.state(name).step
-            saved = _newest_checkpoint(host_dir)
+            saved = newest_checkpoint(host_dir)
             return step if saved and step and step > saved else None
 
         wait_until(past_a_checkpoint, TRAINING_TIMEOUT, f"{name} to train past a checkpoint", interval=1)
-        step_at_fault, checkpoint_at_fault = tc.state(name).step or 0, _newest_checkpoint(host_dir)
+        step_at_fault, checkpoint_at_fault = tc.state(name).step or 0, newest_checkpoint(host_dir)
         fault_at = time.monotonic()
         job_pods = f"toolrl.dev/job={name}"
-        assert _delete_pods(tc, tc.namespace, f"{job_pods},ray.io/node-type=head"), "no head pod to delete"
-        assert _delete_pods(tc, tc.namespace, f"{job_pods},ray.io/node-type=worker"), "no worker to delete"
-        assert _delete_pods(tc, tc.namespace, f"{job_pods},app.kubernetes.io/component=tool-pool")
-        assert _delete_pods(tc, OPERATOR_NAMESPACE, "app.kubernetes.io/name=toolrl-operator")
+        assert delete_pods(tc, tc.namespace, f"{job_pods},ray.io/node-type=head"), "no head pod to delete"
+        assert delete_pods(tc, tc.namespace, f"{job_pods},ray.io/node-type=worker"), "no worker to delete"
+        assert delete_pods(tc, tc.namespace, f"{job_pods},app.kubernetes.io/component=tool-pool")
+        assert delete_pods(tc, OPERATOR_NAMESPACE, "app.kubernetes.io/name=toolrl-operator")
         tc.cluster.restart_node_runtime()
         wait_until(
             lambda: tc.job(name).get("status", {}).get("phase") in ("Succeeded", "Failed"),
