@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 import yaml
+from toolrl_operator.autoscaler import PolicyError
 from toolrl_operator.children import build_children
 from toolrl_operator.configmap import build_configmap
+from toolrl_operator.keda import uses_keda
 from toolrl_operator.rayjob import (
     ENTRYPOINT,
     GPU_RESOURCE,
@@ -508,6 +510,31 @@ def test_crd_defaults_are_not_repeated_in_the_builders(make_job) -> None:
     del job["spec"]["runPolicy"]["ttlSecondsAfterFinished"]
     with pytest.raises(KeyError):
         build_rayjob(job, SETTINGS)
+
+
+@pytest.mark.parametrize(
+    ("path", "build"),
+    [
+        (("toolPool", "autoscaler"), uses_keda),
+        (("suspend",), lambda job: build_rayjob(job, SETTINGS)),
+        (("cluster", "queueName"), lambda job: build_rayjob(job, SETTINGS)),
+        (("cluster", "head"), lambda job: build_rayjob(job, SETTINGS)),
+        (("reward", "custom", "key"), lambda job: build_rayjob(job, SETTINGS)),
+        (("toolPool",), lambda job: build_deployment(job, SETTINGS)),
+        (("rollout", "maxParallelCalls"), lambda job: desired_replicas(job)),
+    ],
+)
+def test_builders_restate_no_crd_default(make_job, path, build) -> None:
+    """Each of these once had a fallback repeating the CRD's default (dead: the apiserver defaults every
+    job the operator sees). Without the field the builder fails, naming it, instead of guessing."""
+    job = make_job(reward={"preset": "custom", "custom": {"configMap": "my-reward"}})
+    build(job)  # the defaulted job builds
+    parent = job["spec"]
+    for part in path[:-1]:
+        parent = parent[part]
+    del parent[path[-1]]
+    with pytest.raises((KeyError, PolicyError), match=path[-1]):
+        build(job)
 
 
 def test_cpu_workers_ask_for_no_gpu_and_advertise_one_logical_ray_gpu(make_job) -> None:
