@@ -22,6 +22,7 @@ from toolrl_operator.rayjob import (
 )
 from toolrl_operator.rbac import build_role, build_role_binding, build_service_account
 from toolrl_operator.settings import Settings
+from toolrl_operator.status import pool_stopped, waiting_queue
 from toolrl_operator.toolpool import (
     CHECKSUM_ANNOTATION,
     build_deployment,
@@ -522,9 +523,11 @@ def test_crd_defaults_are_not_repeated_in_the_builders(make_job) -> None:
         (("reward", "custom", "key"), lambda job: build_rayjob(job, SETTINGS)),
         (("toolPool",), lambda job: build_deployment(job, SETTINGS)),
         (("rollout", "maxParallelCalls"), lambda job: desired_replicas(job)),
+        (("suspend",), pool_stopped),
+        (("cluster", "queueName"), waiting_queue),
     ],
 )
-def test_builders_restate_no_crd_default(make_job, path, build) -> None:
+def test_the_operator_restates_no_crd_default(make_job, path, build) -> None:
     """Each of these once had a fallback repeating the CRD's default (dead: the apiserver defaults every
     job the operator sees). Without the field the builder fails, naming it, instead of guessing."""
     job = make_job(reward={"preset": "custom", "custom": {"configMap": "my-reward"}})
