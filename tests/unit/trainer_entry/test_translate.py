@@ -382,3 +382,27 @@ def test_each_trainer_mode_runs_our_trainer_of_that_mode(tiny_model):
     defaults = composed(job(**cpu, trainer={"mode": "colocate-async"}))
     assert defaults.trainer.v1.colocate_async.num_warmup_batches == 1
     assert defaults.trainer.v1.sampler.max_off_policy_threshold == 8
+
+
+def test_a_function_tool_is_offered_with_its_own_schema_in_verls_shape():
+    from trainer_entry.tools import pool_input
+    from trainer_entry.translate import tool_schema
+    from verl.tools.schemas import OpenAIFunctionToolSchema
+
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "description": "where"}},
+        "required": ["city"],
+    }
+    tool = {"name": "weather", "type": "function", "description": "Weather in a city", "parameters": schema}
+    offered = tool_schema(tool)
+    assert offered["function"] == {
+        "name": "weather",
+        "description": "Weather in a city",
+        "parameters": schema,
+    }
+    parsed = OpenAIFunctionToolSchema.model_validate(offered)  # what verl's tool loader makes of it
+    assert parsed.function.parameters.required == ["city"]
+    assert parsed.function.parameters.properties["city"].type == "string"
+    # the model's arguments go to the pool as they are (it checks them on the schema)
+    assert pool_input("function", {"city": "Oslo"}, {"ignored": 1}) == {"city": "Oslo"}
