@@ -406,3 +406,5 @@ def test_a_function_tool_is_offered_with_its_own_schema_in_verls_shape():
     assert parsed.function.parameters.properties["city"].type == "string"
     # the model's arguments go to the pool as they are (it checks them on the schema)
     assert pool_input("function", {"city": "Oslo"}, {"ignored": 1}) == {"city": "Oslo"}
+    with pytest.raises(ValueError, match="must be a JSON object"):
+        pool_input("function", ["Oslo"], {})  # type: ignore[arg-type]
