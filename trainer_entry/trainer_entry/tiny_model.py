@@ -213,25 +213,32 @@ class Episode:
         return list(get_protocol(self.protocol).stop)
 
 
-def function_arguments(schema: dict[str, Any], answer: int) -> dict[str, Any]:
+def function_arguments(schema: dict[str, Any], answer: str) -> dict[str, Any]:
     """Arguments of a function tool's call in the warm-up: each required parameter (every one when
     none is) gets the prompt's answer in its type (the first of an enum), so a function that answers
     with what it is given (a smoke run's) returns the answer."""
-    properties = schema.get("properties") or {}
+    try:
+        number: int | float = int(answer)
+    except ValueError:
+        try:
+            number = float(answer)
+        except ValueError:
+            number = 0
     values = {
-        "integer": answer,
-        "number": answer,
-        "string": str(answer),
+        "integer": int(number),
+        "number": number,
+        "string": answer,
         "boolean": True,
         "array": [],
         "object": {},
     }
+    properties = schema.get("properties") or {}
     arguments = {}
     for name in schema.get("required") or list(properties):
         prop = properties.get(name) or {}
         kind = prop.get("type")
         kind = next((k for k in kind if k in values), "string") if isinstance(kind, list) else kind
-        arguments[name] = prop["enum"][0] if prop.get("enum") else values.get(kind, str(answer))
+        arguments[name] = prop["enum"][0] if prop.get("enum") else values.get(kind, answer)
     return arguments
 
 

@@ -142,9 +142,14 @@ def test_a_hermes_job_with_a_function_tool_is_taught_to_call_the_function(tmp_pa
     episode = tm.episode_for("hermes", tools)
     assert episode.tool["name"] == "echo"
     (prompt,) = tm.toy_prompts(1, "hermes", tool="echo")
-    assert episode.call_arguments(prompt) == ({"n": prompt.answer, "unit": "cm"}, f"{prompt.answer}")
+    arguments, output = episode.call_arguments(prompt)
+    assert arguments == {"n": int(prompt.answer), "unit": "cm"} and isinstance(arguments["n"], int)
+    assert output == prompt.answer  # what a function that answers with its argument prints
+    numbers = {"type": "object", "properties": {"x": {"type": "number"}, "k": {"type": "integer"}}}
+    assert tm.function_arguments(numbers, "12") == {"x": 12, "k": 12}
+    assert tm.function_arguments(numbers, "2.5") == {"x": 2.5, "k": 2}
     assert tm.function_arguments(
-        {"type": "object", "properties": {"s": {"type": ["null", "string"]}}}, 7
+        {"type": "object", "properties": {"s": {"type": ["null", "string"]}}}, "7"
     ) == {"s": "7"}
     tokenizer = tm.build_tokenizer()
     call = episode.parts(tokenizer, prompt, tools)[1][0]
