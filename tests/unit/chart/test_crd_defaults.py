@@ -70,7 +70,10 @@ def test_the_module_is_the_schemas_defaulting() -> None:
     assert defaulted["reward"].pop("custom") == generated.DEFAULTS_WHEN_PRESENT["reward.custom"]
     defaulted.pop("model")  # required, nothing in it defaulted
     assert defaulted == generated.SPEC_DEFAULTS
-    assert set(generated.DEFAULTS_WHEN_PRESENT) == {"tools[]", "reward.custom"}
+    assert set(generated.DEFAULTS_WHEN_PRESENT) == {"tools[]", "tools[].function", "reward.custom"}
+    item = schema["properties"]["tools"]["items"]  # a function tool's source reference
+    function = apply_defaults(item, {"function": {"configMap": {}}})["function"]
+    assert function == generated.DEFAULTS_WHEN_PRESENT["tools[].function"]
 
 
 def test_check_refuses_another_crd_or_root(tmp_path: Path) -> None:
