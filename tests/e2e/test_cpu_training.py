@@ -293,10 +293,12 @@ def train(
     steps: int = STEPS,
     engine: str = "hf",
     protocol: str = "python-tags",
+    min_calls: int | None = None,
     **algorithm: Any,
 ) -> tuple[str, MetricsWatch, float]:
     """Run the job to its end; returns the trainer's output, its scraped metrics and the calls the
-    pool rejected. `load(pool)` is entered around the trainer's run (other traffic on the pool, faults)."""
+    pool rejected. `load(pool)` is entered around the trainer's run (other traffic on the pool, faults).
+    The pool must serve at least `min_calls` calls (default: one per step)."""
     job = cpu_job(name, toy, steps, engine, protocol, **algorithm)
     job["spec"].update(spec or {})
     job["spec"]["rollout"]["toolCall"].update(tool_call or {})
@@ -325,7 +327,8 @@ def train(
         assert distances and distances[-1] > 0, f"the rollout engine never got changed weights: {distances}"
     if job["spec"].get("trainer", {}).get("mode", "sync") == "sync":  # async trains on older weights' samples
         check_rollouts_use_the_actors_weights(output, steps)
-    assert served >= steps, f"the pool served {served} calls for {steps} steps of tool-using rollouts"
+    least = steps if min_calls is None else min_calls
+    assert served >= least, f"the pool served {served} calls for {steps} steps of tool-using rollouts"
 
     status = get_json(cluster, "trj", name, "-n", namespace)["status"]
     assert status["progress"]["step"] == steps and status["progress"]["totalSteps"] == steps, status
@@ -366,6 +369,9 @@ def test_ppo_with_critic_and_kl_loss_trains_on_cpu_and_checkpoints(
             },
         },
         protocol="hermes",
+        # 12 trajectories at the warmed model's call rate of ~0.4-0.5: fewer than 3 calls in 2-8 % of
+        # runs, none in < 0.3 % (`train` also checks the function tool's own calls)
+        min_calls=1,
         advantageEstimator="gae",
         rolloutsPerPrompt=2,
         klLoss={"enabled": True, "coef": 0.01},
