@@ -144,14 +144,16 @@ def inject(
     wait_until(past_a_new_checkpoint, WAIT, f"{NAME} to train past a checkpoint before: {name}", interval=1)
     before, events_before = seen(tc), event_keys(tc)
     checkpoint = newest_checkpoint(host_dir)
+    # where the trainer stood: status.progress lags it by a report, a saved checkpoint does not
+    stood = max(before.step or 0, checkpoint)
     with Sampler(lambda: seen(tc), interval=1) as sampler:
         at = time.monotonic()
         hits = hit(tc)
         assert hits, f"{name}: nothing to hit"
         wait_until(
-            lambda: (seen(tc).step or 0) > (before.step or 0) or seen(tc).phase in ("Succeeded", "Failed"),
+            lambda: (seen(tc).step or 0) > stood or seen(tc).phase in ("Succeeded", "Failed"),
             WAIT,
-            f"{NAME} to train past step {before.step} after: {name}",
+            f"{NAME} to train past step {stood} after: {name}",
             interval=1,
         )
         past = time.monotonic() - at
@@ -166,14 +168,14 @@ def inject(
     return Fault(
         fault=name,
         hit=hits,
-        step_at_fault=before.step or 0,
+        step_at_fault=stood,
         checkpoint_at_fault=checkpoint,
         seconds_until_shown=None if shown_at is None else round(shown_at, 1),
         seconds_until_past=round(past, 1),
         restarts=restarts,
         attempts=after.attempt - before.attempt,
         resumed_at=resumed,
-        steps_redone=(before.step or 0) - resumed + 1 if resumed else 0,
+        steps_redone=stood - resumed + 1 if resumed else 0,
         trajectories_excluded=after.excluded - before.excluded,
         shown=[key for key, _ in itertools.groupby(s.shown() for _, s in samples)],
         events=sorted(k for k, n in events_after.items() if n > events_before.get(k, 0)),
