@@ -23,6 +23,11 @@ TRAINER_MODES = ("sync", "colocate-async", "separate-async")
 ASYNC_TRAINER_MODES = ("colocate-async", "separate-async")
 SEPARATE_TRAINER_MODE = "separate-async"
 UNSUPPORTED_TRAINER_MODES: dict[str, str] = {}
+SEPARATE_ON_GPUS = (
+    "separate-async runs on CPU workers only so far (gpusPerWorker 0): on GPUs verl syncs the weights "
+    "through its nccl checkpoint engine, which needs cupy (verl's cupy-cu130 extra), not in the trainer "
+    "image, and no GPU run has checked it: use colocate-async on GPUs"
+)
 STALE_STRATEGIES = ("drop", "wait")  # verl's trainer.v1.sampler.max_off_policy_strategy
 # The estimators of verl's AdvantageEstimator that need no extra config (tested against verl's enum).
 ESTIMATORS = ("grpo", "gae", "rloo", "reinforce_plus_plus", "remax", "grpo_passk", "gpg", "opo")
@@ -375,6 +380,7 @@ def _check_separate(spec: dict[str, Any]) -> None:
         f"algorithm.trainBatchSize ({batch}) must equal parameterSyncStep ({step}) x "
         f"algorithm.ppoMiniBatchSize ({mini}) (verl's rule): change one of them",
     )
+    _need(cpu_only(spec), "trainer.mode", SEPARATE_ON_GPUS)
 
 
 def _check_tools(spec: dict[str, Any]) -> None:

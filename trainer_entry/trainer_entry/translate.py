@@ -17,7 +17,6 @@ from trainer_entry.verl_entry_points import (
     AGENT_LOOP_CLASS,
     CPU_CHECKPOINT_ENGINE,
     DATASET,
-    GPU_CHECKPOINT_ENGINE,
     HERMES_LOOP_CLASS,
     REWARD,
     SAMPLER,
@@ -234,14 +233,14 @@ def _checkpoint(job: Job) -> list[str]:
 def separate_rollout_overrides(job: Job) -> list[str]:
     """separate-async: generation only on `cluster.rolloutWorkers` (verl's standalone rollout pool, no
     rollout replicas on the training workers), weights synced every `parameterSyncStep` mini-batches
-    through a checkpoint engine (gloo on CPUs, NCCL on GPUs)."""
+    through our gloo checkpoint engine (the spec admits separate-async on CPU workers only:
+    spec.SEPARATE_ON_GPUS)."""
     rollout_workers = job.spec["cluster"]["rolloutWorkers"]
-    engine = CPU_CHECKPOINT_ENGINE if cpu_only(job.spec) else GPU_CHECKPOINT_ENGINE
     return [
         "actor_rollout_ref.hybrid_engine=false",
         f"actor_rollout_ref.rollout.nnodes={rollout_workers['replicas']}",
         f"actor_rollout_ref.rollout.n_gpus_per_node={rollout_gpus_per_node(job)}",
-        f"actor_rollout_ref.rollout.checkpoint_engine.backend={engine}",
+        f"actor_rollout_ref.rollout.checkpoint_engine.backend={CPU_CHECKPOINT_ENGINE}",
         f"trainer.v1.separate_async.parameter_sync_step={job.spec['trainer']['async']['parameterSyncStep']}",
     ]
 

@@ -50,10 +50,10 @@ TRAINER_MODES = {
     "separate-async": SEPARATE_ASYNC_TRAINER_MODE,
 }
 # separate-async moves the actor's weights to the rollout workers through a verl checkpoint engine: on
-# CPUs ours (`cpu_checkpoint_engine`, gloo), on GPUs verl's NCCL one.
+# CPUs ours (`cpu_checkpoint_engine`, gloo). GPUs would take verl's nccl one, which needs cupy (not in
+# the trainer image): the spec refuses separate-async on GPUs for now (spec.SEPARATE_ON_GPUS).
 CPU_CHECKPOINT_ENGINE = "gloo"
 CPU_CHECKPOINT_ENGINE_MODULE = "trainer_entry.cpu_checkpoint_engine"
-GPU_CHECKPOINT_ENGINE = "nccl"
 DATASET = ConfigClass("data.custom_cls", "pkg://trainer_entry.dataset", "JobDataset")
 SAMPLER = ConfigClass(
     "trainer.v1.sampler.custom_sampler", "pkg://trainer_entry.breaker", "BreakerReplayBuffer"

@@ -536,7 +536,8 @@ def test_cpu_workers_ask_for_no_gpu_and_advertise_one_logical_ray_gpu(make_job) 
 def test_separate_async_gets_a_rollout_worker_group_of_its_own(make_job) -> None:
     """trainer.mode separate-async: cluster.rolloutWorkers become a second worker group of the RayJob's
     cluster (its replicas, GPUs, resources and scheduling), beside the training workers; other modes
-    have the training group only."""
+    have the training group only. (The CRD admits separate-async on CPU workers only for now; the
+    builder sizes GPU groups the same way.)"""
     rollout = {
         "replicas": 3,
         "gpusPerWorker": 2,

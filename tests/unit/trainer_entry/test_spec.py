@@ -325,6 +325,20 @@ def test_separate_async_settings_that_cannot_run_name_what_to_change(spec, messa
         parse_job(doc(**spec))
 
 
+def test_separate_async_on_gpus_is_refused_with_why_and_what_to_use():
+    from trainer_entry.spec import SEPARATE_ON_GPUS
+
+    gpus = {"workers": {"gpusPerWorker": 8}, "rolloutWorkers": {"gpusPerWorker": 8}}
+    with pytest.raises(
+        SpecError, match=r"^spec\.trainer\.mode: separate-async runs on CPU workers only .*cupy"
+    ):
+        parse_job(doc(trainer=SEPARATE, cluster=gpus))
+    (rule,) = [
+        r for r in crd_spec_schema()["x-kubernetes-validations"] if r.get("fieldPath") == ".trainer.mode"
+    ]
+    assert rule["message"] == SEPARATE_ON_GPUS
+
+
 def test_separate_async_mini_batch_defaults_to_one_sync_interval():
     from trainer_entry.spec import mini_batch_size
 
@@ -333,7 +347,7 @@ def test_separate_async_mini_batch_defaults_to_one_sync_interval():
         doc(
             trainer=trainer,
             algorithm={"trainBatchSize": 8, "totalEpochs": 1},
-            cluster={"rolloutWorkers": {"gpusPerWorker": 8}},
+            cluster={"workers": {"gpusPerWorker": 0}, "rolloutWorkers": {"gpusPerWorker": 0}},
         )
     )
     assert mini_batch_size(job.spec) == 2
