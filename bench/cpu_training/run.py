@@ -11,7 +11,8 @@ time; observations from the tool count as response tokens for both engines), the
 whole process tree (PSS, so shared pages count once), and learning — the mean reward of the first
 and the last steps, the reward of every step (the learning curve) and steps per minute after the
 first (in the async modes verl's `timing_s/gen` is the wait for sampleable prompts, not generation,
-so the generation rows compare engines, not modes). Bounded: `--steps` steps per engine, one warm-up of at most `--warm-up-seconds`.
+so the generation rows compare engines, not modes). Bounded: `--steps` steps per run, one warm-up
+of at most `--warm-up-seconds`.
 
     .venv/bin/python bench/cpu_training/run.py [--steps 30] [--engines vllm hf] [--modes sync ...]
         [--out result.json]
