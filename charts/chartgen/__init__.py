@@ -1,1 +1,2 @@
-"""Generates the chart's derived files (the Grafana dashboard JSON, the CRD copy) from their sources."""
+"""Generates the derived files from their sources: the chart's Grafana dashboard JSON and CRD copy, and
+each distribution's module of the CRD's defaults."""

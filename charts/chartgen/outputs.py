@@ -1,10 +1,13 @@
-"""The chart's generated files and their sources: one place that says what is derived from what."""
+"""The generated files and their sources: one place that says what is derived from what.
+
+`root` and `crd` let a test generate everything from a changed CRD into a directory of its own."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from .crd_defaults import DISTRIBUTIONS, MODULE, render_module
 from .dashboard import DASHBOARD
 from .panels import render
 
@@ -16,21 +19,29 @@ CRD_COPY = CHART / "crds" / CRD_SOURCE.name
 DASHBOARD_JSON = CHART / "dashboards" / f"{DASHBOARD.uid}.json"
 
 
-def expected() -> dict[Path, str]:
-    """Every generated file of the chart and the content it must have."""
-    return {
+CRD_DEFAULTS_MODULES = tuple(REPO / d / MODULE for d in DISTRIBUTIONS)
+GENERATE_COMMAND = "make chart-generate"
+
+
+def expected(root: Path = REPO, crd: Path = CRD_SOURCE) -> dict[Path, str]:
+    """Every generated file (under `root`) and the content it must have, from the CRD at `crd`."""
+    crd_text = crd.read_text()
+    defaults = render_module(crd_text, CRD_SOURCE.relative_to(REPO).as_posix(), GENERATE_COMMAND)
+    files = {
         DASHBOARD_JSON: json.dumps(render(DASHBOARD), indent=2, sort_keys=True) + "\n",
-        CRD_COPY: CRD_SOURCE.read_text(),
+        CRD_COPY: crd_text,
+        **dict.fromkeys(CRD_DEFAULTS_MODULES, defaults),
     }
+    return {root / path.relative_to(REPO): text for path, text in files.items()}
 
 
 def stale_outputs() -> list[Path]:
     return [path for path, text in expected().items() if not path.exists() or path.read_text() != text]
 
 
-def write_outputs() -> list[Path]:
+def write_outputs(root: Path = REPO, crd: Path = CRD_SOURCE) -> list[Path]:
     written = []
-    for path, text in expected().items():
+    for path, text in expected(root, crd).items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         written.append(path)

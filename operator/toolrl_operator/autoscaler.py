@@ -85,9 +85,9 @@ class Policy:
     @classmethod
     def from_job_spec(cls, spec: Mapping[str, Any], **tuning: float) -> Policy:
         """Reads a ToolRLJob spec (CRD defaults applied) into a policy."""
-        pool = spec.get("toolPool") or {}
-        replicas = pool.get("replicas") or {}
         try:
+            pool = spec["toolPool"]
+            replicas = pool["replicas"]
             lo, hi = int(replicas["min"]), int(replicas["max"])
             target = float(pool["targetConcurrencyPerReplica"])
             delay = float(pool["scaleDownDelaySeconds"])
@@ -99,13 +99,22 @@ class Policy:
             ) from None
         except (TypeError, ValueError) as bad:
             raise PolicyError(f"spec.toolPool has a non-numeric value: {bad}") from None
+        try:
+            cap = burst_cap(spec)
+        except KeyError as missing:
+            raise PolicyError(
+                f"spec.algorithm or spec.rollout is missing {missing}; the CRD defaults it, so apply the job "
+                "through the apiserver or set it explicitly"
+            ) from None
+        except (TypeError, ValueError) as bad:
+            raise PolicyError(f"spec.algorithm or spec.rollout has a non-numeric value: {bad}") from None
         return cls(
             min_replicas=lo,
             max_replicas=hi,
             target_concurrency=target,
             scale_down_delay_seconds=delay,
             rollout_aware=rollout_aware,
-            burst_cap=burst_cap(spec),
+            burst_cap=cap,
             **tuning,
         )
 
@@ -117,21 +126,12 @@ class Policy:
         return max(self.min_replicas, min(self.max_replicas, replicas))
 
 
-def burst_cap(spec: Mapping[str, Any]) -> int | None:
+def burst_cap(spec: Mapping[str, Any]) -> int:
     """The trainer can have at most this many tool calls in flight: its client's concurrency limit,
     and one call per parallel slot of every trajectory of the batch."""
-    caps = []
-    call = ((spec.get("rollout") or {}).get("toolCall") or {}).get("maxConcurrency")
-    if call:
-        caps.append(int(call))
-    algo, rollout = spec.get("algorithm") or {}, spec.get("rollout") or {}
-    if algo.get("trainBatchSize") and algo.get("rolloutsPerPrompt"):
-        caps.append(
-            int(algo["trainBatchSize"])
-            * int(algo["rolloutsPerPrompt"])
-            * int(rollout.get("maxParallelCalls") or 1)
-        )
-    return min(caps) if caps else None
+    algo, rollout = spec["algorithm"], spec["rollout"]
+    slots = int(algo["trainBatchSize"]) * int(algo["rolloutsPerPrompt"]) * int(rollout["maxParallelCalls"])
+    return min(int(rollout["toolCall"]["maxConcurrency"]), slots)
 
 
 @dataclass(frozen=True)

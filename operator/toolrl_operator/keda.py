@@ -39,7 +39,7 @@ def explain_api_error(status: int) -> str:
 
 
 def uses_keda(job: dict[str, Any]) -> bool:
-    return job["spec"].get("toolPool", {}).get("autoscaler", "native") == "keda"
+    return job["spec"]["toolPool"]["autoscaler"] == "keda"
 
 
 def build_scaled_object(job: dict[str, Any], prometheus_url: str) -> dict[str, Any]:

@@ -89,7 +89,7 @@ def ray_env(job: dict[str, Any]) -> list[dict[str, Any]]:
     override them), then the operator's contract (TOOLRL_*, which the CRD keeps users from
     setting)."""
     meta = job["metadata"]
-    user = [copy.deepcopy(e) for e in job["spec"].get("cluster", {}).get("env") or []]
+    user = [copy.deepcopy(e) for e in job["spec"]["cluster"].get("env") or []]
     named = {e["name"] for e in user}
     defaults = [{"name": k, "value": v} for k, v in NETWORK_ENV_DEFAULTS.items() if k not in named]
     return [*defaults, *user, *trainer_env(meta["name"], meta["namespace"])]
@@ -100,10 +100,10 @@ def _volumes(job: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, 
     volume: the job's ConfigMap, plus a custom reward's file under reward/."""
     spec = job["spec"]
     sources: list[dict[str, Any]] = [{"configMap": {"name": config_name(job["metadata"]["name"])}}]
-    reward = spec.get("reward", {})
-    if reward.get("preset") == "custom":
+    reward = spec["reward"]
+    if reward["preset"] == "custom":
         custom = reward["custom"]
-        key = custom.get("key", "reward.py")
+        key = custom["key"]
         sources.append(
             {
                 "configMap": {
@@ -121,8 +121,8 @@ def _volumes(job: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, 
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
     for vol_name, source, path in (
-        ("data", spec.get("data", {}).get("volume"), DATA_MOUNT),
-        ("checkpoints", spec.get("checkpoint", {}).get("volume"), CHECKPOINT_MOUNT),
+        ("data", spec["data"].get("volume"), DATA_MOUNT),
+        ("checkpoints", spec["checkpoint"].get("volume"), CHECKPOINT_MOUNT),
     ):
         if source:
             volumes.append({"name": vol_name, **copy.deepcopy(source)})
@@ -131,7 +131,7 @@ def _volumes(job: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, 
 
 
 def _shm(spec: dict[str, Any]) -> dict[str, Any]:
-    size = spec.get("cluster", {}).get("shmSize")
+    size = spec["cluster"].get("shmSize")
     return {"medium": "Memory", **({"sizeLimit": str(size)} if size else {})}
 
 
@@ -142,7 +142,7 @@ def _pod_template(
     service_account: str | None,
 ) -> dict[str, Any]:
     name = job["metadata"]["name"]
-    cluster = job["spec"].get("cluster", {})
+    cluster = job["spec"]["cluster"]
     volumes, mounts = _volumes(job)
     container = {**container, "volumeMounts": mounts, "securityContext": copy.deepcopy(CONTAINER_SECURITY)}
     if cluster.get("envFrom"):
@@ -235,10 +235,10 @@ def build_rayjob(
     meta = job["metadata"]
     name = meta["name"]
     spec = job["spec"]
-    cluster = spec.get("cluster", {})
-    head = cluster.get("head", {})
-    workers = cluster.get("workers", {})
-    run_policy = spec.get("runPolicy", {})
+    cluster = spec["cluster"]
+    head = cluster["head"]
+    workers = cluster["workers"]
+    run_policy = spec["runPolicy"]
     image = cluster.get("image") or settings.trainer_image
     env = ray_env(job)
 
@@ -276,8 +276,8 @@ def build_rayjob(
     if cluster.get("rolloutWorkers"):  # the CRD admits it with trainer.mode separate-async only
         groups.append(worker_group(ROLLOUT_WORKER_GROUP, cluster["rolloutWorkers"]))
 
-    queue = cluster.get("queueName") or ""
-    suspend = bool(spec.get("suspend", False))
+    queue = cluster["queueName"]
+    suspend = bool(spec["suspend"])
     if queue and not suspend:
         suspend = True if current_suspend is None else current_suspend
 

@@ -344,7 +344,7 @@ class Reconciler:
                 continue
             wanted = bool(manifest["spec"].get("suspend"))
             changed = previous is None or previous.digest != digest
-            kueue = bool(job["spec"]["cluster"].get("queueName"))  # then Kueue suspends and resumes
+            kueue = bool(job["spec"]["cluster"]["queueName"])  # then Kueue suspends and resumes
             if changed and not kueue and rayjob is not None and bool(rayjob["spec"]["suspend"]) != wanted:
                 announcements.append(_suspension(wanted))
         return announcements

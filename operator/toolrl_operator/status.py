@@ -37,7 +37,7 @@ def finished(job: Mapping[str, Any]) -> bool:
 
 def pool_stopped(job: Mapping[str, Any]) -> bool:
     """Suspended or finished: no trainer is left for the tool pool to serve, so it runs 0 pods."""
-    return bool((job.get("spec") or {}).get("suspend")) or finished(job)
+    return bool(job["spec"]["suspend"]) or finished(job)
 
 
 def now() -> str:
@@ -151,8 +151,8 @@ def pod_waiting_cause(pod: Mapping[str, Any]) -> tuple[str, str] | None:
 
 def waiting_queue(job: dict[str, Any]) -> str:
     """The Kueue queue the job waits in for admission when not suspended by the user, else ''."""
-    spec = job.get("spec") or {}
-    return "" if spec.get("suspend") else (spec.get("cluster") or {}).get("queueName") or ""
+    spec = job["spec"]
+    return "" if spec["suspend"] else spec["cluster"]["queueName"]
 
 
 def queued(rayjob: dict[str, Any] | None, queue: str) -> bool:
@@ -262,7 +262,7 @@ def judge(job: dict[str, Any], rayjob: dict[str, Any] | None, phase: Phase) -> P
     a Ray job that exits 0 short of `totalSteps` did not succeed (a resume that trains 0 steps
     does exactly that); a failure with attempts left is a retry; the last failure says so."""
     rj = (rayjob or {}).get("status") or {}
-    limit = int(((job.get("spec") or {}).get("runPolicy") or {}).get("backoffLimit") or 0)
+    limit = int(job["spec"]["runPolicy"]["backoffLimit"])
     failed = int(rj.get("failed") or 0)
     if phase.phase == SUCCEEDED:
         progress = (job.get("status") or {}).get("progress") or {}

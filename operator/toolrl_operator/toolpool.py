@@ -84,13 +84,13 @@ def desired_replicas(job: dict[str, Any]) -> int:
 
 
 def _needs_data(spec: dict[str, Any]) -> bool:
-    return bool(spec.get("data", {}).get("volume")) and any(t["type"] == "search" for t in spec["tools"])
+    return bool(spec["data"].get("volume")) and any(t["type"] == "search" for t in spec["tools"])
 
 
 def build_deployment(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
     name = job["metadata"]["name"]
     spec = job["spec"]
-    pool = spec.get("toolPool", {})
+    pool = spec["toolPool"]
     probe = {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5, "failureThreshold": 3}
     container: dict[str, Any] = {
         "name": "tool-sandbox",

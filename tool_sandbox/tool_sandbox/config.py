@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from .crd_defaults import DEFAULTS_WHEN_PRESENT, SPEC_DEFAULTS
+
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -19,27 +21,30 @@ class ConfigError(ValueError):
     """The tool configuration is invalid; the message says where and how to fix it."""
 
 
+_CRD = DEFAULTS_WHEN_PRESENT["tools[]"]  # the CRD's defaults of a tools[] entry (generated from it)
+
+
 @dataclass(frozen=True)
 class ToolConfig:
-    """One entry of `spec.tools` (field names as in the ToolRLJob CRD)."""
+    """One entry of `spec.tools` (field names as in the ToolRLJob CRD; defaults the CRD's, so a
+    hand-written tools.yaml means what the same entries mean in a job)."""
 
     name: str
     type: str
     description: str = ""
-    timeout_seconds: float = 10.0
-    memory_limit_mib: int = 512
-    max_output_bytes: int = 4096
+    timeout_seconds: float = float(_CRD["timeoutSeconds"])
+    memory_limit_mib: int = _CRD["memoryLimitMiB"]
+    max_output_bytes: int = _CRD["maxOutputBytes"]
     corpus: str = ""
-    top_k: int = 3
+    top_k: int = _CRD["topK"]
     url: str = ""
-    # Server-side knobs beyond the CRD (usable in a hand-written tools.yaml).
-    file_size_limit_mib: int = 16
-    disk_limit_mib: int = 32  # bytes a call (or a session) may keep in its directory
-    max_open_files: int = 64
-    max_processes: int = 256  # tasks of a call as root (RLIMIT_NPROC of its own uid): its threads
-    max_retries: int = 3
-    retry_delay_seconds: float = 0.5
-    rate_limit_per_second: float = 50.0
+    file_size_limit_mib: int = _CRD["fileSizeLimitMiB"]
+    disk_limit_mib: int = _CRD["diskLimitMiB"]  # bytes a call (or a session) may keep in its directory
+    max_open_files: int = _CRD["maxOpenFiles"]
+    max_processes: int = _CRD["maxProcesses"]  # tasks of a call as root (RLIMIT_NPROC of its own uid)
+    max_retries: int = _CRD["maxRetries"]
+    retry_delay_seconds: float = float(_CRD["retryDelaySeconds"])
+    rate_limit_per_second: float = float(_CRD["rateLimitPerSecond"])
 
 
 _FIELDS = {
@@ -80,9 +85,10 @@ class ServerSettings:
     host: str = "0.0.0.0"
     port: int = 8080
     workers: int = 2  # warm worker processes (zygotes)
-    capacity: int = 32  # calls executing at once across all workers
+    # calls executing at once across all workers, and live sessions: a job's pool replica's by default
+    capacity: int = SPEC_DEFAULTS["toolPool"]["capacityPerReplica"]
     queue_size: int = 256  # calls waiting for capacity before 429
-    max_sessions: int = 64
+    max_sessions: int = SPEC_DEFAULTS["toolPool"]["maxSessionsPerReplica"]
     session_idle_seconds: float = 300.0
     session_cpu_seconds: int = 600
     spares_per_worker: int = 4

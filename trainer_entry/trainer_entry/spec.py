@@ -1,9 +1,9 @@
 """The ToolRLJob spec as the trainer reads it: loading, defaults, and the value checks verl does not do.
 
 The CRD (crds/toolrl.dev_toolrljobs.yaml) is the one home of defaults: the operator writes `job.json`
-with them applied. `DEFAULTS` repeats exactly the CRD's values for the fields the trainer reads (a unit
-test compares them with the CRD), applied the way the apiserver would, so a hand-written spec means the
-same as one that went through the cluster. A field without a CRD default must be in the spec.
+with them applied. `DEFAULTS` are the CRD's, from the module generated from it (crd_defaults.py, by
+`make chart-generate`), applied the way the apiserver would, so a hand-written spec means the same as
+one that went through the cluster. A field without a CRD default must be in the spec.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .crd_defaults import DEFAULTS_WHEN_PRESENT, SPEC_DEFAULTS
 
 PROTOCOLS = ("hermes", "tool-tags", "python-tags", "react")
 ENGINES = ("vllm", "hf")  # both run without GPUs too (gpusPerWorker 0): vllm as vLLM's CPU build
@@ -36,58 +38,16 @@ PRESETS = ("code-execution", "exact-match", "toolbench", "custom")
 TOOL_TYPES = ("python", "search", "http")
 LOGGERS = ("console", "wandb", "mlflow", "tensorboard")
 
-DEFAULTS: dict[str, Any] = {
-    "data": {"maxPromptLength": 1024, "maxResponseLength": 2048},
-    "algorithm": {
-        "advantageEstimator": "grpo",
-        "rolloutsPerPrompt": 8,
-        "klLoss": {"enabled": True, "coef": 0.001},
-        "learningRate": 1.0e-6,
-        "trainBatchSize": 256,
-    },
-    "rollout": {
-        "engine": "vllm",
-        "tensorParallelSize": 1,
-        "gpuMemoryUtilization": 0.6,
-        "protocol": "hermes",
-        "maxToolTurns": 3,
-        "maxParallelCalls": 1,
-        "maxToolResponseLength": 1024,
-        "toolCall": {
-            "timeoutSeconds": 30,
-            "maxRetries": 3,
-            "retryDelaySeconds": 1.0,
-            "maxConcurrency": 256,
-            "maxInfraFailureRatio": 0.2,
-        },
-    },
-    "reward": {
-        "preset": "code-execution",
-        "toolbench": {
-            "formatWeight": 0.1,
-            "functionCallWeight": 0.2,
-            "finishWeight": 0.3,
-            "errorPenalty": -0.5,
-            "finishBonus": 0.5,
-        },
-    },
-    "cluster": {"workers": {"replicas": 1, "gpusPerWorker": 8}},
-    "checkpoint": {"resume": "auto"},
-    "trainer": {
-        "mode": "sync",
-        "async": {"warmupBatches": 1, "maxPolicyVersions": 8, "onStale": "drop", "parameterSyncStep": 1},
-        "loggers": ["console"],
-    },
-}
+DEFAULTS: dict[str, Any] = SPEC_DEFAULTS
 SAVE_FREQ_WITH_VOLUME = 20
 """`checkpoint.saveFreq` when unset and a checkpoint volume is given (the CRD has no default: without a
 volume nothing is saved, as /checkpoints is then neither writable nor kept)."""
 NEVER = -1
-TOOL_DEFAULTS: dict[str, Any] = {"timeoutSeconds": 10}
+TOOL_DEFAULTS: dict[str, Any] = DEFAULTS_WHEN_PRESENT["tools[]"]
 """CRD defaults of each `spec.tools[]` entry."""
-CUSTOM_REWARD_DEFAULTS: dict[str, Any] = {"key": "reward.py", "function": "compute_score"}
+CUSTOM_REWARD_DEFAULTS: dict[str, Any] = DEFAULTS_WHEN_PRESENT["reward.custom"]
 """CRD defaults of `spec.reward.custom` (when it is given)."""
-ROLLOUT_WORKERS_DEFAULTS: dict[str, Any] = {"replicas": 1}
+ROLLOUT_WORKERS_DEFAULTS: dict[str, Any] = DEFAULTS_WHEN_PRESENT["cluster.rolloutWorkers"]
 """CRD defaults of `spec.cluster.rolloutWorkers` (when it is given: separate-async)."""
 
 

@@ -11,10 +11,15 @@ from typing import Any
 import aiohttp
 import kopf
 import pytest
+import yaml
+from chartgen.crd_defaults import apply_defaults, spec_schema
+from chartgen.outputs import CRD_SOURCE
 from prometheus_client import REGISTRY
 from toolrl_operator import autoscaling, handlers
 from toolrl_operator.naming import AUTOSCALER_FIELD_MANAGER
 from toolrl_operator.settings import Settings
+
+SPEC_SCHEMA = spec_schema(yaml.safe_load(CRD_SOURCE.read_text()))
 
 
 def job(phase="Running", name="j", uid="", **spec):
@@ -22,15 +27,18 @@ def job(phase="Running", name="j", uid="", **spec):
         "apiVersion": "toolrl.dev/v1alpha1",
         "kind": "ToolRLJob",
         "metadata": {"name": name, "namespace": "n", "uid": uid or f"uid-{name}"},
-        "spec": {
-            "toolPool": {
-                "replicas": {"min": 1, "max": 4},
-                "targetConcurrencyPerReplica": 8,
-                "scaleDownDelaySeconds": 60,
-                "rolloutAware": False,
+        "spec": apply_defaults(  # as the apiserver gives it
+            SPEC_SCHEMA,
+            {
+                "toolPool": {
+                    "replicas": {"min": 1, "max": 4},
+                    "targetConcurrencyPerReplica": 8,
+                    "scaleDownDelaySeconds": 60,
+                    "rolloutAware": False,
+                },
+                **spec,
             },
-            **spec,
-        },
+        ),
         "status": {"phase": phase},
     }
 

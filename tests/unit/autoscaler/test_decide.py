@@ -223,12 +223,28 @@ def test_burst_is_learnt_from_the_previous_generation_and_follows_the_expected_c
 )
 def test_bad_policy_says_what_to_fix(pool, error):
     with pytest.raises(a.PolicyError, match=error):
-        a.Policy.from_job_spec({"toolPool": {"rolloutAware": False, **pool}})
+        a.Policy.from_job_spec({"toolPool": {"rolloutAware": False, **pool}, **TRAINER_SIDE})
+
+
+TRAINER_SIDE = {
+    "algorithm": {"trainBatchSize": 16, "rolloutsPerPrompt": 4},
+    "rollout": {"maxParallelCalls": 1, "toolCall": {"maxConcurrency": 256}},
+}
 
 
 def test_rollout_aware_has_no_fallback_of_its_own():
     """The CRD defaults rolloutAware to true; a second default (false) in the policy contradicted it."""
     pool = {"replicas": {"min": 1, "max": 2}, "targetConcurrencyPerReplica": 4, "scaleDownDelaySeconds": 0}
     with pytest.raises(a.PolicyError, match="rolloutAware"):
-        a.Policy.from_job_spec({"toolPool": pool})
-    assert a.Policy.from_job_spec({"toolPool": {**pool, "rolloutAware": True}}).rollout_aware
+        a.Policy.from_job_spec({"toolPool": pool, **TRAINER_SIDE})
+    assert a.Policy.from_job_spec({"toolPool": {**pool, "rolloutAware": True}, **TRAINER_SIDE}).rollout_aware
+
+
+def test_the_burst_cap_has_no_fallbacks_of_its_own():
+    """maxParallelCalls and the rest are the CRD's defaults: a spec without them is refused, not guessed."""
+    pool = {"replicas": {"min": 1, "max": 2}, "targetConcurrencyPerReplica": 4, "scaleDownDelaySeconds": 0,
+            "rolloutAware": True}
+    rollout = {"toolCall": {"maxConcurrency": 256}}
+    missing = r"spec\.algorithm or spec\.rollout is missing 'maxParallelCalls'"
+    with pytest.raises(a.PolicyError, match=missing):
+        a.Policy.from_job_spec({"toolPool": pool, "algorithm": TRAINER_SIDE["algorithm"], "rollout": rollout})

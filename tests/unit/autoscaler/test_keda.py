@@ -1,7 +1,12 @@
 """The KEDA ScaledObject builder."""
 
 import pytest
+import yaml
+from chartgen.crd_defaults import apply_defaults, spec_schema
+from chartgen.outputs import CRD_SOURCE
 from toolrl_operator import keda
+
+SPEC_SCHEMA = spec_schema(yaml.safe_load(CRD_SOURCE.read_text()))
 
 
 def job(**pool):
@@ -17,7 +22,7 @@ def job(**pool):
         "apiVersion": "toolrl.dev/v1alpha1",
         "kind": "ToolRLJob",
         "metadata": {"name": "gsm8k", "namespace": "rl", "uid": "u-1"},
-        "spec": {"toolPool": tool_pool},
+        "spec": apply_defaults(SPEC_SCHEMA, {"toolPool": tool_pool}),  # as the apiserver gives it
     }
 
 

@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 import yaml
+from toolrl_operator.autoscaler import PolicyError
 from toolrl_operator.children import build_children
 from toolrl_operator.configmap import build_configmap
+from toolrl_operator.keda import uses_keda
 from toolrl_operator.rayjob import (
     ENTRYPOINT,
     GPU_RESOURCE,
@@ -22,6 +24,7 @@ from toolrl_operator.rayjob import (
 )
 from toolrl_operator.rbac import build_role, build_role_binding, build_service_account
 from toolrl_operator.settings import Settings
+from toolrl_operator.status import pool_stopped, waiting_queue
 from toolrl_operator.toolpool import (
     CHECKSUM_ANNOTATION,
     build_deployment,
@@ -510,6 +513,33 @@ def test_crd_defaults_are_not_repeated_in_the_builders(make_job) -> None:
     del job["spec"]["runPolicy"]["ttlSecondsAfterFinished"]
     with pytest.raises(KeyError):
         build_rayjob(job, SETTINGS)
+
+
+@pytest.mark.parametrize(
+    ("path", "build"),
+    [
+        (("toolPool", "autoscaler"), uses_keda),
+        (("suspend",), lambda job: build_rayjob(job, SETTINGS)),
+        (("cluster", "queueName"), lambda job: build_rayjob(job, SETTINGS)),
+        (("cluster", "head"), lambda job: build_rayjob(job, SETTINGS)),
+        (("reward", "custom", "key"), lambda job: build_rayjob(job, SETTINGS)),
+        (("toolPool",), lambda job: build_deployment(job, SETTINGS)),
+        (("rollout", "maxParallelCalls"), lambda job: desired_replicas(job)),
+        (("suspend",), pool_stopped),
+        (("cluster", "queueName"), waiting_queue),
+    ],
+)
+def test_the_operator_restates_no_crd_default(make_job, path, build) -> None:
+    """Each of these once had a fallback repeating the CRD's default (dead: the apiserver defaults every
+    job the operator sees). Without the field the builder fails, naming it, instead of guessing."""
+    job = make_job(reward={"preset": "custom", "custom": {"configMap": "my-reward"}})
+    build(job)  # the defaulted job builds
+    parent = job["spec"]
+    for part in path[:-1]:
+        parent = parent[part]
+    del parent[path[-1]]
+    with pytest.raises((KeyError, PolicyError), match=path[-1]):
+        build(job)
 
 
 def test_cpu_workers_ask_for_no_gpu_and_advertise_one_logical_ray_gpu(make_job) -> None:

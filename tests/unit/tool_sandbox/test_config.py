@@ -1,5 +1,7 @@
 import pytest
-from tool_sandbox.config import ConfigError, parse_tools
+import yaml
+from tool_sandbox.config import _FIELDS, ConfigError, parse_tools
+from tool_sandbox.crd_defaults import DEFAULTS_WHEN_PRESENT
 
 
 def test_parses_the_crd_shape_with_defaults() -> None:
@@ -36,3 +38,21 @@ def test_rejects_bad_configs_with_a_message_naming_the_problem(text: str, messag
         ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
     ):
         parse_tools(text)
+
+
+def test_a_bare_entry_means_what_the_crd_defaults_it_to() -> None:
+    """Every tools[] default is the CRD's (the module generated from it), none the pool's own: a
+    hand-written tools.yaml entry parses as the entry the operator writes for a job."""
+    from chartgen.crd_defaults import apply_defaults, spec_schema
+    from chartgen.outputs import CRD_SOURCE
+
+    item = spec_schema(yaml.safe_load(CRD_SOURCE.read_text()))["properties"]["tools"]["items"]
+    defaulted = apply_defaults(item, {"name": "p", "type": "python"})
+    assert set(defaulted) - {"name", "type"} == set(DEFAULTS_WHEN_PRESENT["tools[]"])
+    assert set(DEFAULTS_WHEN_PRESENT["tools[]"]) <= set(_FIELDS)
+    (bare,) = parse_tools("tools: [{name: p, type: python}]")
+    (written,) = parse_tools(yaml.safe_dump({"tools": [defaulted]}))
+    assert bare == written
+    # no knob of the pool's own is left out of the CRD: each field of an entry has its default there
+    optional = {"description", "corpus", "url"}  # no default: absent unless given
+    assert set(_FIELDS) - {"name", "type"} - optional == set(DEFAULTS_WHEN_PRESENT["tools[]"])

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from chartgen.crd_defaults import apply_defaults
+from trainer_entry.crd_defaults import DEFAULTS_WHEN_PRESENT, SPEC_DEFAULTS
 from trainer_entry.rewards.toolbench import DEFAULT_WEIGHTS
 from trainer_entry.spec import (
     CUSTOM_REWARD_DEFAULTS,
@@ -17,6 +19,7 @@ from trainer_entry.spec import (
     cpu_only,
     load_job,
     parse_job,
+    with_defaults,
 )
 
 CRD = Path(__file__).resolve().parents[3] / "crds" / "toolrl.dev_toolrljobs.yaml"
@@ -128,43 +131,22 @@ def crd_spec_schema() -> dict:
     return version["schema"]["openAPIV3Schema"]["properties"]["spec"]
 
 
-def trainer_defaults() -> list[tuple[list[str], object]]:
-    """(CRD schema path, value) of every default the trainer applies, objects included."""
-    out = []
-
-    def walk(path, table):
-        for key, value in table.items():
-            out.append(([*path, key], value))
-            if isinstance(value, dict):
-                walk([*path, key], value)
-
-    walk([], DEFAULTS)
-    walk(["tools", "[]"], TOOL_DEFAULTS)
-    walk(["reward", "custom"], CUSTOM_REWARD_DEFAULTS)
-    walk(["cluster", "rolloutWorkers"], ROLLOUT_WORKERS_DEFAULTS)
-    return out
-
-
-def test_every_trainer_default_is_the_crds_default():
-    schema = crd_spec_schema()
-    checked = 0
-    for path, value in trainer_defaults():
-        node, parent = schema, None
-        for part in path:
-            parent = node
-            node = node["items"] if part == "[]" else node["properties"][part]
-        field = "spec." + ".".join(path).replace(".[]", "[]")
-        if isinstance(value, dict):
-            # The apiserver fills an object's defaults only if the object is defaulted or required.
-            assert node.get("default") == {} or path[-1] in parent.get("required", []), field
-        else:
-            assert "default" in node, f"{field}: the trainer defaults it to {value!r}, the CRD has no default"
-            assert node["default"] == value and type(node["default"]) is type(value), (
-                f"{field}: trainer {value!r} != CRD {node['default']!r}"
-            )
-            checked += 1
-    assert checked >= 30  # the table is not accidentally empty
+def test_the_trainer_defaults_a_spec_as_the_apiserver_does():
+    """The trainer's merge of the generated defaults gives what the CRD's structural defaulting gives
+    (tests/unit/chart/test_crd_defaults.py: the generated module follows the CRD)."""
+    assert DEFAULTS is SPEC_DEFAULTS
+    assert TOOL_DEFAULTS is DEFAULTS_WHEN_PRESENT["tools[]"]
+    assert CUSTOM_REWARD_DEFAULTS is DEFAULTS_WHEN_PRESENT["reward.custom"]
+    assert ROLLOUT_WORKERS_DEFAULTS is DEFAULTS_WHEN_PRESENT["cluster.rolloutWorkers"]
     assert DEFAULT_WEIGHTS is DEFAULTS["reward"]["toolbench"]  # the toolbench preset uses the same table
+    given = doc(
+        tools=[{"name": "python", "type": "python"}, {"name": "s", "type": "search", "corpus": "/data/c"}],
+        reward={"preset": "custom", "custom": {"configMap": "r"}},
+        checkpoint={"saveFreq": -1},  # the one default the trainer adds (saveFreq, by volume)
+        trainer={"mode": "separate-async"},
+        cluster={"workers": {"gpusPerWorker": 0}, "rolloutWorkers": {"gpusPerWorker": 0}},
+    )["spec"]
+    assert with_defaults(given) == apply_defaults(crd_spec_schema(), json.loads(json.dumps(given)))
 
 
 def test_gpus_per_worker_defaults_to_the_crds_8():
