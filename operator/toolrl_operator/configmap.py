@@ -8,7 +8,15 @@ from typing import Any
 
 import yaml
 
-from .naming import API_VERSION, COMPONENT_CONFIG, KIND, child_metadata, config_name
+from .naming import (
+    API_VERSION,
+    COMPONENT_CONFIG,
+    CONFIG_MOUNT,
+    FUNCTIONS_DIR,
+    KIND,
+    child_metadata,
+    config_name,
+)
 
 JOB_KEY = "job.json"
 TOOLS_KEY = "tools.yaml"
@@ -30,9 +38,21 @@ def job_document(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def function_source(tool: str) -> str:
+    """Where a function tool's source lies in a pool pod, relative to the config volume."""
+    return f"{FUNCTIONS_DIR}/{tool}.py"
+
+
 def tools_yaml(spec: dict[str, Any]) -> str:
-    """The job's `spec.tools` verbatim, as the tool pool reads it."""
-    return yaml.safe_dump({"tools": spec["tools"]}, sort_keys=True)
+    """The job's `spec.tools` as the tool pool reads it: verbatim, plus where each function tool's
+    source is mounted (`source`, see toolpool.build_deployment)."""
+    tools = [
+        {**tool, "source": f"{CONFIG_MOUNT}/{function_source(tool['name'])}"}
+        if tool["type"] == "function"
+        else tool
+        for tool in spec["tools"]
+    ]
+    return yaml.safe_dump({"tools": tools}, sort_keys=True)
 
 
 def tools_checksum(spec: dict[str, Any]) -> str:

@@ -35,6 +35,7 @@ RAY_CLIENT_PORT = 10001
 RAY_DASHBOARD_ACCESS_LABEL = "toolrl.dev/ray-dashboard-access"
 CONFIG_MOUNT = "/etc/toolrl"
 REWARD_DIR = "reward"  # inside CONFIG_MOUNT: /etc/toolrl/reward/<key>
+FUNCTIONS_DIR = "functions"  # inside CONFIG_MOUNT of a pool pod: a function tool's source, <tool>.py
 DATA_MOUNT = "/data"
 CHECKPOINT_MOUNT = "/checkpoints"
 

@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .autoscaler import Policy
-from .configmap import TOOLS_KEY, tools_checksum
+from .configmap import TOOLS_KEY, function_source, tools_checksum
 from .keda import uses_keda
 from .naming import (
     COMPONENT_TOOL_POOL,
@@ -38,6 +38,7 @@ MAX_POOL_TASKS = 16384  # at most, whatever the capacity: well below a node's pi
 # answers the rest as its own failure; the pod's grace period leaves it time to write them.
 DRAIN_SECONDS = 20
 TERMINATION_GRACE_SECONDS = DRAIN_SECONDS + 10
+SANDBOXED = ("python", "function")  # tool types whose calls run code in the pool's sandbox
 
 
 def tmp_size_mib(spec: dict[str, Any]) -> int:
@@ -45,7 +46,7 @@ def tmp_size_mib(spec: dict[str, Any]) -> int:
     server kills it past that), so the volume holds them all and the kubelet never evicts the pod
     for a tool call's files."""
     pool = spec["toolPool"]  # CRD defaults applied, as everywhere in the builders
-    budget = max((t["diskLimitMiB"] for t in spec["tools"] if t["type"] == "python"), default=0)
+    budget = max((t["diskLimitMiB"] for t in spec["tools"] if t["type"] in SANDBOXED), default=0)
     return budget * (pool["capacityPerReplica"] + pool["maxSessionsPerReplica"]) + TMP_HEADROOM_MIB
 
 
@@ -87,6 +88,25 @@ def _needs_data(spec: dict[str, Any]) -> bool:
     return bool(spec["data"].get("volume")) and any(t["type"] == "search" for t in spec["tools"])
 
 
+def config_sources(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pool's read-only config volume: tools.yaml from the job's ConfigMap, and each function
+    tool's source from the user's ConfigMap (where tools.yaml says it is)."""
+    sources: list[dict[str, Any]] = [
+        {
+            "configMap": {
+                "name": config_name(job["metadata"]["name"]),
+                "items": [{"key": TOOLS_KEY, "path": TOOLS_KEY}],
+            }
+        }
+    ]
+    for tool in job["spec"]["tools"]:
+        if tool["type"] == "function":
+            ref = tool["function"]["configMap"]
+            item = {"key": ref["key"], "path": function_source(tool["name"])}
+            sources.append({"configMap": {"name": ref["name"], "items": [item]}})
+    return sources
+
+
 def build_deployment(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
     name = job["metadata"]["name"]
     spec = job["spec"]
@@ -113,10 +133,7 @@ def build_deployment(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
         ],
     }
     volumes: list[dict[str, Any]] = [
-        {
-            "name": "tools-config",
-            "configMap": {"name": config_name(name), "items": [{"key": TOOLS_KEY, "path": TOOLS_KEY}]},
-        },
+        {"name": "tools-config", "projected": {"sources": config_sources(job)}},
         {"name": "tmp", "emptyDir": {"sizeLimit": f"{tmp_size_mib(spec)}Mi"}},
     ]
     if _needs_data(spec):

@@ -27,9 +27,11 @@ from typing import Any
 
 import pytest
 import requests
+import yaml
 from harness.localcluster.cluster import free_port
 from harness.operator_process import get_json, mount_service_account, wait_until
 from harness.sandbox_process import SandboxProcess
+from toolrl_operator import naming
 from trainer_entry.tiny_model import build_tiny_model, warm_up, write_toy_data
 
 STEPS = 3
@@ -60,8 +62,63 @@ def toy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"model": model, "data": write_toy_data(root / "data")}
 
 
+# A function tool (issue 21): the user's source in a ConfigMap; a model warmed up to call it by name
+# (hermes) gives it the answer and reads it back.
+FUNCTION_SOURCE = "def echo_number(n: int) -> int:\n    return n\n"
+FUNCTION_TOOL = {
+    "name": "echo_number",
+    "type": "function",
+    "description": "Give back the number it is called with.",
+    "function": {"configMap": {"name": "cpu-tools", "key": "tools.py"}},
+    "parameters": {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "description": "the number"}},
+        "required": ["n"],
+    },
+    "timeoutSeconds": 5,
+}
+
+
+@pytest.fixture(scope="module")
+def toy_function(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The tiny model warmed up to call FUNCTION_TOOL in hermes, and the toy task prompted for it."""
+    root = tmp_path_factory.mktemp("toy-function")
+    model = build_tiny_model(root, "tiny-qwen2", hidden=64, layers=2)
+    result = warm_up(model, "hermes", seconds=900, tools=[FUNCTION_TOOL])
+    assert result.call_rate >= 0.2, f"the warm-up did not teach the function call: {result}"
+    return {"model": model, "data": write_toy_data(root / "data", tool="echo_number", protocol="hermes")}
+
+
+def pool_tools(cluster, namespace: str, name: str, tmp_path: Path) -> list[dict[str, Any]]:
+    """The tools.yaml the operator wrote for the job's pool, each function tool's source fetched from
+    its ConfigMap to where this local pool (standing in for the pool's pod, which mounts it at
+    `source`) reads it."""
+    wanted = naming.config_name(name)
+
+    def written() -> str | None:
+        found = get_json(cluster, "configmap", "-n", namespace)["items"]
+        return next((c["data"]["tools.yaml"] for c in found if c["metadata"]["name"] == wanted), None)
+
+    text = wait_until(written, 60, f"the operator's ConfigMap {wanted}", interval=0.5)
+    tools = yaml.safe_load(text)["tools"]
+    for tool in tools:
+        if tool["type"] == "function":
+            ref = tool["function"]["configMap"]
+            source = get_json(cluster, "configmap", ref["name"], "-n", namespace)["data"][ref["key"]]
+            local = tmp_path / "functions" / Path(tool["source"]).name
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_text(source)
+            tool["source"] = str(local)
+    return tools
+
+
 def cpu_job(
-    name: str, toy: dict[str, Path], steps: int = STEPS, engine: str = "hf", **algorithm: Any
+    name: str,
+    toy: dict[str, Path],
+    steps: int = STEPS,
+    engine: str = "hf",
+    protocol: str = "python-tags",
+    **algorithm: Any,
 ) -> dict[str, Any]:
     return {
         "apiVersion": "toolrl.dev/v1alpha1",
@@ -81,7 +138,7 @@ def cpu_job(
             },
             "rollout": {
                 "engine": engine,
-                "protocol": "python-tags",
+                "protocol": protocol,
                 "maxToolTurns": 1,
                 "toolCall": {"timeoutSeconds": 20, "maxRetries": 2, "retryDelaySeconds": 0.5},
             },
@@ -156,13 +213,15 @@ def check_rollouts_use_the_actors_weights(output: str, steps: int) -> None:
     assert moved and moved[0] < steps, f"no update before the last step moved the actor: {logged}"
 
 
-def pool_calls(pool: SandboxProcess, outcome: str = "") -> float:
-    """Calls the pool counted (with `outcome`: only those), from its own /metrics."""
+def pool_calls(pool: SandboxProcess, outcome: str = "", tool: str = "") -> float:
+    """Calls the pool counted (with `outcome`, `tool`: only those), from its own /metrics."""
     text = requests.get(pool.url + "/metrics", timeout=5).text
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith("toolrl_tool_calls_total{") and f'outcome="{outcome}' in line
+        if line.startswith("toolrl_tool_calls_total{")
+        and f'outcome="{outcome}' in line
+        and f'tool="{tool}' in line
     )
 
 
@@ -233,16 +292,19 @@ def train(
     load: Callable[[SandboxProcess], contextlib.AbstractContextManager[Any]] | None = None,
     steps: int = STEPS,
     engine: str = "hf",
+    protocol: str = "python-tags",
+    min_calls: int | None = None,
     **algorithm: Any,
 ) -> tuple[str, MetricsWatch, float]:
     """Run the job to its end; returns the trainer's output, its scraped metrics and the calls the
-    pool rejected. `load(pool)` is entered around the trainer's run (other traffic on the pool, faults)."""
-    job = cpu_job(name, toy, steps, engine, **algorithm)
+    pool rejected. `load(pool)` is entered around the trainer's run (other traffic on the pool, faults).
+    The pool must serve at least `min_calls` calls (default: one per step)."""
+    job = cpu_job(name, toy, steps, engine, protocol, **algorithm)
     job["spec"].update(spec or {})
     job["spec"]["rollout"]["toolCall"].update(tool_call or {})
     spec_file, env = apply_job(cluster, namespace, tmp_path, job)
     metrics_port = free_port()
-    tools = [{"name": "python", "type": "python"}]
+    tools = pool_tools(cluster, namespace, name, tmp_path)
     with SandboxProcess.start(tmp_path / "pool", *pool_args, tools=tools) as pool:
         calls_before = pool_calls(pool)
         env.update(TOOLRL_TOOL_POOL_URL=pool.url, TOOLRL_METRICS_PORT=str(metrics_port))
@@ -253,6 +315,9 @@ def train(
         assert rc == 0, f"trainer exited {rc}:\n{output[-6000:]}"
         served = pool_calls(pool) - calls_before
         rejected = pool_calls(pool, "rejected")
+        for tool in job["spec"]["tools"]:  # each tool's calls are counted by name
+            if tool["type"] == "function":
+                assert pool_calls(pool, "ok", tool["name"]) > 0, f"the pool ran no call of {tool['name']}"
 
     grad_norms = [float(v) for v in GRAD_NORM.findall(output)]
     assert len(grad_norms) >= steps, f"verl logged {len(grad_norms)} actor updates:\n{output[-3000:]}"
@@ -262,7 +327,8 @@ def train(
         assert distances and distances[-1] > 0, f"the rollout engine never got changed weights: {distances}"
     if job["spec"].get("trainer", {}).get("mode", "sync") == "sync":  # async trains on older weights' samples
         check_rollouts_use_the_actors_weights(output, steps)
-    assert served >= steps, f"the pool served {served} calls for {steps} steps of tool-using rollouts"
+    least = steps if min_calls is None else min_calls
+    assert served >= least, f"the pool served {served} calls for {steps} steps of tool-using rollouts"
 
     status = get_json(cluster, "trj", name, "-n", namespace)["status"]
     assert status["progress"]["step"] == steps and status["progress"]["totalSteps"] == steps, status
@@ -274,23 +340,38 @@ def train(
 
 
 def test_ppo_with_critic_and_kl_loss_trains_on_cpu_and_checkpoints(
-    cluster, namespace, operator, tmp_path, toy
+    cluster, namespace, operator, tmp_path, toy_function
 ) -> None:
     """GAE (a critic) and a KL loss (a reference model), checkpointing at the last step: where the
-    RayJob mounts the checkpoint volume, here a local directory."""
+    RayJob mounts the checkpoint volume, here a local directory. The model calls a function tool
+    (hermes) whose source is a ConfigMap, through the pool as the operator configured it (`train`
+    checks the pool counted its calls)."""
     checkpoints = tmp_path / "checkpoints"
+    cluster.kubectl(
+        "create", "configmap", "cpu-tools", "-n", namespace, "--from-literal", f"tools.py={FUNCTION_SOURCE}"
+    )
     train(
         cluster,
         namespace,
         operator,
         tmp_path,
-        toy,
+        toy_function,
         "cpu-ppo",
         spec={
             # a volume is what allows saving (the RayJob mounts it; this run writes to extraArgs' dir)
             "checkpoint": {"saveFreq": STEPS, "resume": "disable", "volume": {"emptyDir": {}}},
             "trainer": {"extraArgs": [f"trainer.default_local_dir={checkpoints}"]},
+            "tools": [FUNCTION_TOOL],
+            "data": {
+                "trainFiles": [str(toy_function["data"])],
+                "maxPromptLength": 512,
+                "maxResponseLength": 128,
+            },
         },
+        protocol="hermes",
+        # 12 trajectories at the warmed model's call rate of ~0.4-0.5: fewer than 3 calls in 2-8 % of
+        # runs, none in < 0.3 % (`train` also checks the function tool's own calls)
+        min_calls=1,
         advantageEstimator="gae",
         rolloutsPerPrompt=2,
         klLoss={"enabled": True, "coef": 0.01},

@@ -34,3 +34,27 @@ def test_tool_types_agree_across_the_pool_the_trainer_and_the_crd() -> None:
     assert set(spec.TOOL_TYPES) == set(TOOL_TYPES) == set(translate.TOOL_DESCRIPTIONS)
     for kind in ("python", "search"):  # the argument the trainer's schema asks the model for
         assert translate.TOOL_DESCRIPTIONS[kind][2] == TOOL_TYPES[kind].input_schema["required"]
+
+
+def test_the_pool_reads_a_function_tool_as_the_operator_writes_it() -> None:
+    """The operator adds `source` (where it mounts the ConfigMap's key) to a function tool's entry
+    of tools.yaml; the pool takes the entry as it is and finds its source there."""
+    from tool_sandbox.config import parse_tools
+    from toolrl_operator.configmap import tools_yaml
+
+    tool = {
+        "name": "lookup",
+        "type": "function",
+        "description": "Find a word",
+        "function": {"configMap": {"name": "my-tools", "key": "tools.py"}, "name": "find"},
+        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+        "timeoutSeconds": 5,
+    }
+    (parsed,) = parse_tools(tools_yaml({"tools": [tool]}))
+    assert parsed.source == f"{naming.CONFIG_MOUNT}/{naming.FUNCTIONS_DIR}/lookup.py"
+    assert (parsed.type, parsed.parameters, parsed.function["name"]) == (
+        "function",
+        tool["parameters"],
+        "find",
+    )
+    assert translate.tool_schema(tool)["function"]["parameters"] == tool["parameters"]

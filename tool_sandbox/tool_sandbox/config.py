@@ -38,6 +38,8 @@ class ToolConfig:
     corpus: str = ""
     top_k: int = _CRD["topK"]
     url: str = ""
+    function: dict[str, Any] = field(default_factory=dict)  # a function tool's {configMap, name}
+    parameters: dict[str, Any] = field(default_factory=dict)  # a function tool's argument schema
     file_size_limit_mib: int = _CRD["fileSizeLimitMiB"]
     disk_limit_mib: int = _CRD["diskLimitMiB"]  # bytes a call (or a session) may keep in its directory
     max_open_files: int = _CRD["maxOpenFiles"]
@@ -45,6 +47,7 @@ class ToolConfig:
     max_retries: int = _CRD["maxRetries"]
     retry_delay_seconds: float = float(_CRD["retryDelaySeconds"])
     rate_limit_per_second: float = float(_CRD["rateLimitPerSecond"])
+    source: str = ""  # a function tool's Python file: where the operator mounts its ConfigMap key
 
 
 _FIELDS = {
@@ -57,6 +60,9 @@ _FIELDS = {
     "corpus": ("corpus", str),
     "topK": ("top_k", int),
     "url": ("url", str),
+    "function": ("function", dict),
+    "parameters": ("parameters", dict),
+    "source": ("source", str),
     "fileSizeLimitMiB": ("file_size_limit_mib", int),
     "diskLimitMiB": ("disk_limit_mib", int),
     "maxOpenFiles": ("max_open_files", int),
@@ -182,6 +188,10 @@ def _parse_tool(entry: Any, where: str) -> ToolConfig:
 
 
 def _coerce(raw: Any, kind: type, where: str) -> Any:
+    if kind is dict:
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
+        return raw
     if kind is str:
         if not isinstance(raw, str):
             raise ConfigError(f"{where}: expected a string, got {type(raw).__name__}")

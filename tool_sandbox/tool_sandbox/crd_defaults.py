@@ -106,6 +106,11 @@ DEFAULTS_WHEN_PRESENT: dict[str, Any] = {
         "retryDelaySeconds": 0.5,
         "rateLimitPerSecond": 50,
     },
+    "tools[].function": {
+        "configMap": {
+            "key": "tools.py",
+        },
+    },
     "reward.custom": {
         "key": "reward.py",
         "function": "compute_score",

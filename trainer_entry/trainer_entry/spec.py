@@ -35,7 +35,7 @@ STALE_STRATEGIES = ("drop", "wait")  # verl's trainer.v1.sampler.max_off_policy_
 ESTIMATORS = ("grpo", "gae", "rloo", "reinforce_plus_plus", "remax", "grpo_passk", "gpg", "opo")
 GROUP_ESTIMATORS = ("grpo", "rloo", "grpo_passk", "opo")
 PRESETS = ("code-execution", "exact-match", "toolbench", "custom")
-TOOL_TYPES = ("python", "search", "http")
+TOOL_TYPES = ("python", "search", "http", "function")
 LOGGERS = ("console", "wandb", "mlflow", "tensorboard")
 
 DEFAULTS: dict[str, Any] = SPEC_DEFAULTS
@@ -364,6 +364,13 @@ def _check_tools(spec: dict[str, Any]) -> None:
             f"{field}.type",
             f"unknown type {tool.get('type')!r}; use one of {', '.join(TOOL_TYPES)}",
         )
+        if tool["type"] == "function":
+            parameters = tool.get("parameters")
+            _need(
+                isinstance(parameters, dict) and parameters.get("type") == "object",
+                f"{field}.parameters",
+                "a function tool needs parameters, the JSON schema of an object (its keyword arguments)",
+            )
     if spec["rollout"]["protocol"] in ("tool-tags", "python-tags"):
         _need(
             any(t["type"] == "python" for t in tools),

@@ -144,6 +144,8 @@ class Episode:
         question = next((m["content"] for m in reversed(prompt.messages) if m["role"] == "user"), "")
         if kind == "search":
             return {"query": question[:80]}, "(search results)"
+        if kind == "function":
+            return function_arguments(self.tool["parameters"], prompt.answer), f"{prompt.answer}"
         return {"arguments": {}}, "(response)"
 
     def schemas(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
@@ -211,13 +213,46 @@ class Episode:
         return list(get_protocol(self.protocol).stop)
 
 
+def function_arguments(schema: dict[str, Any], answer: str) -> dict[str, Any]:
+    """Arguments of a function tool's call in the warm-up: each required parameter (every one when
+    none is) gets the prompt's answer in its type (the first of an enum), so a function that answers
+    with what it is given (a smoke run's) returns the answer."""
+    try:
+        number: int | float = int(answer)
+    except ValueError:
+        try:
+            number = float(answer)
+        except ValueError:
+            number = 0
+    values = {
+        "integer": int(number),
+        "number": number,
+        "string": answer,
+        "boolean": True,
+        "array": [],
+        "object": {},
+    }
+    properties = schema.get("properties") or {}
+    arguments = {}
+    for name in schema.get("required") or list(properties):
+        prop = properties.get(name) or {}
+        kind = prop.get("type")
+        kind = next((k for k in kind if k in values), "string") if isinstance(kind, list) else kind
+        arguments[name] = prop["enum"][0] if prop.get("enum") else values.get(kind, answer)
+    return arguments
+
+
 def episode_for(protocol: str, tools: list[dict[str, Any]]) -> Episode:
-    """The warm-up's call: the python tool when the job has one, else its first tool."""
+    """The warm-up's call: a protocol that calls tools by name (hermes, react) calls the job's first
+    function tool where it has one (a smoke run calls the user's function); else the python tool when
+    the job has one, else its first tool."""
     if protocol not in WARM_UP_PROTOCOLS:
         raise ValueError(f"the tiny model's warm-up speaks {', '.join(WARM_UP_PROTOCOLS)}, not {protocol!r}")
     if not tools:
         raise ValueError("the warm-up needs a tool to call: the job's spec.tools is empty")
-    tool = next((t for t in tools if t["type"] == "python"), tools[0])
+    named = protocol in ("hermes", "react")
+    tool = next((t for t in tools if named and t["type"] == "function"), None)
+    tool = tool or next((t for t in tools if t["type"] == "python"), tools[0])
     if protocol in ("python-tags", "tool-tags") and tool["type"] != "python":
         raise ValueError(f"protocol {protocol} runs code: the job needs a tool of type python")
     return Episode(tool=tool, protocol=protocol)

@@ -27,6 +27,10 @@ REQUIRED_ARGUMENT = {"python": "code", "search": "query", "http": "arguments"}
 
 def pool_input(tool_type: str, parameters: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     """The `input` of `/v1/execute` for one call; raises ValueError with a message for the model."""
+    if tool_type == "function":  # the function's keyword arguments; the pool checks them on its schema
+        if not isinstance(parameters, dict):
+            raise ValueError("the arguments must be a JSON object of the function's parameters")
+        return parameters
     key = REQUIRED_ARGUMENT[tool_type]
     if key not in parameters:
         raise ValueError(f"missing argument '{key}'")

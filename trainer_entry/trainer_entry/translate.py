@@ -126,18 +126,23 @@ TOOL_DESCRIPTIONS = {
         {"arguments": {"type": "object", "description": "Arguments of the API call"}},
         ["arguments"],
     ),
+    # a function tool's arguments are the user's own schema (spec.tools[].parameters)
+    "function": ("Call the user's function with JSON arguments.", {}, []),
 }
 
 
 def tool_schema(tool: dict[str, Any]) -> dict[str, Any]:
     """OpenAI function schema the model sees for one spec.tools entry."""
     description, properties, required = TOOL_DESCRIPTIONS[tool["type"]]
+    parameters = {"type": "object", "properties": properties, "required": required}
+    if tool["type"] == "function":
+        parameters = tool["parameters"]
     return {
         "type": "function",
         "function": {
             "name": tool["name"],
             "description": tool.get("description") or description,
-            "parameters": {"type": "object", "properties": properties, "required": required},
+            "parameters": parameters,
         },
     }
 

@@ -83,7 +83,15 @@ def test_the_module_is_the_schemas_defaulting() -> None:
     assert rollout_workers == generated.DEFAULTS_WHEN_PRESENT["cluster.rolloutWorkers"]
     defaulted.pop("model")  # required, nothing in it defaulted
     assert defaulted == generated.SPEC_DEFAULTS
-    assert set(generated.DEFAULTS_WHEN_PRESENT) == {"tools[]", "reward.custom", "cluster.rolloutWorkers"}
+    assert set(generated.DEFAULTS_WHEN_PRESENT) == {
+        "tools[]",
+        "tools[].function",
+        "reward.custom",
+        "cluster.rolloutWorkers",
+    }
+    item = schema["properties"]["tools"]["items"]  # a function tool's source reference
+    function = apply_defaults(item, {"function": {"configMap": {}}})["function"]
+    assert function == generated.DEFAULTS_WHEN_PRESENT["tools[].function"]
 
 
 def test_check_refuses_another_crd_or_root(tmp_path: Path) -> None:

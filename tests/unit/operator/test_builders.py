@@ -665,3 +665,44 @@ def test_tool_pool_placement_follows_the_spec(make_job) -> None:
     assert {k: pod[k] for k in placement} == placement
     bare = build_deployment(make_job(), SETTINGS)["spec"]["template"]["spec"]
     assert not set(placement) & set(bare)
+
+
+FUNCTION_TOOL = {
+    "name": "lookup",
+    "type": "function",
+    "function": {"configMap": {"name": "my-tools", "key": "lookup.py"}, "name": "find"},
+    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+    "diskLimitMiB": 50,
+}
+
+
+def test_function_tools_source_is_mounted_read_only_where_the_pools_config_says(make_job) -> None:
+    job = make_job(tools=[{"name": "python", "type": "python"}, FUNCTION_TOOL])
+    pod = build_deployment(job, SETTINGS)["spec"]["template"]["spec"]
+    config = next(v for v in pod["volumes"] if v["name"] == "tools-config")
+    assert config["projected"]["sources"] == [
+        {
+            "configMap": {
+                "name": "gsm8k-python-config",
+                "items": [{"key": "tools.yaml", "path": "tools.yaml"}],
+            }
+        },
+        {"configMap": {"name": "my-tools", "items": [{"key": "lookup.py", "path": "functions/lookup.py"}]}},
+    ]
+    mount = {"name": "tools-config", "mountPath": "/etc/toolrl", "readOnly": True}
+    assert mount in pod["containers"][0]["volumeMounts"]
+    tools = yaml.safe_load(build_configmap(job)["data"]["tools.yaml"])["tools"]
+    assert tools[0] == job["spec"]["tools"][0]
+    assert tools[1] == {**job["spec"]["tools"][1], "source": "/etc/toolrl/functions/lookup.py"}
+    # a function call keeps files in the sandbox like a python call: /tmp holds its disk budget
+    tmp = next(v["emptyDir"]["sizeLimit"] for v in pod["volumes"] if v["name"] == "tmp")
+    assert tmp == f"{50 * (32 + 64) + 256}Mi"
+
+
+def test_the_function_tools_key_defaults_to_tools_py(make_job) -> None:
+    tool = {**FUNCTION_TOOL, "function": {"configMap": {"name": "my-tools"}}}
+    pod = build_deployment(make_job(tools=[tool]), SETTINGS)["spec"]["template"]["spec"]
+    config = next(v for v in pod["volumes"] if v["name"] == "tools-config")
+    assert config["projected"]["sources"][1]["configMap"]["items"] == [
+        {"key": "tools.py", "path": "functions/lookup.py"}
+    ]

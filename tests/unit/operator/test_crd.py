@@ -105,3 +105,29 @@ def test_pool_min_is_at_least_one_and_volumes_reject_host_paths(schema: dict[str
         [rule] = volume["x-kubernetes-validations"]
         assert rule["rule"] == "!has(self.hostPath)"
         assert "persistentVolumeClaim" in rule["message"]
+
+
+CEL_KEYWORDS = ("as", "break", "const", "continue", "else", "for", "function", "if", "import", "let", "loop")
+CEL_KEYWORDS += ("package", "namespace", "return", "var", "void", "while", "in", "true", "false", "null")
+
+
+def test_rules_escape_fields_named_like_cel_keywords(schema: dict[str, Any]) -> None:
+    """A field named like a CEL keyword (a function tool's `function`) is `self.__function__` in a
+    rule; `self.function` does not compile and the apiserver refuses the whole CRD."""
+    import re
+
+    for path, node in _walk(schema):
+        for rule in node.get("x-kubernetes-validations", []):
+            for keyword in CEL_KEYWORDS:
+                assert not re.search(rf"\.{keyword}\b", rule["rule"]), f"{path}: {rule['rule']}"
+
+
+def test_function_tools_are_checked_at_apply_time(schema: dict[str, Any]) -> None:
+    tool = schema["properties"]["spec"]["properties"]["tools"]["items"]
+    rules = [r["rule"] for r in tool["x-kubernetes-validations"]]
+    assert "self.type != 'function' || has(self.__function__)" in rules
+    assert "self.type != 'function' || has(self.parameters)" in rules
+    parameters = tool["properties"]["parameters"]
+    assert parameters["required"] == ["type", "properties"]
+    assert parameters["properties"]["type"]["enum"] == ["object"]
+    assert parameters["properties"]["properties"]["additionalProperties"]["required"] == ["type"]

@@ -54,5 +54,48 @@ def test_a_bare_entry_means_what_the_crd_defaults_it_to() -> None:
     (written,) = parse_tools(yaml.safe_dump({"tools": [defaulted]}))
     assert bare == written
     # no knob of the pool's own is left out of the CRD: each field of an entry has its default there
-    optional = {"description", "corpus", "url"}  # no default: absent unless given
+    # no default: absent unless given (a function tool's `source` is the operator's, not the CRD's)
+    optional = {"description", "corpus", "url", "function", "parameters", "source"}
     assert set(_FIELDS) - {"name", "type"} - optional == set(DEFAULTS_WHEN_PRESENT["tools[]"])
+
+
+FUNCTION = (
+    "{name: add, type: function, source: /etc/toolrl/functions/add.py, function: {configMap: {name: t}}"
+)
+
+
+def test_a_function_tool_takes_its_function_name_schema_and_source() -> None:
+    (tool,) = parse_tools(
+        f"tools:\n  - {FUNCTION}, parameters: {{type: object, properties: {{a: {{type: integer}}}}}}}}"
+    )
+    assert (tool.type, tool.source, tool.parameters["properties"]) == (
+        "function",
+        "/etc/toolrl/functions/add.py",
+        {"a": {"type": "integer"}},
+    )
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (f"{FUNCTION}}}", "parameters: must be a JSON schema of an object"),
+        (f"{FUNCTION}, parameters: {{type: array}}}}", "parameters: must be a JSON schema of an object"),
+        (f"{FUNCTION}, parameters: [1]}}", "tools[0].parameters: expected a mapping, got list"),
+        (
+            f"{FUNCTION}, parameters: {{type: object, properties: {{a: {{type: integr}}}}}}}}",
+            "parameters: not a valid JSON schema: 'integr' is not valid",
+        ),
+        (
+            "{name: add, type: function, parameters: {type: object}}",
+            "a function tool needs source, the path of its Python file",
+        ),
+        (
+            f"{FUNCTION[:-1]}, name: 'not a name'}}, parameters: {{type: object}}}}",
+            "function.name: 'not a name' is not a Python identifier",
+        ),
+    ],
+)
+def test_rejects_bad_function_tools_saying_what_to_fix(entry: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=r"tools\.yaml: tools\[0\]") as raised:
+        parse_tools(f"tools:\n  - {entry}")
+    assert message in str(raised.value)

@@ -378,3 +378,18 @@ def test_the_crd_admits_the_trainers_modes_only():
     assert tuple(trainer["async"]["properties"]["onStale"]["enum"]) == ("drop", "wait")
     cross = [r for r in crd_spec_schema()["x-kubernetes-validations"] if "maxPolicyVersions" in r["rule"]]
     assert cross and "set maxPolicyVersions to 2 or more, or use trainer.mode sync" in cross[0]["message"]
+
+
+def test_a_function_tool_needs_an_object_schema_of_its_arguments():
+    tool = {"name": "lookup", "type": "function", "function": {"configMap": {"name": "my-tools"}}}
+    with pytest.raises(SpecError, match=r"spec.tools\[0\].parameters: a function tool needs parameters"):
+        parse_job(doc(tools=[tool], rollout={"protocol": "hermes"}, reward={"preset": "exact-match"}))
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+    job = parse_job(
+        doc(
+            tools=[{**tool, "parameters": schema}],
+            rollout={"protocol": "hermes"},
+            reward={"preset": "exact-match"},
+        )
+    )
+    assert job.spec["tools"][0]["parameters"] == schema

@@ -127,3 +127,30 @@ def test_a_protocol_other_than_the_jobs_is_refused(tmp_path, capsys):
     assert "--protocol react is not the job's spec.rollout.protocol hermes" in capsys.readouterr().err
     assert main(["tiny-model", str(tmp_path / "m"), "--spec", str(job)]) == 2
     assert "train.parquet: no training prompts to warm up on" in capsys.readouterr().err
+
+
+def test_a_hermes_job_with_a_function_tool_is_taught_to_call_the_function(tmp_path):
+    """A smoke run calls the user's function: hermes and react calls go to the job's function tool
+    (before its python tool), with arguments from its schema; tag protocols keep running code."""
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}, "unit": {"type": "string", "enum": ["cm", "m"]}},
+        "required": ["n", "unit"],
+    }
+    tools = [{"name": "python", "type": "python"}, {"name": "echo", "type": "function", "parameters": schema}]
+    assert tm.episode_for("python-tags", tools).tool["name"] == "python"
+    episode = tm.episode_for("hermes", tools)
+    assert episode.tool["name"] == "echo"
+    (prompt,) = tm.toy_prompts(1, "hermes", tool="echo")
+    arguments, output = episode.call_arguments(prompt)
+    assert arguments == {"n": int(prompt.answer), "unit": "cm"} and isinstance(arguments["n"], int)
+    assert output == prompt.answer  # what a function that answers with its argument prints
+    numbers = {"type": "object", "properties": {"x": {"type": "number"}, "k": {"type": "integer"}}}
+    assert tm.function_arguments(numbers, "12") == {"x": 12, "k": 12}
+    assert tm.function_arguments(numbers, "2.5") == {"x": 2.5, "k": 2}
+    assert tm.function_arguments(
+        {"type": "object", "properties": {"s": {"type": ["null", "string"]}}}, "7"
+    ) == {"s": "7"}
+    tokenizer = tm.build_tokenizer()
+    call = episode.parts(tokenizer, prompt, tools)[1][0]
+    assert episode.calls(call) and '"name": "echo"' in call, call

@@ -419,3 +419,29 @@ def test_separate_async_generates_only_on_its_own_worker_group(tiny_model):
     assert cfg.trainer.v1.sampler.max_off_policy_strategy == "wait"
     # Ray's logical GPUs on CPUs: one per training worker and one per rollout worker
     assert ray_gpus(job(**cpu)) == 3
+
+
+def test_a_function_tool_is_offered_with_its_own_schema_in_verls_shape():
+    from trainer_entry.tools import pool_input
+    from trainer_entry.translate import tool_schema
+    from verl.tools.schemas import OpenAIFunctionToolSchema
+
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "description": "where"}},
+        "required": ["city"],
+    }
+    tool = {"name": "weather", "type": "function", "description": "Weather in a city", "parameters": schema}
+    offered = tool_schema(tool)
+    assert offered["function"] == {
+        "name": "weather",
+        "description": "Weather in a city",
+        "parameters": schema,
+    }
+    parsed = OpenAIFunctionToolSchema.model_validate(offered)  # what verl's tool loader makes of it
+    assert parsed.function.parameters.required == ["city"]
+    assert parsed.function.parameters.properties["city"].type == "string"
+    # the model's arguments go to the pool as they are (it checks them on the schema)
+    assert pool_input("function", {"city": "Oslo"}, {"ignored": 1}) == {"city": "Oslo"}
+    with pytest.raises(ValueError, match="must be a JSON object"):
+        pool_input("function", ["Oslo"], {})  # type: ignore[arg-type]

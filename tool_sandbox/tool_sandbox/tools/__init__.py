@@ -6,6 +6,7 @@ from __future__ import annotations
 from tool_sandbox.config import ServerSettings, ToolConfig
 from tool_sandbox.sandbox.pool import Pool
 from tool_sandbox.tools.base import Tool, ToolInputError, ToolResult
+from tool_sandbox.tools.function import FunctionTool
 from tool_sandbox.tools.http import HttpTool
 from tool_sandbox.tools.python import PythonTool
 from tool_sandbox.tools.search import SearchTool
@@ -13,7 +14,9 @@ from tool_sandbox.tools.search import SearchTool
 __all__ = ["TOOL_TYPES", "Tool", "ToolInputError", "ToolResult", "build_tools", "needs_pool"]
 
 # The one list of tool types; adding one is a Tool subclass and an entry here.
-TOOL_TYPES: dict[str, type[Tool]] = {kind.type: kind for kind in (PythonTool, SearchTool, HttpTool)}
+TOOL_TYPES: dict[str, type[Tool]] = {
+    kind.type: kind for kind in (PythonTool, SearchTool, HttpTool, FunctionTool)
+}
 
 
 def needs_pool(configs: tuple[ToolConfig, ...]) -> bool:

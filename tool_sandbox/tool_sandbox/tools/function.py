@@ -1,0 +1,152 @@
+"""The `function` tool: a user's Python function (its source a file the operator mounts from a
+ConfigMap), called per call INSIDE the sandbox with the model's JSON arguments, with the isolation,
+limits, verdicts and metrics of a python call. Its return value is the observation.
+
+A call runs a small runner program in a sandboxed child: the user's source is placed in the call's
+directory as a module of its own (so an `if __name__ == "__main__":` block does not run), the
+arguments come on standard input, the function's own prints go to standard error and the runner
+prints the return value (a string as it is, anything else as JSON). Whether the call failed, and
+whose fault it was, comes from the worker (the child's exit), as for any python call."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import jsonschema
+
+from tool_sandbox.config import ConfigError, ServerSettings, ToolConfig
+from tool_sandbox.sandbox import outcome
+from tool_sandbox.sandbox.pool import Pool
+from tool_sandbox.tools.base import Tool, ToolInputError, ToolResult
+from tool_sandbox.tools.python import PythonTool
+
+MODULE_FILE = "tool_function.py"  # the user's source, in the call's directory
+MAX_SOURCE_BYTES = 1 << 20  # a ConfigMap holds at most 1 MiB
+
+# The runner: argv is never used (the sandbox's program has none); the function's name comes as the
+# first line of stdin, its JSON arguments as the rest.
+RUNNER = """\
+import asyncio, importlib.util, inspect, json, sys
+name, arguments = sys.stdin.readline().strip(), sys.stdin.read()
+out, sys.stdout = sys.stdout, sys.stderr  # what the source prints goes to stderr
+spec = importlib.util.spec_from_file_location("tool_function", "tool_function.py")
+module = importlib.util.module_from_spec(spec)
+sys.modules["tool_function"] = module
+spec.loader.exec_module(module)
+function = getattr(module, name, None)
+if not callable(function):
+    sys.exit(f"tool_function.py defines no function {name!r}; define it at the top level of the source")
+if arguments == "":
+    out.write("ok")
+    sys.exit(0)
+value = function(**json.loads(arguments))
+if inspect.isawaitable(value):
+    async def wait():
+        return await value
+    value = asyncio.run(wait())
+sys.stdout.flush()
+out.write(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str))
+"""
+
+
+def check_parameters(schema: Any, where: str) -> None:
+    """A function tool's `parameters`: a valid JSON schema (draft 2020-12) of an object."""
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        raise ConfigError(
+            f'{where}.parameters: must be a JSON schema of an object ({{"type": "object", "properties":'
+            " {...}}): the model's arguments are the function's keyword arguments"
+        )
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ConfigError(
+            f"{where}.parameters: not a valid JSON schema: {exc.message}; fix the schema"
+        ) from exc
+
+
+class FunctionResult(ToolResult):
+    """A function call's answer: when it returned, the model reads its value alone (what the
+    function printed stays in `stderr`); when it failed, the traceback as for any call."""
+
+    def observation(self) -> str:
+        return self.output if self.status == outcome.OK else super().observation()
+
+
+class FunctionTool(Tool):
+    type = "function"
+    description = "Call the user's function with JSON arguments."
+    needs_pool = True
+
+    @classmethod
+    def check_config(cls, values: dict[str, Any], where: str) -> None:
+        check_parameters(values.get("parameters"), where)
+        function = values.get("function") or {}
+        name = function.get("name", values.get("name"))
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ConfigError(
+                f"{where}.function.name: {name!r} is not a Python identifier; name the function"
+            )
+        if not values.get("source"):
+            raise ConfigError(
+                f"{where}: a function tool needs source, the path of its Python file (the operator sets it"
+                " from function.configMap)"
+            )
+
+    @classmethod
+    def create(cls, config: ToolConfig, pool: Pool | None, settings: ServerSettings) -> Tool:
+        assert pool is not None, "a function tool runs in the sandbox pool"
+        return cls(config, pool, settings)
+
+    def __init__(self, config: ToolConfig, pool: Pool, settings: ServerSettings) -> None:
+        super().__init__(config)
+        self.function_name: str = config.function.get("name") or config.name
+        self.input_schema = config.parameters
+        self.validator = jsonschema.Draft202012Validator(config.parameters)
+        self.sandbox = PythonTool(config, pool, settings)  # its limits and its way of running a program
+        self.files: dict[str, str] = {}
+
+    async def start(self) -> None:
+        """Read the source and import it once in the sandbox: a source that is missing, does not
+        import or lacks the function stops the pool's start with what to fix."""
+        where = f"function tool {self.name!r} ({self.config.source})"
+        try:
+            with open(self.config.source, "rb") as handle:
+                source = handle.read(MAX_SOURCE_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(
+                f"{where}: cannot read its source: {exc.strerror}; check function.configMap (name and key)"
+            ) from exc
+        if len(source) > MAX_SOURCE_BYTES:
+            raise ConfigError(f"{where}: the source is over {MAX_SOURCE_BYTES} bytes")
+        self.files = {MODULE_FILE: base64.b64encode(source).decode()}
+        result = await self._run("")
+        if result.status != outcome.OK or result.output.strip() != "ok":
+            detail = (result.stderr or result.message or result.output).strip()[-2000:]
+            raise ConfigError(
+                f"{where}: the source does not import or lacks function {self.function_name!r}"
+                f" ({result.status}):\n{detail}\nfix the source in the ConfigMap"
+            )
+
+    async def execute(self, payload: Any, timeout: float | None) -> ToolResult:
+        if not isinstance(payload, dict):
+            raise ToolInputError("input of a function tool must be a JSON object of the function's arguments")
+        problems = sorted(self.validator.iter_errors(payload), key=lambda e: list(e.absolute_path))
+        if problems:
+            said = "; ".join(_problem(e) for e in problems[:5])
+            message = f"invalid arguments for {self.name}: {said}"
+            return ToolResult(status=outcome.ERROR, stderr=message, message=message, fault=outcome.FAULT_CODE)
+        return await self._run(json.dumps(payload), timeout)
+
+    async def _run(self, arguments: str, timeout: float | None = None) -> ToolResult:
+        stdin = f"{self.function_name}\n{arguments}"
+        result = await self.sandbox.run(
+            {"code": RUNNER, "stdin": stdin}, self.effective_timeout(timeout), files=self.files
+        )
+        return FunctionResult(**vars(result))
+
+
+def _problem(error: jsonschema.ValidationError) -> str:
+    where = "/".join(str(p) for p in error.absolute_path)
+    return f"{where}: {error.message}" if where else error.message
