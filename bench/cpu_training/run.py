@@ -1,5 +1,7 @@
 """CPU training benchmark: verl's GRPO loop through `python -m trainer_entry run`, on the toy task,
-with each CPU rollout engine: `vllm` (verl's vLLM server on vLLM's CPU build) and `hf` (transformers).
+with each CPU rollout engine: `vllm` (verl's vLLM server on vLLM's CPU build) and `hf` (transformers),
+and with each trainer mode asked for (`--modes sync colocate-async separate-async`: the same job, the
+same warmed-up model; separate-async adds one CPU rollout worker).
 
 The tiny model (`trainer_entry tiny-model`, warmed up to either call the python tool or guess) trains
 with GRPO against a real tool_sandbox process on loopback, the same job and the same warmed-up model
@@ -7,9 +9,13 @@ for each engine, one engine after the other. Measured per engine: start-up to th
 seconds per steady step, generation tokens/s (the response tokens of a step over its generation
 time; observations from the tool count as response tokens for both engines), the peak memory of the
 whole process tree (PSS, so shared pages count once), and learning — the mean reward of the first
-and the last steps. Bounded: `--steps` steps per engine, one warm-up of at most `--warm-up-seconds`.
+and the last steps, the reward of every step (the learning curve) and steps per minute after the
+first (in the async modes verl's `timing_s/gen` is the wait for sampleable prompts, not generation,
+so the generation rows compare engines, not modes). Bounded: `--steps` steps per run, one warm-up
+of at most `--warm-up-seconds`.
 
-    .venv/bin/python bench/cpu_training/run.py [--steps 30] [--engines vllm hf] [--out result.json]
+    .venv/bin/python bench/cpu_training/run.py [--steps 30] [--engines vllm hf] [--modes sync ...]
+        [--out result.json]
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import psutil
 from harness.localcluster import free_port
 from harness.sandbox_process import SandboxProcess
 from trainer_entry.protocols import get_protocol
+from trainer_entry.spec import TRAINER_MODES
 from trainer_entry.tiny_model import build_tiny_model, warm_up, write_toy_data
 
 STEP_LINE = re.compile(r"step:(\d+) - (.*)")
@@ -39,12 +46,14 @@ LEARNING_RATE = 5.0e-4  # 2e-3 was tried first: the reward fell from 0.13 to 0 o
 
 
 ENGINES = ("vllm", "hf")
+MODES = TRAINER_MODES  # spec.trainer.mode
+POLICY_VERSIONS = 2  # the async modes' staleness bound: samples begun one update earlier
 HIDDEN = 64
 PROTOCOL = "python-tags"
 
 
-def job(model: Path, data: Path, steps: int, engine: str) -> dict:
-    return {
+def job(model: Path, data: Path, steps: int, engine: str, mode: str = "sync") -> dict:
+    out = {
         "apiVersion": "toolrl.dev/v1alpha1",
         "kind": "ToolRLJob",
         "metadata": {"name": "bench-cpu", "namespace": "default"},
@@ -64,8 +73,12 @@ def job(model: Path, data: Path, steps: int, engine: str) -> dict:
             "reward": {"preset": "exact-match"},
             "cluster": {"workers": {"replicas": 1, "gpusPerWorker": 0}},
             "checkpoint": {"saveFreq": -1, "resume": "disable"},
+            "trainer": {"mode": mode, "async": {"maxPolicyVersions": POLICY_VERSIONS}},
         },
     }
+    if mode == "separate-async":  # one more CPU worker (a logical GPU) that only generates
+        out["spec"]["cluster"]["rolloutWorkers"] = {"replicas": 1, "gpusPerWorker": 0}
+    return out
 
 
 class PeakMemory:
@@ -115,11 +128,14 @@ def parse_steps(output: str) -> dict[int, dict[str, float]]:
     return steps
 
 
-def run_engine(engine: str, root: Path, model: Path, data: Path, steps_wanted: int) -> dict | None:
-    """One training run with `engine`; its measures, or None (with the log's path) if it failed."""
-    out = root / engine
+def run_engine(
+    engine: str, root: Path, model: Path, data: Path, steps_wanted: int, mode: str = "sync"
+) -> dict | None:
+    """One training run with `engine` in trainer `mode`; its measures, or None (with the log's path) if
+    it failed."""
+    out = root / run_name(engine, mode)
     out.mkdir()
-    (out / "job.json").write_text(json.dumps(job(model, data, steps_wanted, engine)))
+    (out / "job.json").write_text(json.dumps(job(model, data, steps_wanted, engine, mode)))
     with SandboxProcess.start(out / "pool") as pool:
         env = {**os.environ, "TOOLRL_TOOL_POOL_URL": pool.url, "TOOLRL_METRICS_PORT": str(free_port())}
         env.pop("RAY_ADDRESS", None)
@@ -134,14 +150,15 @@ def run_engine(engine: str, root: Path, model: Path, data: Path, steps_wanted: i
             str(out / "workdir"),
         ]
         started = time.monotonic()
-        first_step_at = None
+        first_step_at = last_step_at = None
         lines = []
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         memory = PeakMemory(proc.pid)
         for line in proc.stdout:
             lines.append(line)
-            if first_step_at is None and STEP_LINE.search(line):
-                first_step_at = time.monotonic()
+            if STEP_LINE.search(line):
+                last_step_at = time.monotonic()
+                first_step_at = first_step_at or last_step_at
         rc = proc.wait()
         memory.stop()
         total = time.monotonic() - started
@@ -162,6 +179,10 @@ def run_engine(engine: str, root: Path, model: Path, data: Path, steps_wanted: i
         "steps": len(ordered),
         "startup_to_first_step_s": round(first_step_at - started, 1) if first_step_at else None,
         "run_s": round(total, 1),
+        # steps after the first over the time from the first step's line to the last's
+        "steps_per_min": round(60 * (len(ordered) - 1) / (last_step_at - first_step_at), 2)
+        if len(ordered) > 1 and last_step_at > first_step_at
+        else None,
         "step_s_median": round(statistics.median(s["timing_s/step"] for s in steady), 2),
         "generation_s_median": round(statistics.median(s["timing_s/gen"] for s in steady), 2),
         "generation_tokens_per_s_median": round(
@@ -183,6 +204,7 @@ def run_engine(engine: str, root: Path, model: Path, data: Path, steps_wanted: i
 GENERATION_ROWS = ("engine_start_s", "sequences_per_batch", "tokens_per_batch", "tokens_per_s_median")
 ROWS = (
     "startup_to_first_step_s",
+    "steps_per_min",
     "step_s_median",
     "generation_s_median",
     "generation_tokens_per_s_median",
@@ -197,10 +219,21 @@ ROWS = (
 )
 
 
+def run_name(engine: str, mode: str) -> str:
+    return engine if mode == "sync" else f"{engine}-{mode}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=MODES,
+        default=["sync"],
+        help="trainer modes to compare, each with every engine (separate-async adds a rollout worker)",
+    )
     parser.add_argument("--warm-up-seconds", type=float, default=300)
     parser.add_argument("--out", type=Path, default=Path("bench/results/cpu_training.json"))
     args = parser.parse_args()
@@ -210,7 +243,11 @@ def main() -> int:
     data = write_toy_data(root / "data")
     stop = list(get_protocol(PROTOCOL).stop)
     generated = generation.measure(job(model, data, args.steps, "vllm"), model, data, stop, args.engines)
-    results = {engine: run_engine(engine, root, model, data, args.steps) for engine in args.engines}
+    runs = [(engine, mode) for mode in args.modes for engine in args.engines]
+    results = {
+        run_name(engine, mode): run_engine(engine, root, model, data, args.steps, mode)
+        for engine, mode in runs
+    }
     result = {
         "machine": f"{os.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.0f} GiB",
         "model": f"tiny Qwen2, 2 layers x {HIDDEN}",
@@ -221,11 +258,13 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(f"{result['machine']}; {result['model']}")
-    print("| measure | " + " | ".join(args.engines) + " |\n|---|" + "---|" * len(args.engines))
+    names = list(results)
+    print("| measure | " + " | ".join(names) + " |\n|---|" + "---|" * len(names))
     for key in GENERATION_ROWS:
-        print(f"| generation: {key} | " + " | ".join(str(generated[e][key]) for e in args.engines) + " |")
+        cells = [str(generated[engine][key]) for engine, _ in runs]
+        print(f"| generation: {key} | " + " | ".join(cells) + " |")
     for key in ROWS:
-        cells = [str(results[e][key]) if results[e] else "failed" for e in args.engines]
+        cells = [str(results[n][key]) if results[n] else "failed" for n in names]
         print(f"| {key} | " + " | ".join(cells) + " |")
     print(
         f"| warm-up | {warm.steps} steps, {warm.seconds:.0f} s, calls {warm.call_rate:.0%}, "

@@ -33,6 +33,9 @@ from .settings import Settings
 
 GPU_RESOURCE = "nvidia.com/gpu"
 WORKER_GROUP = "gpu-workers"
+# trainer.mode separate-async: the workers that only generate (spec.cluster.rolloutWorkers), verl's
+# standalone rollout pool. Ray places verl's pools by GPU count alone (verl asks for no custom resource).
+ROLLOUT_WORKER_GROUP = "rollout-workers"
 # A CPU-only job (gpusPerWorker 0, rollout.engine vllm or hf) runs verl's cpu platform: each worker advertises
 # one *logical* Ray GPU, since verl's resource pools always ask Ray for "GPU" bundles. trainer_entry
 # sets trainer.n_gpus_per_node to the same number (translate.LOGICAL_GPUS_PER_CPU_WORKER; a test
@@ -251,13 +254,27 @@ def build_rayjob(
         ],
         "resources": quantities(head.get("resources")),
     }
-    worker_container = {
-        "name": "ray-worker",
-        "image": image,
-        "env": env,
-        "resources": _worker_resources(workers),
-    }
-    replicas = workers["replicas"]
+
+    def worker_group(group: str, group_workers: dict[str, Any]) -> dict[str, Any]:
+        container = {
+            "name": "ray-worker",
+            "image": image,
+            "env": env,
+            "resources": _worker_resources(group_workers),
+        }
+        replicas = group_workers["replicas"]
+        return {
+            "groupName": group,
+            "replicas": replicas,
+            "minReplicas": replicas,
+            "maxReplicas": replicas,
+            "rayStartParams": _worker_start_params(group_workers),
+            "template": _pod_template(job, container, group_workers, None),
+        }
+
+    groups = [worker_group(WORKER_GROUP, workers)]
+    if cluster.get("rolloutWorkers"):  # the CRD admits it with trainer.mode separate-async only
+        groups.append(worker_group(ROLLOUT_WORKER_GROUP, cluster["rolloutWorkers"]))
 
     queue = cluster["queueName"]
     suspend = bool(spec["suspend"])
@@ -285,16 +302,7 @@ def build_rayjob(
                 "rayStartParams": _head_start_params(workers),
                 "template": _pod_template(job, head_container, head, trainer_name(name)),
             },
-            "workerGroupSpecs": [
-                {
-                    "groupName": WORKER_GROUP,
-                    "replicas": replicas,
-                    "minReplicas": replicas,
-                    "maxReplicas": replicas,
-                    "rayStartParams": _worker_start_params(workers),
-                    "template": _pod_template(job, worker_container, workers, None),
-                }
-            ],
+            "workerGroupSpecs": groups,
         },
     }
     deadline = run_policy["activeDeadlineSeconds"]

@@ -436,6 +436,51 @@ def test_colocate_async_overlaps_rollouts_with_updates_within_the_staleness_boun
     print(f"colocate-async: {ASYNC_STEPS} steps in {time.monotonic() - started:.0f}s, lag per step {lag}")
 
 
+SEPARATE_STEPS = 2
+SYNCED = re.compile(
+    r"gloo checkpoint engine: rollout worker 1 received \d+ tensors \(\d+ bytes\) of step (\d+)"
+)
+
+
+def test_separate_async_generates_on_its_own_worker_group_and_syncs_weights_to_it(
+    cluster, namespace, operator, tmp_path, toy
+) -> None:
+    """`trainer.mode: separate-async`: verl's separate_async trainer with our hooks, on engine hf, two
+    worker groups of logical GPUs: the training worker (no rollout on it: hybrid_engine false) and
+    `cluster.rolloutWorkers` (verl's standalone rollout pool). Rollouts run all the time there; after each
+    step the actor's weights reach the rollout worker through our gloo checkpoint engine, once at start-up
+    (step 0) and after every step. `train` checks the rest: the pool's calls, grad_norm, the hf server's
+    weights moving, status.progress and the trainer's metrics."""
+    started = time.monotonic()
+    output, _, _ = train(
+        cluster,
+        namespace,
+        operator,
+        tmp_path,
+        toy,
+        "cpu-separate",
+        spec={
+            "trainer": {"mode": "separate-async", "async": {"maxPolicyVersions": POLICY_VERSIONS}},
+            "cluster": {
+                "workers": {"replicas": 1, "gpusPerWorker": 0},
+                "rolloutWorkers": {"replicas": 1, "gpusPerWorker": 0},
+            },
+        },
+        steps=SEPARATE_STEPS,
+    )
+    assert "rollout served by 1 standalone replicas only" in output, "verl colocated a rollout on the trainer"
+    synced = [int(s) for s in SYNCED.findall(output)]
+    assert synced == list(range(SEPARATE_STEPS + 1)), f"weight syncs to the rollout worker, by step: {synced}"
+    logged = step_metrics(output)
+    assert sorted(logged) == list(range(1, SEPARATE_STEPS + 1)), f"steps logged: {sorted(logged)}"
+    lag = [values["training/off_policy/trajectory_staleness_worst/max"] for values in logged.values()]
+    assert max(lag) <= POLICY_VERSIONS - 1, lag
+    trained = [int(float(v)) for v in TRAINED.findall(output)]
+    tainted = [int(float(v)) for v in TAINTED.findall(output)]
+    assert trained == [8] * SEPARATE_STEPS and tainted == [0] * SEPARATE_STEPS, (trained, tainted)
+    print(f"separate-async: {SEPARATE_STEPS} steps in {time.monotonic() - started:.0f}s, lag per step {lag}")
+
+
 class Hog:
     """Other traffic: one 1-second call after another, until stopped."""
 

@@ -76,6 +76,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "trainer": {
         "mode": "sync",
         "async": {
+            "parameterSyncStep": 1,
             "warmupBatches": 1,
             "maxPolicyVersions": 8,
             "onStale": "drop",
@@ -113,6 +114,9 @@ DEFAULTS_WHEN_PRESENT: dict[str, Any] = {
     "reward.custom": {
         "key": "reward.py",
         "function": "compute_score",
+    },
+    "cluster.rolloutWorkers": {
+        "replicas": 1,
     },
 }
 """Defaults of an array's items (`tools[]`) and of an optional object (`reward.custom`),

@@ -284,8 +284,11 @@ class HFServerAdapter(BaseRollout):
         super().__init__(config, model_config, device_mesh)
         rank = int(os.environ.get("RANK", 0))
         world = int(self.config.tensor_model_parallel_size) or 1
-        self.replica_rank = rank // world
         self.is_leader = rank % world == 0
+        # in a training worker (hybrid) the replica follows from the rank; verl's checkpoint-engine worker
+        # of a standalone rollout (separate-async) names its replica, its own group's rank starting at 0
+        given = kwargs.get("replica_rank")
+        self.replica_rank = int(given) if given is not None else rank // world
         self.server = None
 
     def _server(self) -> Any:
@@ -309,6 +312,8 @@ class HFServerAdapter(BaseRollout):
         if wire_format != "named_tensors":
             raise ValueError(f"rollout.engine hf takes full weights (named_tensors), not {wire_format!r}")
         tensors = {}
+        if hasattr(weights, "__aiter__"):  # a checkpoint engine's asynchronous receiver
+            weights = [item async for item in weights]
         for name, tensor in weights:  # every rank must drain the generator (it gathers shards)
             if hasattr(tensor, "full_tensor"):
                 tensor = tensor.full_tensor()

@@ -24,7 +24,7 @@ import yaml
 from trainer_entry import cpu_platform
 from trainer_entry.pool_client import PoolClient
 from trainer_entry.progress import SA_DIR
-from trainer_entry.spec import Job, SpecError, cpu_only
+from trainer_entry.spec import SEPARATE_TRAINER_MODE, Job, SpecError, cpu_only
 from trainer_entry.translate import (
     AGENT_LOOPS_FILE,
     CUSTOM_REWARD_FILE,
@@ -33,7 +33,7 @@ from trainer_entry.translate import (
     TOOL_CONFIG_FILE,
     VERL_CPUS_PER_GPU,
     Translation,
-    gpus_per_node,
+    ray_gpus,
     translate,
 )
 from trainer_entry.verl_config import first_line
@@ -199,10 +199,9 @@ def start_ray(job: Job, runtime_env: dict[str, Any]) -> None:
         return
     kwargs: dict[str, Any] = {"runtime_env": runtime_env, "include_dashboard": False}
     if cpu_only(job.spec):
-        workers = job.spec["cluster"]["workers"]["replicas"]
         # verl schedules its actors by logical CPUs; the processes themselves share the machine
         num_cpus = max(LOGICAL_CPUS_PER_CPU_WORKER, os.cpu_count() or 1)
-        kwargs.update(num_cpus=num_cpus, num_gpus=workers * gpus_per_node(job))
+        kwargs.update(num_cpus=num_cpus, num_gpus=ray_gpus(job))
     print("trainer_entry: RAY_ADDRESS is unset: starting a local Ray for this run", flush=True)
     # How long Ray's core waits for a starting node to register (its own error names this setting);
     # the default 30 s is missed on a loaded machine.
@@ -235,6 +234,8 @@ def check_verl_internals(job: Job) -> None:
         contexts.append(verl_internals.CPU)
         if job.spec["rollout"]["engine"] == "vllm":
             contexts.append(verl_internals.VLLM_CPU)
+    if job.spec["trainer"]["mode"] == SEPARATE_TRAINER_MODE:
+        contexts.append(verl_internals.SEPARATE)
     try:
         verl_internals.check(contexts)
     except verl_internals.InternalsMoved as exc:

@@ -26,13 +26,27 @@ import logging
 import ray
 import transfer_queue as tq
 from verl.trainer.main_ppo import TaskRunnerV1
-from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSync, register_trainer
+from verl.trainer.ppo.v1 import (
+    PPOTrainerColocateAsync,
+    PPOTrainerSeparateAsync,
+    PPOTrainerSync,
+    register_trainer,
+)
 
 from trainer_entry.hub import TrackingBackend, sink
 from trainer_entry.pool_client import FAULT_INFRA
 from trainer_entry.tools import TOOL_FAULTS
-from trainer_entry.verl_entry_points import COLOCATE_ASYNC_TRAINER_MODE, TRAINER_MODE
-from trainer_entry.verl_internals import TrainerStepHooks, actor_class, add_tracking_backend
+from trainer_entry.verl_entry_points import (
+    COLOCATE_ASYNC_TRAINER_MODE,
+    SEPARATE_ASYNC_TRAINER_MODE,
+    TRAINER_MODE,
+)
+from trainer_entry.verl_internals import (
+    TrainerStepHooks,
+    actor_class,
+    add_tracking_backend,
+    tolerate_separate_async_flush_logs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +146,17 @@ class ToolRLTrainer(ToolRLHooks, PPOTrainerSync):
 @register_trainer(COLOCATE_ASYNC_TRAINER_MODE)
 class ToolRLColocateAsyncTrainer(ToolRLHooks, PPOTrainerColocateAsync):
     """verl's colocated asynchronous trainer with our hooks (spec.trainer.mode colocate-async)."""
+
+
+@register_trainer(SEPARATE_ASYNC_TRAINER_MODE)
+class ToolRLSeparateAsyncTrainer(ToolRLHooks, PPOTrainerSeparateAsync):
+    """verl's asynchronous trainer with rollout on its own workers, with our hooks (spec.trainer.mode
+    separate-async)."""
+
+
+# verl 0.9.1's separate_async trainer raises a TypeError from a log call on the path without rollout on the
+# training workers (verl_internals.SEPARATE_ASYNC_FLUSH_LOG); the trainer runs in this module's process
+tolerate_separate_async_flush_logs()
 
 
 class _ToolRLTaskRunner(actor_class(TaskRunnerV1)):

@@ -21,10 +21,15 @@ ENGINES = ("vllm", "hf")  # both run without GPUs too (gpusPerWorker 0): vllm as
 # Not supported yet: the trainer image has no sglang, and sglang's server rejects the tag protocols'
 # `include_stop_str_in_output` and stop strings with verl's default `skip_tokenizer_init` (issue 23).
 UNSUPPORTED_ENGINES = {"sglang": "not supported yet (the trainer image has no sglang): use vllm"}
-TRAINER_MODES = ("sync", "colocate-async")
-UNSUPPORTED_TRAINER_MODES = {
-    "separate-async": "not supported yet (rollout and training on separate GPUs): use colocate-async"
-}
+TRAINER_MODES = ("sync", "colocate-async", "separate-async")
+ASYNC_TRAINER_MODES = ("colocate-async", "separate-async")
+SEPARATE_TRAINER_MODE = "separate-async"
+UNSUPPORTED_TRAINER_MODES: dict[str, str] = {}
+SEPARATE_ON_GPUS = (
+    "separate-async runs on CPU workers only so far (gpusPerWorker 0): on GPUs verl syncs the weights "
+    "through its nccl checkpoint engine, which needs cupy (verl's cupy-cu130 extra), not in the trainer "
+    "image, and no GPU run has checked it: use colocate-async on GPUs"
+)
 STALE_STRATEGIES = ("drop", "wait")  # verl's trainer.v1.sampler.max_off_policy_strategy
 # The estimators of verl's AdvantageEstimator that need no extra config (tested against verl's enum).
 ESTIMATORS = ("grpo", "gae", "rloo", "reinforce_plus_plus", "remax", "grpo_passk", "gpg", "opo")
@@ -42,6 +47,8 @@ TOOL_DEFAULTS: dict[str, Any] = DEFAULTS_WHEN_PRESENT["tools[]"]
 """CRD defaults of each `spec.tools[]` entry."""
 CUSTOM_REWARD_DEFAULTS: dict[str, Any] = DEFAULTS_WHEN_PRESENT["reward.custom"]
 """CRD defaults of `spec.reward.custom` (when it is given)."""
+ROLLOUT_WORKERS_DEFAULTS: dict[str, Any] = DEFAULTS_WHEN_PRESENT["cluster.rolloutWorkers"]
+"""CRD defaults of `spec.cluster.rolloutWorkers` (when it is given: separate-async)."""
 
 
 def cpu_only(spec: dict[str, Any]) -> bool:
@@ -80,6 +87,8 @@ def with_defaults(spec: dict[str, Any]) -> dict[str, Any]:
         out["tools"] = [_merge(TOOL_DEFAULTS, t) if isinstance(t, dict) else t for t in out["tools"]]
     if isinstance(out["reward"].get("custom"), dict):
         out["reward"]["custom"] = _merge(CUSTOM_REWARD_DEFAULTS, out["reward"]["custom"])
+    if isinstance(out["cluster"].get("rolloutWorkers"), dict):
+        out["cluster"]["rolloutWorkers"] = _merge(ROLLOUT_WORKERS_DEFAULTS, out["cluster"]["rolloutWorkers"])
     checkpoint = out["checkpoint"]
     if isinstance(checkpoint, dict) and "saveFreq" not in checkpoint:
         checkpoint["saveFreq"] = SAVE_FREQ_WITH_VOLUME if checkpoint.get("volume") else NEVER
@@ -264,13 +273,74 @@ def _check_trainer_mode(spec: dict[str, Any]) -> None:
     _number(spec, "trainer.async.warmupBatches", 0, 16)
     _positive_int(spec, "trainer.async.maxPolicyVersions")
     _one_of(spec, "trainer.async.onStale", STALE_STRATEGIES)
-    if mode == "colocate-async":
+    if mode in ASYNC_TRAINER_MODES:
         _need(
             _get(spec, "trainer.async.maxPolicyVersions") >= 2,
             "trainer.async.maxPolicyVersions",
             "1 drops every sample begun before the last update (all that overlapping generation "
-            "produced) in trainer.mode colocate-async: set it to 2 or more, or use trainer.mode sync",
+            f"produced) in trainer.mode {mode}: set it to 2 or more, or use trainer.mode sync",
         )
+    if mode == SEPARATE_TRAINER_MODE:
+        _check_separate(spec)
+    else:
+        _need(
+            _get(spec, "cluster.rolloutWorkers") is None,
+            "cluster.rolloutWorkers",
+            f"is for trainer.mode separate-async only (rollout on its own workers); trainer.mode {mode} "
+            "generates on the training workers: remove it, or set trainer.mode separate-async",
+        )
+
+
+def mini_batch_size(spec: dict[str, Any]) -> int:
+    """verl's `ppo_mini_batch_size`: `algorithm.ppoMiniBatchSize`, else one update per sync interval
+    (the whole batch; in separate-async the batch over `trainer.async.parameterSyncStep`)."""
+    given = _get(spec, "algorithm.ppoMiniBatchSize")
+    if given is not None:
+        return given
+    batch = _get(spec, "algorithm.trainBatchSize")
+    if _get(spec, "trainer.mode") == SEPARATE_TRAINER_MODE:
+        return batch // _get(spec, "trainer.async.parameterSyncStep")
+    return batch
+
+
+def _check_separate(spec: dict[str, Any]) -> None:
+    _need(
+        isinstance(_get(spec, "cluster.rolloutWorkers"), dict),
+        "cluster.rolloutWorkers",
+        "is required with trainer.mode separate-async: the worker group that generates "
+        "({replicas, gpusPerWorker}; gpusPerWorker 0 on CPUs, like cluster.workers)",
+    )
+    _positive_int(spec, "cluster.rolloutWorkers.replicas")
+    gpus = _get(spec, "cluster.rolloutWorkers.gpusPerWorker")
+    _need(
+        isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 0,
+        "cluster.rolloutWorkers.gpusPerWorker",
+        f"must be an integer >= 0, got {gpus!r}",
+    )
+    _need(
+        (gpus == 0) == cpu_only(spec),
+        "cluster.rolloutWorkers.gpusPerWorker",
+        f"is {gpus} but cluster.workers.gpusPerWorker is {_get(spec, 'cluster.workers.gpusPerWorker')}: "
+        "both groups train on GPUs or both on CPUs (0)",
+    )
+    if gpus:
+        tp = _get(spec, "rollout.tensorParallelSize")
+        _need(
+            gpus % tp == 0,
+            "rollout.tensorParallelSize",
+            f"must divide cluster.rolloutWorkers.gpusPerWorker ({gpus})",
+        )
+    _positive_int(spec, "trainer.async.parameterSyncStep")
+    batch, step = _get(spec, "algorithm.trainBatchSize"), _get(spec, "trainer.async.parameterSyncStep")
+    mini = mini_batch_size(spec)
+    _need(
+        batch == step * mini,
+        "trainer.async.parameterSyncStep",
+        f"separate-async updates the rollout's weights every parameterSyncStep mini-batches, so "
+        f"algorithm.trainBatchSize ({batch}) must equal parameterSyncStep ({step}) x "
+        f"algorithm.ppoMiniBatchSize ({mini}) (verl's rule): change one of them",
+    )
+    _need(cpu_only(spec), "trainer.mode", SEPARATE_ON_GPUS)
 
 
 def _check_tools(spec: dict[str, Any]) -> None:

@@ -10,11 +10,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from trainer_entry.spec import Job, cpu_only
+from trainer_entry.spec import SEPARATE_TRAINER_MODE, Job, cpu_only, mini_batch_size
 
 # Our classes as verl's extension points name them (the table of every door: verl_entry_points)
 from trainer_entry.verl_entry_points import (
     AGENT_LOOP_CLASS,
+    CPU_CHECKPOINT_ENGINE,
     DATASET,
     HERMES_LOOP_CLASS,
     REWARD,
@@ -196,13 +197,16 @@ def trainer_mode_overrides(job: Job) -> list[str]:
     trainer = job.spec["trainer"]
     mode = trainer["mode"]
     out = [f"trainer.v1.trainer_mode={TRAINER_MODES[mode]}"]
-    if mode == "colocate-async":
+    if mode in ("colocate-async", SEPARATE_TRAINER_MODE):
         knobs = trainer["async"]
+        section = mode.replace("-", "_")  # verl's trainer.v1.colocate_async / .separate_async
         out += [
-            f"trainer.v1.colocate_async.num_warmup_batches={hydra_value(knobs['warmupBatches'])}",
+            f"trainer.v1.{section}.num_warmup_batches={hydra_value(knobs['warmupBatches'])}",
             f"trainer.v1.sampler.max_off_policy_threshold={int(knobs['maxPolicyVersions'])}",
             f"trainer.v1.sampler.max_off_policy_strategy={knobs['onStale']}",
         ]
+    if mode == SEPARATE_TRAINER_MODE:
+        out += separate_rollout_overrides(job)
     return out
 
 
@@ -231,6 +235,36 @@ def _checkpoint(job: Job) -> list[str]:
     return out
 
 
+def separate_rollout_overrides(job: Job) -> list[str]:
+    """separate-async: generation only on `cluster.rolloutWorkers` (verl's standalone rollout pool, no
+    rollout replicas on the training workers), weights synced every `parameterSyncStep` mini-batches
+    through our gloo checkpoint engine (the spec admits separate-async on CPU workers only:
+    spec.SEPARATE_ON_GPUS)."""
+    rollout_workers = job.spec["cluster"]["rolloutWorkers"]
+    return [
+        "actor_rollout_ref.hybrid_engine=false",
+        f"actor_rollout_ref.rollout.nnodes={rollout_workers['replicas']}",
+        f"actor_rollout_ref.rollout.n_gpus_per_node={rollout_gpus_per_node(job)}",
+        f"actor_rollout_ref.rollout.checkpoint_engine.backend={CPU_CHECKPOINT_ENGINE}",
+        f"trainer.v1.separate_async.parameter_sync_step={job.spec['trainer']['async']['parameterSyncStep']}",
+    ]
+
+
+def rollout_gpus_per_node(job: Job) -> int:
+    """verl's `rollout.n_gpus_per_node` in separate-async: the rollout workers' GPUs, or one logical GPU
+    per CPU rollout worker."""
+    gpus = job.spec["cluster"]["rolloutWorkers"]["gpusPerWorker"]
+    return gpus if gpus else LOGICAL_GPUS_PER_CPU_WORKER
+
+
+def ray_gpus(job: Job) -> int:
+    """The (logical, on CPUs) GPUs of all the job's workers: training, and separate-async's rollout."""
+    total = job.spec["cluster"]["workers"]["replicas"] * gpus_per_node(job)
+    if job.spec["trainer"]["mode"] == SEPARATE_TRAINER_MODE:
+        total += job.spec["cluster"]["rolloutWorkers"]["replicas"] * rollout_gpus_per_node(job)
+    return total
+
+
 def gpus_per_node(job: Job) -> int:
     """verl's `trainer.n_gpus_per_node`: the workers' GPUs, or on CPUs the logical Ray GPUs a
     worker advertises (one training process each)."""
@@ -244,7 +278,7 @@ def _overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list[str]:
     workers = s["cluster"]["workers"]
     seq_len = data["maxPromptLength"] + data["maxResponseLength"]
     val_files = data.get("valFiles") or data["trainFiles"]
-    mini_batch = algo.get("ppoMiniBatchSize", algo["trainBatchSize"])
+    mini_batch = mini_batch_size(s)
     v = hydra_value
     out = [
         f"actor_rollout_ref.model.path={v(s['model']['path'])}",

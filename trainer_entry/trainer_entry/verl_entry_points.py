@@ -43,7 +43,17 @@ class EntryPoint:
 # replay buffer and checkpoints; see runner.py)
 TRAINER_MODE = "toolrl-sync"
 COLOCATE_ASYNC_TRAINER_MODE = "toolrl-colocate-async"
-TRAINER_MODES = {"sync": TRAINER_MODE, "colocate-async": COLOCATE_ASYNC_TRAINER_MODE}
+SEPARATE_ASYNC_TRAINER_MODE = "toolrl-separate-async"
+TRAINER_MODES = {
+    "sync": TRAINER_MODE,
+    "colocate-async": COLOCATE_ASYNC_TRAINER_MODE,
+    "separate-async": SEPARATE_ASYNC_TRAINER_MODE,
+}
+# separate-async moves the actor's weights to the rollout workers through a verl checkpoint engine: on
+# CPUs ours (`cpu_checkpoint_engine`, gloo). GPUs would take verl's nccl one, which needs cupy (not in
+# the trainer image): the spec refuses separate-async on GPUs for now (spec.SEPARATE_ON_GPUS).
+CPU_CHECKPOINT_ENGINE = "gloo"
+CPU_CHECKPOINT_ENGINE_MODULE = "trainer_entry.cpu_checkpoint_engine"
 DATASET = ConfigClass("data.custom_cls", "pkg://trainer_entry.dataset", "JobDataset")
 SAMPLER = ConfigClass(
     "trainer.v1.sampler.custom_sampler", "pkg://trainer_entry.breaker", "BreakerReplayBuffer"
@@ -59,7 +69,14 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         "trainer mode",
         f"`register_trainer(...)` for {', '.join(map(repr, TRAINER_MODES.values()))} when runner.py is "
         "imported; `trainer.v1.trainer_mode` by spec.trainer.mode",
-        "trainer_entry.runner.ToolRLTrainer, trainer_entry.runner.ToolRLColocateAsyncTrainer",
+        "trainer_entry.runner.ToolRLTrainer, trainer_entry.runner.ToolRLColocateAsyncTrainer, "
+        "trainer_entry.runner.ToolRLSeparateAsyncTrainer",
+    ),
+    EntryPoint(
+        "checkpoint engine",
+        f"`CheckpointEngineRegistry.register({CPU_CHECKPOINT_ENGINE!r})` when verl_plugin loads; "
+        "`actor_rollout_ref.rollout.checkpoint_engine.backend` in separate-async on CPUs",
+        f"{CPU_CHECKPOINT_ENGINE_MODULE}.GlooCheckpointEngine",
     ),
     EntryPoint(
         "task runner",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import logging
 import sys
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from typing import Any
 
 # What the run uses an internal for: every run, the cpu platform, vLLM's CPU build (engine vllm on CPUs).
 ALWAYS, CPU, VLLM_CPU = "always", "cpu", "vllm-cpu"
+SEPARATE = "separate-async"  # trainer.mode separate-async
 SUPPORTED = {"verl": "0.9.1", "vllm": "0.24.0"}  # what INTERNALS were written against (pyproject pins)
 
 
@@ -61,6 +63,11 @@ VALUEHEAD_LOADER = "verl.utils.model:load_valuehead_model"
 ROLLOUT_REGISTRY = "verl.workers.rollout.base:_ROLLOUT_REGISTRY"
 VLLM_LINEAR_METHOD = "vllm.model_executor.layers.linear:UnquantizedLinearMethod.process_weights_after_loading"
 VLLM_CPU_GEMM = "vllm.model_executor.layers.utils:dispatch_cpu_unquantized_gemm"
+SEPARATE_ASYNC_LOGGER = "verl.trainer.ppo.v1.trainer_separate_async:logger"
+# verl 0.9.1's separate_async trainer logs with `logger.info(..., flush=True)` (a print() keyword) where
+# actor_rollout_ref.hybrid_engine is false, which logging refuses (TypeError): every run with rollout on
+# its own workers only would stop there.
+SEPARATE_ASYNC_FLUSH_LOG = "flush=True"
 # The text of verl's log line for a prompt group whose trajectory raised (our messages point to it).
 RUN_PROMPT_ERROR_LOG = "Error in _run_prompt"
 
@@ -181,6 +188,19 @@ INTERNALS: tuple[Internal, ...] = (
         params=("layer",),
         when=VLLM_CPU,
     ),
+    # runner.ToolRLSeparateAsyncTrainer: a bug of verl 0.9.1 on the path separate-async takes
+    Internal(
+        "verl.trainer.ppo.v1.trainer_separate_async:PPOTrainerSeparateAsync._setup",
+        "logs `logger.info(..., flush=True)` with hybrid_engine false, a TypeError in logging: our "
+        "module logger (below) drops the keyword; gone from the source = fixed, remove our logger",
+        source_has=(SEPARATE_ASYNC_FLUSH_LOG,),
+        when=SEPARATE,
+    ),
+    Internal(
+        SEPARATE_ASYNC_LOGGER,
+        "replaced by a logger that drops print()'s `flush` keyword (the bug above); verl has no setting",
+        when=SEPARATE,
+    ),
     Internal(
         VLLM_CPU_GEMM,
         "the CPU build's repacking, called with remove_weight=False; no setting of vLLM does that",
@@ -258,7 +278,7 @@ def problem(internal: Internal) -> str | None:
     return None
 
 
-def probe(contexts: Iterable[str] = (ALWAYS, CPU, VLLM_CPU)) -> list[str]:
+def probe(contexts: Iterable[str] = (ALWAYS, CPU, VLLM_CPU, SEPARATE)) -> list[str]:
     """One line per internal (of the given `contexts`) that moved; empty when all is as we rely on."""
     wanted = set(contexts)
     moved = []
@@ -295,7 +315,7 @@ def moved_message(moved: list[str], versions: dict[str, str] | None = None) -> s
     return "\n".join(lines)
 
 
-def check(contexts: Iterable[str] = (ALWAYS, CPU, VLLM_CPU)) -> None:
+def check(contexts: Iterable[str] = (ALWAYS, CPU, VLLM_CPU, SEPARATE)) -> None:
     """Raise InternalsMoved, naming each moved internal and the installed versions, if any moved."""
     moved = probe(contexts)
     if moved:
@@ -334,6 +354,22 @@ def set_replica_server(replica: Any, handle: Any, address: str) -> None:
 def register_rollout_adapter(engine: str, mode: str, class_path: str) -> None:
     """Register the in-worker rollout class (a BaseRollout, by dotted path) of `engine` in `mode`."""
     resolve(ROLLOUT_REGISTRY)[(engine, mode)] = class_path
+
+
+class _FlushTolerantLogger(logging.LoggerAdapter):
+    """verl's module logger, taking (and dropping) print()'s `flush` keyword."""
+
+    def log(self, level: int, msg: object, *args: Any, flush: bool = False, **kwargs: Any) -> None:
+        super().log(level, msg, *args, **kwargs)
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        return msg, kwargs
+
+
+def tolerate_separate_async_flush_logs() -> None:
+    """Make verl's separate_async trainer's `logger.info(..., flush=True)` log instead of raising."""
+    logger = _ORIGINALS.get(SEPARATE_ASYNC_LOGGER) or resolve(SEPARATE_ASYNC_LOGGER)
+    replace(SEPARATE_ASYNC_LOGGER, _FlushTolerantLogger(logger, {}))
 
 
 def set_replica_server_class(replica: Any, server_class: Any) -> None:

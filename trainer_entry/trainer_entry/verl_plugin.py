@@ -38,12 +38,15 @@ def register() -> None:
     from verl.workers.rollout import replica
 
     from trainer_entry import cpu_platform, verl_internals
+    from trainer_entry.verl_entry_points import CPU_CHECKPOINT_ENGINE_MODULE
 
     cpu_platform.install()
     replica.RolloutReplicaRegistry.register(ENGINE_NAME, _load_replica)
     verl_internals.register_rollout_adapter(ENGINE_NAME, "async", f"{HF_ROLLOUT_MODULE}.HFServerAdapter")
     if cpu_platform.selected():
         replica.RolloutReplicaRegistry.register(VLLM_ENGINE_NAME, _load_vllm_on_cpu)
+        # separate-async's weight sync on CPUs (registers itself with verl's checkpoint-engine registry)
+        importlib.import_module(CPU_CHECKPOINT_ENGINE_MODULE)
 
 
 try:

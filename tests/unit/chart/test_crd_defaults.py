@@ -37,8 +37,13 @@ def test_a_changed_crd_default_reaches_every_distribution(tmp_path: Path) -> Non
     changed.write_text(yaml.safe_dump(crd, sort_keys=False))
     out = tmp_path / "repo"
 
-    subprocess.run([sys.executable, "-m", "chartgen", "--crd", str(changed), "--out", str(out)],
-                   check=True, capture_output=True, text=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "chartgen", "--crd", str(changed), "--out", str(out)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
     modules = sorted((out / d / MODULE for d in DISTRIBUTIONS), key=str)
     assert len(modules) >= 2 and all(m.is_file() for m in modules), modules
@@ -61,24 +66,41 @@ def test_the_committed_modules_are_current() -> None:
 
 def test_the_module_is_the_schemas_defaulting() -> None:
     """SPEC_DEFAULTS is what the apiserver makes of a spec that gives only the required objects; the
-    per-item defaults are what it adds to a bare tool and a bare custom reward."""
+    per-item defaults are what it adds to a bare tool, a bare custom reward and bare rollout workers."""
     schema = spec_schema(yaml.safe_load(CRD_SOURCE.read_text()))
     generated = load(CRD_DEFAULTS_MODULES[0])
-    bare = {"model": {}, "data": {}, "tools": [{}], "reward": {"custom": {}}}
+    bare = {
+        "model": {},
+        "data": {},
+        "tools": [{}],
+        "reward": {"custom": {}},
+        "cluster": {"rolloutWorkers": {}},
+    }
     defaulted = apply_defaults(schema, bare)
     assert defaulted.pop("tools") == [generated.DEFAULTS_WHEN_PRESENT["tools[]"]]
     assert defaulted["reward"].pop("custom") == generated.DEFAULTS_WHEN_PRESENT["reward.custom"]
+    rollout_workers = defaulted["cluster"].pop("rolloutWorkers")
+    assert rollout_workers == generated.DEFAULTS_WHEN_PRESENT["cluster.rolloutWorkers"]
     defaulted.pop("model")  # required, nothing in it defaulted
     assert defaulted == generated.SPEC_DEFAULTS
-    assert set(generated.DEFAULTS_WHEN_PRESENT) == {"tools[]", "tools[].function", "reward.custom"}
+    assert set(generated.DEFAULTS_WHEN_PRESENT) == {
+        "tools[]",
+        "tools[].function",
+        "reward.custom",
+        "cluster.rolloutWorkers",
+    }
     item = schema["properties"]["tools"]["items"]  # a function tool's source reference
     function = apply_defaults(item, {"function": {"configMap": {}}})["function"]
     assert function == generated.DEFAULTS_WHEN_PRESENT["tools[].function"]
 
 
 def test_check_refuses_another_crd_or_root(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "chartgen", "--check", "--out", str(tmp_path)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "chartgen", "--check", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2 and "give no --crd or --out" in result.stderr
 
 

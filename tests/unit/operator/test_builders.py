@@ -16,6 +16,8 @@ from toolrl_operator.rayjob import (
     GPU_RESOURCE,
     LOGICAL_CPUS_PER_CPU_WORKER,
     LOGICAL_GPUS_PER_CPU_WORKER,
+    ROLLOUT_WORKER_GROUP,
+    WORKER_GROUP,
     build_ray_network_policy,
     build_rayjob,
     trainer_env,
@@ -559,6 +561,50 @@ def test_cpu_workers_ask_for_no_gpu_and_advertise_one_logical_ray_gpu(make_job) 
     gpu = build_rayjob(make_job(), SETTINGS)["spec"]["rayClusterSpec"]
     assert gpu["workerGroupSpecs"][0]["rayStartParams"] == {}, "GPU workers advertise their real GPUs"
     assert "num-cpus" not in gpu["headGroupSpec"]["rayStartParams"], "a GPU job's head keeps its real CPUs"
+
+
+def test_separate_async_gets_a_rollout_worker_group_of_its_own(make_job) -> None:
+    """trainer.mode separate-async: cluster.rolloutWorkers become a second worker group of the RayJob's
+    cluster (its replicas, GPUs, resources and scheduling), beside the training workers; other modes
+    have the training group only. (The CRD admits separate-async on CPU workers only for now; the
+    builder sizes GPU groups the same way.)"""
+    rollout = {
+        "replicas": 3,
+        "gpusPerWorker": 2,
+        "resources": {"requests": {"cpu": "8", "memory": "32Gi"}},
+        "nodeSelector": {"pool": "inference"},
+        "tolerations": [{"key": "inference", "operator": "Exists"}],
+    }
+    job = make_job(
+        trainer={"mode": "separate-async"},
+        cluster={"workers": {"replicas": 2, "gpusPerWorker": 8}, "rolloutWorkers": rollout},
+    )
+    groups = build_rayjob(job, SETTINGS)["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    assert [g["groupName"] for g in groups] == [WORKER_GROUP, ROLLOUT_WORKER_GROUP]
+    trainers, rollouts = groups
+    assert (trainers["replicas"], rollouts["replicas"]) == (2, 3)
+    assert rollouts["minReplicas"] == rollouts["maxReplicas"] == 3
+    pod = rollouts["template"]["spec"]
+    assert pod["containers"][0]["resources"] == {
+        "requests": {"cpu": "8", "memory": "32Gi", GPU_RESOURCE: "2"},
+        "limits": {GPU_RESOURCE: "2"},
+    }
+    assert pod["nodeSelector"] == {"pool": "inference"}
+    assert pod["tolerations"] == rollout["tolerations"]
+    assert trainers["template"]["spec"]["containers"][0]["resources"]["limits"] == {GPU_RESOURCE: "8"}
+    assert rollouts["rayStartParams"] == {}
+
+    cpu = make_job(
+        rollout={"engine": "hf"},
+        trainer={"mode": "separate-async"},
+        cluster={
+            "workers": {"replicas": 1, "gpusPerWorker": 0},
+            "rolloutWorkers": {"replicas": 1, "gpusPerWorker": 0},
+        },
+    )
+    (_, cpu_rollouts) = build_rayjob(cpu, SETTINGS)["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    assert cpu_rollouts["rayStartParams"]["num-gpus"] == str(LOGICAL_GPUS_PER_CPU_WORKER)
+    assert len(build_rayjob(make_job(), SETTINGS)["spec"]["rayClusterSpec"]["workerGroupSpecs"]) == 1
 
 
 def test_ray_pods_get_the_users_environment_and_pod_settings(make_job) -> None:

@@ -22,8 +22,7 @@ RESPONSE = 256
 PARKED_SECONDS = 1.0
 
 
-@pytest.fixture
-def server(tiny_model):  # one per test: its asyncio lock and event belong to the test's loop
+def composed(tiny_model):
     job = parse_job(
         {
             "metadata": {"name": "j", "namespace": "rl"},
@@ -42,7 +41,12 @@ def server(tiny_model):  # one per test: its asyncio lock and event belong to th
             },
         }
     )
-    cfg = verl_config.compose(translate(job, "http://127.0.0.1:1").overrides)
+    return verl_config.compose(translate(job, "http://127.0.0.1:1").overrides)
+
+
+@pytest.fixture
+def server(tiny_model):  # one per test: its asyncio lock and event belong to the test's loop
+    cfg = composed(tiny_model)
     return HFRolloutServer(
         omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout), cfg.actor_rollout_ref.model, 0
     )
@@ -96,3 +100,43 @@ async def test_a_rejecting_abort_answers_late_requests_at_once(server):
         await server.resume_generation()
     out = await asyncio.wait_for(server.generate([1, 2], dict(LONG, max_tokens=8), request_id="c"), 60)
     assert (out.stop_reason, len(out.token_ids)) == ("completed", 8)
+
+
+class FakeServerHandle:
+    """The server actor's handle as the adapter calls it: `update_weights.remote(tensors, steps)`."""
+
+    def __init__(self) -> None:
+        self.updates: list = []
+        self.update_weights = self
+
+    def remote(self, tensors, global_steps):
+        self.updates.append((tensors, global_steps))
+        future = asyncio.get_running_loop().create_future()
+        future.set_result(None)
+        return future
+
+
+async def test_a_standalone_rollout_worker_loads_a_checkpoint_engines_weights_into_its_replica(
+    tiny_model, monkeypatch
+):
+    """separate-async: verl's checkpoint-engine worker of a standalone rollout builds the adapter with its
+    replica's rank (its own worker group's RANK is 0) and hands it the engine's receiver, which may be an
+    asynchronous generator."""
+    import torch
+    from trainer_entry.hf_rollout import HFServerAdapter, server_name
+
+    monkeypatch.setenv("RANK", "0")
+    cfg = composed(tiny_model).actor_rollout_ref
+    adapter = HFServerAdapter(cfg.rollout, cfg.model, None, replica_rank=2)
+    assert adapter.replica_rank == 2 and adapter.is_leader
+    named = []
+    monkeypatch.setattr("ray.get_actor", lambda name: named.append(name) or FakeServerHandle())
+    handle = adapter._server()
+    assert named == [server_name(2)]
+
+    async def received():
+        yield "lm_head.weight", torch.ones(2, 2)
+
+    await adapter.update_weights(received(), global_steps=5)
+    ((tensors, steps),) = handle.updates
+    assert steps == 5 and torch.equal(tensors["lm_head.weight"], torch.ones(2, 2))

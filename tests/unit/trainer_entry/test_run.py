@@ -163,16 +163,27 @@ def test_our_trainer_is_registered_with_verl():
 
 
 def test_our_hooks_are_registered_for_each_trainer_mode_over_verls_trainer_of_that_mode():
-    from trainer_entry.runner import ToolRLColocateAsyncTrainer, ToolRLHooks, ToolRLTrainer
+    from trainer_entry.runner import (
+        ToolRLColocateAsyncTrainer,
+        ToolRLHooks,
+        ToolRLSeparateAsyncTrainer,
+        ToolRLTrainer,
+    )
     from trainer_entry.spec import TRAINER_MODES as SPEC_MODES
     from trainer_entry.verl_entry_points import TRAINER_MODES
     from trainer_entry.verl_internals import TrainerStepHooks
-    from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSync, get_trainer_cls
+    from verl.trainer.ppo.v1 import (
+        PPOTrainerColocateAsync,
+        PPOTrainerSeparateAsync,
+        PPOTrainerSync,
+        get_trainer_cls,
+    )
 
     assert set(TRAINER_MODES) == set(SPEC_MODES), "every mode the spec accepts has a trainer"
     ours = {
         "sync": (ToolRLTrainer, PPOTrainerSync),
         "colocate-async": (ToolRLColocateAsyncTrainer, PPOTrainerColocateAsync),
+        "separate-async": (ToolRLSeparateAsyncTrainer, PPOTrainerSeparateAsync),
     }
     for mode, (trainer, verls) in ours.items():
         assert get_trainer_cls(TRAINER_MODES[mode]) is trainer
@@ -223,6 +234,44 @@ def test_the_async_trainers_own_hooks_still_run_under_ours():
     assert [c[0] for c in replicas.calls] == ["abort_replicas", "sleep_replicas"]
     trainer.on_step_end()
     assert replicas.calls[2:] == [("update_weights", 3), ("resume_generation_replicas",)]
+
+
+def test_the_separate_async_trainers_own_hooks_still_run_under_ours():
+    """verl's separate_async hooks send the warm-up batches before the first step and sync the weights
+    to the standalone rollout after every step (its checkpoint engine): ours must not replace them."""
+    from omegaconf import OmegaConf
+    from trainer_entry.hub import Sink, use_sink
+    from trainer_entry.metrics import TrainerMetrics
+    from trainer_entry.runner import ToolRLSeparateAsyncTrainer
+    from verl.trainer.config import HybridRolloutSwitchConfig
+    from verl.trainer.ppo.v1.trainer_separate_async import HybridEngineMode
+    from verl.utils.tracking import Tracking
+
+    metrics = TrainerMetrics()
+    use_sink(Sink(local=metrics))
+    trainer = ToolRLSeparateAsyncTrainer.__new__(ToolRLSeparateAsyncTrainer)  # the hooks only
+    trainer.logger = Tracking(project_name="rl", experiment_name="j", default_backend=[])
+    trainer.total_training_steps = 10
+    trainer.global_steps = 3
+    trainer.timing_raw = {}
+    trainer.curr_step_profile = trainer.prev_step_profile = False
+    trainer.standalone_checkpoint_manager = replicas = Replicas()
+    trainer.hybrid_rollout_config = HybridRolloutSwitchConfig()
+    trainer.current_mode = HybridEngineMode.TRAINER  # hybrid_engine false: never lends training workers
+    warmups: list = []
+    trainer._add_async_warmup_batches = warmups.append
+    trainer.config = OmegaConf.create({"trainer": {"v1": {"separate_async": {"num_warmup_batches": 2}}}})
+
+    trainer.on_train_begin()
+    assert warmups == [2], "verl's warm-up batches were not sent"
+    assert "toolrl" in trainer.logger.logger
+    trainer.on_step_begin()
+    assert metrics.registry.get_sample_value("toolrl_trainer_rollout_phase", {"phase": "generating"}) == 1
+    trainer.on_sample_begin()
+    trainer.on_sample_end()
+    assert metrics.registry.get_sample_value("toolrl_trainer_rollout_phase", {"phase": "scoring"}) == 1
+    trainer.on_step_end()
+    assert replicas.calls == [("update_weights", 3)]
 
 
 def test_trainer_hooks_feed_metrics_through_verls_tracking():

@@ -13,6 +13,7 @@ from trainer_entry.spec import (
     CUSTOM_REWARD_DEFAULTS,
     DEFAULTS,
     ENGINES,
+    ROLLOUT_WORKERS_DEFAULTS,
     TOOL_DEFAULTS,
     SpecError,
     cpu_only,
@@ -136,11 +137,14 @@ def test_the_trainer_defaults_a_spec_as_the_apiserver_does():
     assert DEFAULTS is SPEC_DEFAULTS
     assert TOOL_DEFAULTS is DEFAULTS_WHEN_PRESENT["tools[]"]
     assert CUSTOM_REWARD_DEFAULTS is DEFAULTS_WHEN_PRESENT["reward.custom"]
+    assert ROLLOUT_WORKERS_DEFAULTS is DEFAULTS_WHEN_PRESENT["cluster.rolloutWorkers"]
     assert DEFAULT_WEIGHTS is DEFAULTS["reward"]["toolbench"]  # the toolbench preset uses the same table
     given = doc(
         tools=[{"name": "python", "type": "python"}, {"name": "s", "type": "search", "corpus": "/data/c"}],
         reward={"preset": "custom", "custom": {"configMap": "r"}},
         checkpoint={"saveFreq": -1},  # the one default the trainer adds (saveFreq, by volume)
+        trainer={"mode": "separate-async"},
+        cluster={"workers": {"gpusPerWorker": 0}, "rolloutWorkers": {"gpusPerWorker": 0}},
     )["spec"]
     assert with_defaults(given) == apply_defaults(crd_spec_schema(), json.loads(json.dumps(given)))
 
@@ -227,20 +231,118 @@ def test_the_trainer_mode_defaults_to_sync_with_verls_async_defaults():
     trainer = parse_job(doc()).spec["trainer"]
     assert trainer["mode"] == "sync"
     # verl 0.9.1's own defaults (trainer.v1.colocate_async.num_warmup_batches, trainer.v1.sampler.*)
-    assert trainer["async"] == {"warmupBatches": 1, "maxPolicyVersions": 8, "onStale": "drop"}
+    # (parameterSyncStep 1: verl's default is 4, which would need ppoMiniBatchSize = trainBatchSize / 4)
+    assert trainer["async"] == {
+        "warmupBatches": 1,
+        "maxPolicyVersions": 8,
+        "onStale": "drop",
+        "parameterSyncStep": 1,
+    }
 
 
-def test_separate_async_is_refused_with_what_to_use():
+SEPARATE = {"mode": "separate-async", "async": {"maxPolicyVersions": 2}}
+CPU_ROLLOUT = {"replicas": 1, "gpusPerWorker": 0}
+
+
+def test_separate_async_runs_with_its_rollout_worker_group():
+    job = parse_job(
+        doc(trainer=SEPARATE, cluster={"workers": {"gpusPerWorker": 0}, "rolloutWorkers": CPU_ROLLOUT})
+    )
+    assert job.spec["trainer"]["mode"] == "separate-async"
+    assert job.spec["cluster"]["rolloutWorkers"] == CPU_ROLLOUT
+    given = {"gpusPerWorker": 0}  # replicas: the CRD's default
+    job = parse_job(doc(trainer=SEPARATE, cluster={"workers": {"gpusPerWorker": 0}, "rolloutWorkers": given}))
+    assert job.spec["cluster"]["rolloutWorkers"] == CPU_ROLLOUT
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            {"trainer": SEPARATE},
+            r"^spec\.cluster\.rolloutWorkers: is required with trainer\.mode separate-async: the worker",
+        ),
+        (
+            {"cluster": {"rolloutWorkers": CPU_ROLLOUT, "workers": {"gpusPerWorker": 0}}},
+            r"^spec\.cluster\.rolloutWorkers: is for trainer\.mode separate-async only .*: remove it, or set "
+            r"trainer\.mode separate-async$",
+        ),
+        (
+            {"trainer": SEPARATE, "cluster": {"rolloutWorkers": CPU_ROLLOUT}},
+            r"^spec\.cluster\.rolloutWorkers\.gpusPerWorker: is 0 but cluster\.workers\.gpusPerWorker is 8: ",
+        ),
+        (
+            {"trainer": SEPARATE, "cluster": {"rolloutWorkers": {"replicas": 0, "gpusPerWorker": 8}}},
+            r"^spec\.cluster\.rolloutWorkers\.replicas: must be a positive integer, got 0$",
+        ),
+        (
+            {
+                "trainer": SEPARATE,
+                "cluster": {"rolloutWorkers": {"replicas": 1, "gpusPerWorker": 3}},
+                "rollout": {"tensorParallelSize": 2},
+            },
+            r"^spec\.rollout\.tensorParallelSize: must divide cluster\.rolloutWorkers\.gpusPerWorker \(3\)$",
+        ),
+        (
+            {
+                "trainer": {**SEPARATE, "async": {"maxPolicyVersions": 2, "parameterSyncStep": 2}},
+                "cluster": {"rolloutWorkers": {"replicas": 1, "gpusPerWorker": 8}},
+                "algorithm": {"trainBatchSize": 8, "ppoMiniBatchSize": 8, "totalEpochs": 1},
+            },
+            r"^spec\.trainer\.async\.parameterSyncStep: .*algorithm\.trainBatchSize \(8\) must equal "
+            r"parameterSyncStep \(2\) x algorithm\.ppoMiniBatchSize \(8\) \(verl's rule\): change one of "
+            r"them$",
+        ),
+        (
+            {
+                "trainer": {"mode": "separate-async", "async": {"maxPolicyVersions": 1}},
+                "cluster": {"rolloutWorkers": {"replicas": 1, "gpusPerWorker": 8}},
+            },
+            r"^spec\.trainer\.async\.maxPolicyVersions: 1 drops .* in trainer\.mode separate-async: set it",
+        ),
+    ],
+)
+def test_separate_async_settings_that_cannot_run_name_what_to_change(spec, message):
+    with pytest.raises(SpecError, match=message):
+        parse_job(doc(**spec))
+
+
+def test_separate_async_on_gpus_is_refused_with_why_and_what_to_use():
+    from trainer_entry.spec import SEPARATE_ON_GPUS
+
+    gpus = {"workers": {"gpusPerWorker": 8}, "rolloutWorkers": {"gpusPerWorker": 8}}
     with pytest.raises(
-        SpecError, match=r"^spec\.trainer\.mode: separate-async is not supported yet .*: use colocate-async$"
+        SpecError, match=r"^spec\.trainer\.mode: separate-async runs on CPU workers only .*cupy"
     ):
-        parse_job(doc(trainer={"mode": "separate-async"}))
+        parse_job(doc(trainer=SEPARATE, cluster=gpus))
+    (rule,) = [
+        r for r in crd_spec_schema()["x-kubernetes-validations"] if r.get("fieldPath") == ".trainer.mode"
+    ]
+    assert rule["message"] == SEPARATE_ON_GPUS
+
+
+def test_separate_async_mini_batch_defaults_to_one_sync_interval():
+    from trainer_entry.spec import mini_batch_size
+
+    trainer = {**SEPARATE, "async": {"maxPolicyVersions": 2, "parameterSyncStep": 4}}
+    job = parse_job(
+        doc(
+            trainer=trainer,
+            algorithm={"trainBatchSize": 8, "totalEpochs": 1},
+            cluster={"workers": {"gpusPerWorker": 0}, "rolloutWorkers": {"gpusPerWorker": 0}},
+        )
+    )
+    assert mini_batch_size(job.spec) == 2
+    assert mini_batch_size(parse_job(doc(algorithm={"trainBatchSize": 8, "totalEpochs": 1})).spec) == 8
 
 
 @pytest.mark.parametrize(
     ("trainer", "message"),
     [
-        ({"mode": "async"}, r"spec\.trainer\.mode: unknown value 'async'; use one of sync, colocate-async"),
+        (
+            {"mode": "async"},
+            r"spec\.trainer\.mode: unknown value 'async'; use one of sync, colocate-async, separate-async",
+        ),
         (
             {"mode": "colocate-async", "async": {"maxPolicyVersions": 1}},
             r"spec\.trainer\.async\.maxPolicyVersions: 1 drops every sample begun before the last update "
@@ -268,9 +370,11 @@ def test_the_crd_admits_the_trainers_modes_only():
     trainer = crd_spec_schema()["properties"]["trainer"]["properties"]
     (rule,) = trainer["mode"]["x-kubernetes-validations"]
     assert rule["rule"] == "self in [" + ", ".join(f"'{m}'" for m in TRAINER_MODES) + "]"
-    assert all(
-        m in rule["message"] and "use colocate-async" in rule["message"] for m in UNSUPPORTED_TRAINER_MODES
-    )
+    assert not UNSUPPORTED_TRAINER_MODES, "a refused mode needs its reason in the CRD's message"
+    assert trainer["async"]["properties"]["parameterSyncStep"]["default"] == 1
+    rules = {r["fieldPath"]: r for r in crd_spec_schema()["x-kubernetes-validations"] if "fieldPath" in r}
+    assert "verl's rule" in rules[".trainer.async.parameterSyncStep"]["message"]
+    assert "required with trainer.mode separate-async" in rules[".cluster.rolloutWorkers"]["message"]
     assert tuple(trainer["async"]["properties"]["onStale"]["enum"]) == ("drop", "wait")
     cross = [r for r in crd_spec_schema()["x-kubernetes-validations"] if "maxPolicyVersions" in r["rule"]]
     assert cross and "set maxPolicyVersions to 2 or more, or use trainer.mode sync" in cross[0]["message"]

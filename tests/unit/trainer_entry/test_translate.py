@@ -384,6 +384,43 @@ def test_each_trainer_mode_runs_our_trainer_of_that_mode(tiny_model):
     assert defaults.trainer.v1.sampler.max_off_policy_threshold == 8
 
 
+def test_separate_async_generates_only_on_its_own_worker_group(tiny_model):
+    """separate-async: our trainer over verl's separate_async, no rollout on the training workers
+    (hybrid_engine false), the rollout pool sized by cluster.rolloutWorkers, the weights synced every
+    parameterSyncStep mini-batches through our gloo checkpoint engine on CPUs, and a
+    mini-batch of trainBatchSize / parameterSyncStep, which verl's own rule checks."""
+    from trainer_entry.translate import ray_gpus
+    from trainer_entry.verl_entry_points import CPU_CHECKPOINT_ENGINE, SEPARATE_ASYNC_TRAINER_MODE
+
+    trainer = {
+        "mode": "separate-async",
+        "async": {"warmupBatches": 2, "maxPolicyVersions": 3, "onStale": "wait", "parameterSyncStep": 2},
+    }
+    cpu = {
+        "model": {"path": str(tiny_model)},
+        "rollout": {"engine": "hf", "protocol": "python-tags"},
+        "cluster": {
+            "workers": {"replicas": 1, "gpusPerWorker": 0},
+            "rolloutWorkers": {"replicas": 2, "gpusPerWorker": 0},
+        },
+        "algorithm": {"rolloutsPerPrompt": 2, "trainBatchSize": 4, "totalTrainingSteps": 2},
+        "trainer": trainer,
+    }
+    cfg = composed(job(**cpu))
+    assert cfg.trainer.v1.trainer_mode == SEPARATE_ASYNC_TRAINER_MODE == TRAINER_MODES["separate-async"]
+    assert cfg.actor_rollout_ref.hybrid_engine is False
+    rollout = cfg.actor_rollout_ref.rollout
+    assert (rollout.nnodes, rollout.n_gpus_per_node) == (2, LOGICAL_GPUS_PER_CPU_WORKER)
+    assert rollout.checkpoint_engine.backend == CPU_CHECKPOINT_ENGINE
+    separate = cfg.trainer.v1.separate_async
+    assert (separate.parameter_sync_step, separate.num_warmup_batches) == (2, 2)
+    assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 2
+    assert cfg.trainer.v1.sampler.max_off_policy_threshold == 3
+    assert cfg.trainer.v1.sampler.max_off_policy_strategy == "wait"
+    # Ray's logical GPUs on CPUs: one per training worker and one per rollout worker
+    assert ray_gpus(job(**cpu)) == 3
+
+
 def test_a_function_tool_is_offered_with_its_own_schema_in_verls_shape():
     from trainer_entry.tools import pool_input
     from trainer_entry.translate import tool_schema

@@ -38,6 +38,7 @@ def test_each_internal_is_listed_once_and_says_what_we_use_it_for():
             verl_internals.ALWAYS,
             verl_internals.CPU,
             verl_internals.VLLM_CPU,
+            verl_internals.SEPARATE,
         )
 
 
@@ -172,4 +173,31 @@ def test_a_run_probes_what_its_job_uses(monkeypatch):
     cpu = {"workers": {"replicas": 1, "gpusPerWorker": 0}}
     run.check_verl_internals(job(cluster=cpu, rollout={"protocol": "react", "engine": "hf"}))
     run.check_verl_internals(job(cluster=cpu, rollout={"protocol": "react", "engine": "vllm"}))
-    assert asked == [["always"], ["always", "cpu"], ["always", "cpu", "vllm-cpu"]]
+    separate = {"mode": "separate-async", "async": {"maxPolicyVersions": 2}}
+    hf = {"protocol": "react", "engine": "hf"}
+    run.check_verl_internals(
+        job(trainer=separate, rollout=hf, cluster={**cpu, "rolloutWorkers": {"gpusPerWorker": 0}})
+    )
+    assert asked == [
+        ["always"],
+        ["always", "cpu"],
+        ["always", "cpu", "vllm-cpu"],
+        ["always", "cpu", "separate-async"],
+    ]
+
+
+def test_verls_separate_async_trainer_logs_with_a_flush_keyword_without_raising(caplog):
+    """verl 0.9.1's `logger.info(..., flush=True)` in PPOTrainerSeparateAsync._setup (hybrid_engine
+    false) raised TypeError in every separate-async run; with runner.py imported it logs."""
+    import logging
+
+    from verl.trainer.ppo.v1 import trainer_separate_async
+
+    from trainer_entry import runner  # noqa: F401  (applies it where the trainer runs)
+
+    with caplog.at_level(logging.INFO, logger=trainer_separate_async.__name__):
+        trainer_separate_async.logger.info("rollout served by 1 standalone replicas only", flush=True)
+    assert "rollout served by 1 standalone replicas only" in caplog.text
+    original = verl_internals._ORIGINALS[verl_internals.SEPARATE_ASYNC_LOGGER]
+    with pytest.raises(TypeError, match="flush"):
+        original.info("verl's own logger refuses it", flush=True)
