@@ -9,24 +9,11 @@ from typing import Any
 
 import pytest
 import yaml
+from chartgen.crd_defaults import apply_defaults
 
 ROOT = Path(__file__).resolve().parents[3]
 CRD_PATH = ROOT / "crds" / "toolrl.dev_toolrljobs.yaml"
 EXAMPLE_PATH = ROOT / "examples" / "toolrljob.yaml"
-
-
-def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
-    """Structural defaulting: fill each missing property that has a `default`, recursively."""
-    if isinstance(value, dict):
-        for key, prop in schema.get("properties", {}).items():
-            if key not in value and "default" in prop:
-                value[key] = copy.deepcopy(prop["default"])
-            if key in value:
-                apply_defaults(prop, value[key])
-    elif isinstance(value, list) and "items" in schema:
-        for item in value:
-            apply_defaults(schema["items"], item)
-    return value
 
 
 @pytest.fixture(scope="session")
