@@ -88,8 +88,10 @@ def searchable() -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 @process_tier
-def pool() -> Iterator[SandboxProcess]:
-    root = searchable_directory()
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
+    """The pool under pytest's directories (0700 as root): a child under a uid of its own cannot pass
+    through them, so the runner must reach the source by its name in the working directory."""
+    root = tmp_path_factory.mktemp("function-pool")
     try:
         source = root / "tools.py"
         source.write_text(SOURCE)

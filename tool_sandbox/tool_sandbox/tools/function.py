@@ -27,14 +27,18 @@ MAX_SOURCE_BYTES = 1 << 20  # a ConfigMap holds at most 1 MiB
 
 # The runner: argv is never used (the sandbox's program has none); the function's name comes as the
 # first line of stdin, its JSON arguments as the rest.
+# The source is read by its name in the working directory, not by an absolute path: a child under a uid of
+# its own (root mode) may not pass through the directories above its working directory.
 RUNNER = """\
-import asyncio, importlib.util, inspect, json, sys
+import asyncio, inspect, json, sys, types
 name, arguments = sys.stdin.readline().strip(), sys.stdin.read()
 out, sys.stdout = sys.stdout, sys.stderr  # what the source prints goes to stderr
-spec = importlib.util.spec_from_file_location("tool_function", "tool_function.py")
-module = importlib.util.module_from_spec(spec)
+module = types.ModuleType("tool_function")
+module.__file__ = "tool_function.py"
 sys.modules["tool_function"] = module
-spec.loader.exec_module(module)
+with open("tool_function.py", "rb") as source:
+    code = compile(source.read(), "tool_function.py", "exec")
+exec(code, module.__dict__)
 function = getattr(module, name, None)
 if not callable(function):
     sys.exit(f"tool_function.py defines no function {name!r}; define it at the top level of the source")
