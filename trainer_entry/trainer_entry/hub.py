@@ -128,6 +128,11 @@ class MetricsHub:
         if self.job is not None:
             self.job.event(job_status.WARNING, job_status.REWARD_FUNCTION_FAILED, message)
 
+    def node_lost(self, message: str) -> None:
+        """A Ray node died mid-run (node_watch.py): posted as an Event before the attempt ends."""
+        if self.job is not None:
+            self.job.event(job_status.WARNING, job_status.RAY_NODE_LOST, message)
+
     def recorded_reward_failure(self) -> str | None:
         return self.reward_failure
 

@@ -37,6 +37,7 @@ POOL_READY = "PoolReady"  # False: training (an attempt) started with the pool r
 # Event reasons (besides TOOL_POOL_DEGRADED and POOL_NOT_RECOVERED)
 TOOL_POOL_RECOVERED = "ToolPoolRecovered"
 TRAJECTORIES_EXCLUDED = "TrajectoriesExcluded"
+RAY_NODE_LOST = "RayNodeLost"  # Warning: a Ray node died mid-run; the attempt ends (node_watch.py)
 REWARD_FUNCTION_FAILED = "RewardFunctionFailed"  # Warning: the reward raised on an answer; the run stops
 NORMAL, WARNING = "Normal", "Warning"
 

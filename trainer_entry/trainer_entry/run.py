@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from trainer_entry import cpu_platform
+from trainer_entry.node_watch import NodeWatch
 from trainer_entry.pool_client import PoolClient
 from trainer_entry.progress import SA_DIR
 from trainer_entry.spec import SEPARATE_TRAINER_MODE, Job, SpecError, cpu_only
@@ -43,6 +44,7 @@ DEFAULT_METRICS_PORT = 9400
 # Ray gives a starting node a fixed 30 s to register; on an overloaded machine that fails (seen
 # at load 15 on 2 cores), and a second start usually succeeds.
 LOCAL_RAY_ATTEMPTS = 3
+EXIT_NODE_LOST = 1  # as any TrainingError (__main__)
 LOCAL_RAY_REGISTER_SECONDS = 180
 
 
@@ -288,14 +290,28 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
             job_uid=job.uid,
         )
     )
+    watch = NodeWatch(ray.nodes, lambda message: end_attempt(hub, message)).start()
     try:
         run_ppo(config, task_runner_class=ToolRLTaskRunner)
     except ray.exceptions.RayError as exc:
         print(f"trainer_entry: the run failed; Ray's report:\n{exc}", file=sys.stderr, flush=True)
         raise TrainingError(explain_ray_failure(exc)) from exc
     finally:
+        watch.stop()
         ray.get(hub.finish.remote())
         ray.shutdown()
+
+
+def end_attempt(hub: Any, message: str) -> None:
+    """A Ray node died mid-run (NodeWatch): post the Event and end this process, which fails the Ray job
+    and so ends the attempt; verl would wait on the lost actors forever. The main thread is blocked in
+    verl's ray.get, so the process ends from here."""
+    import ray
+
+    with contextlib.suppress(Exception):  # the Event is best effort; the message is in the log anyway
+        ray.get(hub.node_lost.remote(message), timeout=30)
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    os._exit(EXIT_NODE_LOST)
 
 
 def _stop_children(grace: float = 10.0) -> None:
