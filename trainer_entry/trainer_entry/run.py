@@ -430,6 +430,11 @@ def explain_ray_failure(exc: BaseException) -> str:
             "(cluster.head/workers.resources) or shrink the batch, the sequence lengths or the model. "
             + first_line(exc)
         )
+    if isinstance(exc, ray.exceptions.ActorDiedError) and "because its node has died" in text:
+        return (
+            "a Ray node was lost (its pod deleted, evicted or its machine gone); the job's next attempt"
+            " resumes from its newest checkpoint (runPolicy.backoffLimit): " + first_line(exc)
+        )
     if isinstance(exc, ray.exceptions.ActorDiedError | ray.exceptions.WorkerCrashedError):
         return "a Ray worker died (its log above says why; out of memory is the usual cause): " + first_line(
             exc

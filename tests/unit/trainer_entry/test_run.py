@@ -349,6 +349,15 @@ def test_ray_failures_name_their_cause():
 
     oom = ray.exceptions.OutOfMemoryError("Task was killed due to the node running low on memory.")
     assert explain_ray_failure(oom).startswith("out of memory: Ray killed a worker")
+    # the chaos bench's lost worker pod: verl's task runner raised this, and the message blamed memory
+    from ray.core.generated.common_pb2 import ActorDiedErrorContext
+
+    death = "The actor is dead because its node has died. Node Id: 4f2a"  # Ray's GCS, NodeDied
+    lost = ray.exceptions.ActorDiedError(
+        ActorDiedErrorContext(error_message=death, actor_id=bytes(16), class_name="TaskRunner")
+    )
+    assert explain_ray_failure(lost).startswith("a Ray node was lost"), explain_ray_failure(lost)
+    assert explain_ray_failure(ray.exceptions.ActorDiedError()).startswith("a Ray worker died")
     inner = ValueError("reward function raised: boom")
     failed = ray.exceptions.RayTaskError("update_actor", "Traceback ...\nValueError: boom", inner)
     assert (

@@ -76,7 +76,8 @@
 #define WATCH_SOCKET UINT64_MAX
 #define WATCH_SIGCHLD (UINT64_MAX - 1)
 #define WATCH_HANDOFF (UINT64_MAX - 2)
-#define WATCH_LISTENER (1ULL << 32) /* | slot: a child's task-limit listener */
+#define WATCH_LISTENER (1ULL << 32) /* | generation << 33 | slot: a child's task-limit listener */
+#define GENERATION_MASK ((1U << 30) - 1) /* bits 33..62: never one of the UINT64_MAX - k above */
 #define MODE_RUN 0 /* layers.RUN */
 #define MODE_EXEC 2 /* layers.EXEC */
 #define STACK_BYTES ((rlim_t)256 << 20) /* main-thread stack of sandboxed code; growth stops (SIGSEGV) at the next mapping, never into it */
@@ -139,6 +140,8 @@ struct child_state {
     int listener; /* its task-limit listener, -1 until handed over */
     int tasks;    /* what its call may run at once (OP_LIMIT); 1 until told */
     int counted;  /* its tasks in the forker's count (budget) */
+    unsigned generation; /* which child of this slot: one epoll_wait can return a dead child's listener
+                            events after its slot's next child handed over its own listener */
 };
 
 /* Tasks of all children as last counted, against the worker's budget (0: none). */
@@ -420,7 +423,8 @@ static void take_listeners(int handoff, int epoll, struct child_state *children,
         int slot = who[0];
         int ours = got == (ssize_t)sizeof who && nfds == 1 && slot >= 0 && slot < slots && children[slot].pid == who[1] &&
                    children[slot].pid > 0 && children[slot].listener < 0;
-        struct epoll_event clones = {.events = EPOLLIN, .data.u64 = WATCH_LISTENER | (uint64_t)slot};
+        uint64_t generation = (uint64_t)(ours ? children[slot].generation & GENERATION_MASK : 0);
+        struct epoll_event clones = {.events = EPOLLIN, .data.u64 = WATCH_LISTENER | generation << 33 | (uint64_t)slot};
         if (ours && epoll_ctl(epoll, EPOLL_CTL_ADD, fds[0], &clones) == 0) {
             children[slot].listener = fds[0];
             continue;
@@ -502,7 +506,8 @@ static int from_worker(struct forker *f, const char **child_workdir, long *child
         int pidfd = pid < 0 ? -1 : (int)syscall(SYS_pidfd_open, pid, 0);
         struct epoll_event exited = {.events = EPOLLIN, .data.u64 = (uint64_t)slot};
         if (pid > 0 && pidfd >= 0 && epoll_ctl(f->epoll, EPOLL_CTL_ADD, pidfd, &exited) == 0) {
-            children[slot] = (struct child_state){.pid = pid, .pidfd = pidfd, .listener = -1, .tasks = 1, .counted = 1};
+            children[slot] = (struct child_state){.pid = pid, .pidfd = pidfd, .listener = -1, .tasks = 1, .counted = 1,
+                                                  .generation = children[slot].generation + 1};
             tasks_counted++;
             continue;
         }
@@ -602,7 +607,10 @@ static PyObject *serve(PyObject *Py_UNUSED(module), PyObject *args) {
                 take_listeners(handoff[0], f.epoll, f.children, slots);
             } else if (what & WATCH_LISTENER && what != WATCH_SOCKET) {
                 struct child_state *child = &f.children[what & 0xFFFFFFFFu];
-                if (child->listener < 0) continue;
+                /* an event of an earlier child's listener, returned with its slot's exit: closing or
+                   reading the current child's listener for it would fail (ENOSYS) or block its clones */
+                if (child->listener < 0 || ((what >> 33) & GENERATION_MASK) != (child->generation & GENERATION_MASK))
+                    continue;
                 if (!(events[e].events & EPOLLIN)) { /* its last task is gone (reaped next) */
                     close(child->listener);
                     child->listener = -1;
