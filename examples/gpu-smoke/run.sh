@@ -4,21 +4,25 @@
 # steps, tool calls counted by the pool, rollout-vs-actor log-prob agreement, weights synced).
 # README.md (this directory) says what the machine needs and how to carry the wheels in.
 #
-#   examples/gpu-smoke/run.sh [--wheels DIR] [--work DIR] [--steps N] [--protocol P] [--port N] [--cpu]
+#   examples/gpu-smoke/run.sh [--wheels DIR] [--work DIR] [--steps N] [--protocol P] [--port N]
+#                             [--engine vllm|hf] [--warm-up-seconds S] [--cpu] [--dry-run]
 #
 #   --wheels DIR   install the locked stack from DIR first (fetch-wheels.sh), with pip --no-index
 #   --work DIR     where the data, model, logs go (default: a new temporary directory)
 #   --steps N      GRPO steps (default 3)
 #   --protocol P   hermes (default), python-tags, tool-tags or react
 #   --port N       the tool pool's port (default 18080)
+#   --engine E     the rollout engine: vllm (default; the path users pay for) or hf (transformers, no
+#                  vLLM needed: the FSDP actor still trains on the GPU)
+#   --warm-up-seconds S  the tiny model's warm-up on the job's prompts (default 300)
 #   --cpu          the same flow on CPUs (engine hf, gpusPerWorker 0): checks this script where no GPU is
 #   --dry-run      check the arguments and the machine, print the job, stop
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 python="${PYTHON:-python3}"
-wheels="" work="" steps=3 protocol=hermes port=18080 cpu=0 dry=0
-usage() { sed -n '6,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+wheels="" work="" steps=3 protocol=hermes port=18080 cpu=0 dry=0 engine="" warm_up=300
+usage() { sed -n '6,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "gpu-smoke: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -27,6 +31,8 @@ while [ $# -gt 0 ]; do
     --steps) [ $# -ge 2 ] || usage; steps="$2"; shift 2 ;;
     --protocol) [ $# -ge 2 ] || usage; protocol="$2"; shift 2 ;;
     --port) [ $# -ge 2 ] || usage; port="$2"; shift 2 ;;
+    --engine) [ $# -ge 2 ] || usage; engine="$2"; shift 2 ;;
+    --warm-up-seconds) [ $# -ge 2 ] || usage; warm_up="$2"; shift 2 ;;
     --cpu) cpu=1; shift ;;
     --dry-run) dry=1; shift ;;
     -h|--help) usage ;;
@@ -36,6 +42,11 @@ done
 [[ "$steps" =~ ^[1-9][0-9]*$ ]] || die "--steps must be a positive integer, got '$steps'"
 [[ "$port" =~ ^[1-9][0-9]*$ ]] && [ "$port" -le 65535 ] || die "--port must be a TCP port, got '$port'"
 case "$protocol" in hermes|python-tags|tool-tags|react) ;; *) die "--protocol must be hermes, python-tags, tool-tags or react, got '$protocol'" ;; esac
+case "$engine" in ""|vllm|hf) ;; *) die "--engine must be vllm or hf, got '$engine'" ;; esac
+[[ "$warm_up" =~ ^[1-9][0-9]*$ ]] || die "--warm-up-seconds must be a positive integer, got '$warm_up'"
+if [ "$cpu" = 1 ] && [ "$engine" = vllm ]; then
+  die "--cpu runs engine hf (vLLM's CPU build is make test's path, not this script's): drop --engine vllm or --cpu"
+fi
 if [ -n "$wheels" ] && [ ! -d "$wheels" ]; then die "--wheels $wheels is not a directory (make it with fetch-wheels.sh)"; fi
 work="${work:-$(mktemp -d -t gpu-smoke-XXXX)}"
 mkdir -p "$work"
@@ -48,15 +59,19 @@ if [ -n "$wheels" ]; then
   PYTHON="$python" "$here/install-wheels.sh" "$wheels"
 fi
 
-if [ "$cpu" = 1 ]; then engine=hf gpus=0; else engine=vllm gpus=1; fi
+if [ "$cpu" = 1 ]; then engine=hf gpus=0; else engine="${engine:-vllm}" gpus=1; fi
 if [ "$cpu" = 0 ]; then
   driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 || true)"
   [ -n "$driver" ] || die "nvidia-smi found no GPU (or use --cpu)"
   [ "${driver%%.*}" -ge 580 ] || die "NVIDIA driver $driver: the stack is CUDA 13, which needs driver >= 580"
-  "$python" - <<'PY' || die "the GPU stack does not import (install it with --wheels DIR)"
-import torch, vllm, verl
+  "$python" - "$engine" <<'PY' || die "the GPU stack does not import (install it with --wheels DIR)"
+import importlib, sys
+import torch, verl
 assert torch.cuda.is_available(), "torch sees no CUDA device"
-print(f"gpu-smoke: torch {torch.__version__} on {torch.cuda.get_device_name(0)}, vllm {vllm.__version__}, verl {verl.__version__}")
+# engine hf samples with transformers: vLLM is not needed
+engine = importlib.import_module(sys.argv[1] if sys.argv[1] == "vllm" else "transformers")
+print(f"gpu-smoke: torch {torch.__version__} on {torch.cuda.get_device_name(0)}, verl {verl.__version__}, "
+      f"{engine.__name__} {engine.__version__}")
 PY
 fi
 
@@ -78,7 +93,7 @@ if [ "$dry" = 1 ]; then cat "$work/job.json"; exit 0; fi
 phase "data: GSM8K-style sample prompted for $protocol"
 "$python" -m trainer_entry.data gsm8k "$repo/examples/gsm8k/sample.jsonl" --output-dir "$work/data" --protocol "$protocol"
 phase "tiny model: warmed up on the job's prompts, protocol and tool"
-"$python" -m trainer_entry tiny-model "$work/model" --spec "$work/job.json" --warm-up-seconds 300
+"$python" -m trainer_entry tiny-model "$work/model" --spec "$work/job.json" --warm-up-seconds "$warm_up"
 
 phase "tool pool on 127.0.0.1:$port"
 printf 'tools:\n  - {name: python, type: python, timeoutSeconds: 5, memoryLimitMiB: 1024}\n' > "$work/tools.yaml"

@@ -177,6 +177,9 @@ def run_sh(*args, env=None):
             "--wheels /nonexistent is not a directory (make it with fetch-wheels.sh)",
         ),
         (["--bogus"], "unknown argument '--bogus'"),
+        (["--engine", "sglang"], "--engine must be vllm or hf, got 'sglang'"),
+        (["--engine", "vllm"], "--cpu runs engine hf"),
+        (["--warm-up-seconds", "0"], "--warm-up-seconds must be a positive integer, got '0'"),
     ],
 )
 def test_run_sh_refuses_bad_arguments(args, message):
@@ -201,6 +204,45 @@ def test_run_sh_dry_run_prints_the_job_it_would_run(tmp_path):
     assert gpu["rollout"]["engine"] == "hf"
     template = json.loads((SMOKE / "job.json").read_text())["spec"]
     assert (template["rollout"]["engine"], template["cluster"]["workers"]["gpusPerWorker"]) == ("vllm", 1)
+
+
+FAKE_GPU = '''
+import sys
+class _NoVllm:  # this machine has vLLM's CPU build; the GPU machine of `--engine hf` has no vLLM at all
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "vllm":
+            raise ImportError("no vllm here")
+sys.meta_path.insert(0, _NoVllm())
+import torch
+torch.cuda.is_available = lambda: True
+torch.cuda.get_device_name = lambda *args: "Fake GPU"
+'''
+
+
+def test_run_sh_engine_hf_on_a_gpu_needs_no_vllm(tmp_path):
+    """`--engine hf` on a GPU: the machine check passes without vLLM, the job trains the actor on one GPU
+    with the hf rollout server, and the trainer takes that job; the default engine still needs vLLM."""
+    (tmp_path / "bin").mkdir()
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 580.159.04\n")
+    smi.chmod(0o755)
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(FAKE_GPU)
+    env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "PYTHONPATH": str(tmp_path / "site")}
+    result = run_sh("--engine", "hf", "--dry-run", "--steps", "2", "--work", str(tmp_path / "w"), env=env)
+    assert result.returncode == 0, result.stderr
+    assert "on Fake GPU, verl 0.9.1, transformers" in result.stdout
+    job = json.loads(result.stdout[result.stdout.index("\n{") + 1 :])
+    spec = job["spec"]
+    assert (spec["rollout"]["engine"], spec["cluster"]["workers"]["gpusPerWorker"]) == ("hf", 1)
+    from trainer_entry.spec import parse_job
+    from trainer_entry.translate import translate
+
+    overrides = translate(parse_job(job), "http://127.0.0.1:18080").overrides
+    assert "actor_rollout_ref.rollout.name=hf" in overrides
+    assert "trainer.n_gpus_per_node=1" in overrides
+    vllm = run_sh("--dry-run", "--work", str(tmp_path / "v"), env=env)
+    assert vllm.returncode == 2 and "the GPU stack does not import" in vllm.stderr, vllm.stderr
 
 
 def test_the_torch_stack_is_what_only_torch_needs():
