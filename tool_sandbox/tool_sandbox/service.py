@@ -18,7 +18,7 @@ from tool_sandbox.metrics import Metrics
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.sandbox.pool import Pool
 from tool_sandbox.sessions import API, Sessions
-from tool_sandbox.tools import Tool, ToolResult, build_tools, needs_pool
+from tool_sandbox.tools import Tool, ToolResult, build_tools, expand_tools, needs_pool
 from tool_sandbox.tools.python import PythonTool
 
 SERVER_NAME = "toolrl-tool-pool"  # how the pool names itself to protocols that ask (MCP, OpenEnv)
@@ -63,6 +63,7 @@ class Service:
             await self.pool.start()
         for tool in self.tools.values():
             await tool.start()
+        self.tools = expand_tools(self.tools)
         self.tools_ready = True
         self._reaper = asyncio.create_task(
             self.sessions.reap_forever(min(30.0, self.settings.session_idle_seconds))
@@ -85,7 +86,8 @@ class Service:
         if self.draining:
             return [SHUTTING_DOWN]
         if not self.tools_ready or (self.pool is not None and not self.pool.is_ready()):
-            return ["starting: the sandbox workers are warming up"]
+            waiting = [tool.waiting() for tool in self.tools.values() if tool.waiting()]
+            return waiting or ["starting: the sandbox workers are warming up"]
         if self.unready_reason():
             return [self.unready_reason()]
         if self.pool is None:
