@@ -255,3 +255,27 @@ def test_a_remote_tool_whose_name_another_tool_has_stops_the_start() -> None:
     entries = {name: Fixed(name, ["remote__add"]) for name in ("remote", "remote__add")}
     with pytest.raises(ConfigError, match="'remote__add' is served by both 'remote' and 'remote__add'"):
         expand_tools(entries)
+
+
+def test_a_pool_waiting_for_its_mcp_server_stops_at_once_on_sigterm(
+    make_server: Callable[..., SandboxProcess],
+) -> None:
+    """The pod's stop is not held up by a server that never answered (the kubelet would kill it)."""
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    pool = make_server(tools=[mcp_entry(url)], wait_ready=False)
+
+    def waiting() -> bool:
+        assert pool.process.poll() is None, f"the pool exited:\n{pool.log_tail()}"
+        try:
+            return "mcp tool" in requests.get(pool.url + "/readyz", timeout=5).text
+        except requests.RequestException:
+            return False
+
+    wait_until(waiting, 60, "the pool did not say it waits for its MCP server")
+    pool.process.terminate()
+    try:
+        code = pool.process.wait(20)
+    except subprocess.TimeoutExpired:
+        message = f"SIGTERM did not stop a pool waiting for its server:\n{pool.log_tail()}"
+        raise AssertionError(message) from None
+    assert code == 0, pool.log_tail()
