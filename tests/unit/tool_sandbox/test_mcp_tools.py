@@ -279,3 +279,18 @@ def test_a_pool_waiting_for_its_mcp_server_stops_at_once_on_sigterm(
         message = f"SIGTERM did not stop a pool waiting for its server:\n{pool.log_tail()}"
         raise AssertionError(message) from None
     assert code == 0, pool.log_tail()
+
+
+def test_a_handshake_era_server_is_proxied_too(
+    pool: SandboxProcess, make_server: Callable[..., SandboxProcess]
+) -> None:
+    """The pool's own /mcp speaks the handshake-era protocol (initialize first): a second pool
+    proxies the first one's tools through it."""
+    chained = make_server(tools=[mcp_entry(pool.url + "/mcp", name="up", mcp={"url": pool.url + "/mcp"})])
+    listed = [t["name"] for t in requests.get(chained.url + "/v1/tools", timeout=10).json()["tools"]]
+    assert listed == ["up__python", "up__remote__add", "up__remote__fail", "up__remote__slow"]
+    ran = call(chained, "up__python", {"code": "print(6 * 7)"})
+    assert (ran["status"], ran["output"], ran["fault"]) == ("ok", "42\n", None), ran
+    failed = call(chained, "up__python", {"code": "1 / 0"})
+    assert (failed["status"], failed["fault"]) == ("error", "code"), failed
+    assert "ZeroDivisionError" in failed["stderr"]
