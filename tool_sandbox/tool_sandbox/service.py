@@ -37,7 +37,8 @@ class Service:
     def __init__(self, settings: ServerSettings, tools: tuple[ToolConfig, ...]) -> None:
         self.settings = settings
         self.pool = Pool(settings) if needs_pool(tools) else None
-        self.tools: dict[str, Tool] = build_tools(tools, self.pool, settings)
+        self.entries: dict[str, Tool] = build_tools(tools, self.pool, settings)  # tools.yaml's
+        self.tools: dict[str, Tool] = dict(self.entries)  # what it serves: the entries' tools once started
         self.admission = Admission(settings.capacity, settings.queue_size)
         self.sessions = Sessions(settings.max_sessions, settings.session_idle_seconds)
         self.metrics = Metrics()
@@ -61,9 +62,9 @@ class Service:
     async def start(self) -> None:
         if self.pool is not None:
             await self.pool.start()
-        for tool in self.tools.values():
+        for tool in self.entries.values():
             await tool.start()
-        self.tools = expand_tools(self.tools)
+        self.tools = expand_tools(self.entries)
         self.tools_ready = True
         self._reaper = asyncio.create_task(
             self.sessions.reap_forever(min(30.0, self.settings.session_idle_seconds))
@@ -73,7 +74,7 @@ class Service:
         if self._reaper is not None:
             self._reaper.cancel()
         await self.sessions.close_all()
-        for tool in self.tools.values():
+        for tool in self.entries.values():
             await tool.close()
         if self.pool is not None:
             await self.pool.close()

@@ -235,7 +235,9 @@ async def test_a_server_answering_5xx_is_the_infrastructures_fault() -> None:
         entry = mcp_entry(url, maxRetries=2, retryDelaySeconds=0.05)
         (config,) = parse_tools(json.dumps({"tools": [entry]}))
         listed = Listed(name="add", description="", input_schema={"type": "object"})
-        result = await RemoteMcpTool(McpServerTool(config), listed).execute({"a": 1}, None)
+        entry = McpServerTool(config)
+        result = await RemoteMcpTool(entry, listed).execute({"a": 1}, None)
+        await entry.close()
     finally:
         await runner.cleanup()
     assert (result.status, result.whose_fault()) == ("error", "infra"), result

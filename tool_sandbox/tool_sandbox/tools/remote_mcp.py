@@ -12,8 +12,9 @@ retries. Whose fault a failure is, from what this process observed: the server u
 out, answering 5xx or not speaking MCP is `infra`; a tool result with `isError` (the remote tool
 failed on the model's input) or a JSON-RPC "invalid params" is `code`.
 
-Each call opens a client of its own (no session outlives a call): on a modern (2026-07-28+) server
-a call is one stateless request; on a handshake-era one it adds the initialize round trip."""
+Each call opens an MCP client of its own (no session outlives a call) over one HTTP client per
+server that keeps its connections: on a modern (2026-07-28+) server a call is one stateless request;
+on a handshake-era one it adds the initialize round trip and the session's end."""
 
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ import json
 import time
 from typing import Any
 
+import httpx2
 import jsonschema
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -39,6 +42,8 @@ SEPARATOR = "__"  # `<entry>__<remote tool>`: a name OpenAI-style function names
 # an entry's `mcp` (the CRD's); podSelector and targetPort are the operator's (the NetworkPolicy)
 MCP_FIELDS = ("url", "tools", "podSelector", "targetPort")
 LIST_RETRY_MAX_SECONDS = 10.0  # the longest pause between listings of a server that is down
+# The HTTP client's own limits, beyond any call's deadline (each call has its own, asyncio.timeout).
+HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
 
 
 def served_name(entry: str, remote: str) -> str:
@@ -115,6 +120,17 @@ class McpServerTool(Tool):
         self.remote: list[Any] = []  # the server's tools (mcp_types.Tool), as listed at start
         self.mode = "legacy"  # how calls connect: the version the server spoke at start
         self.problem = ""  # why the listing has not succeeded yet, for /readyz
+        self.http: httpx2.AsyncClient | None = None  # shared by every call: its connections are kept
+
+    def connect(self, mode: str) -> Client:
+        """An MCP client of the server for one use (`async with`)."""
+        if self.http is None:
+            self.http = httpx2.AsyncClient(timeout=HTTP_TIMEOUT)
+        return Client(streamable_http_client(self.url, http_client=self.http), mode=mode, cache=None)
+
+    async def close(self) -> None:
+        if self.http is not None:
+            await self.http.aclose()
 
     def waiting(self) -> str:
         return self.problem
@@ -155,7 +171,7 @@ class McpServerTool(Tool):
 
     async def _list(self) -> tuple[list[Any], str | None]:
         tools: list[Any] = []
-        async with Client(self.url, mode="auto", cache=None) as client:
+        async with self.connect("auto") as client:
             cursor = None
             while True:
                 page = await client.list_tools(cursor=cursor)
@@ -214,7 +230,7 @@ class RemoteMcpTool(Tool):
                 await asyncio.sleep(pause)
             try:
                 async with asyncio.timeout(deadline - time.monotonic()):
-                    async with Client(self.server.url, mode=self.server.mode, cache=None) as client:
+                    async with self.server.connect(self.server.mode) as client:
                         answer = await client.call_tool(self.remote_name, payload)
             except TimeoutError:
                 message = f"the MCP server {self.server.url} gave no answer within {seconds}s"
