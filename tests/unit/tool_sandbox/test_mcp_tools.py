@@ -296,3 +296,11 @@ def test_a_handshake_era_server_is_proxied_too(
     failed = call(chained, "up__python", {"code": "1 / 0"})
     assert (failed["status"], failed["fault"]) == ("error", "code"), failed
     assert "ZeroDivisionError" in failed["stderr"]
+
+
+def test_concurrent_calls_share_the_servers_connections(pool: SandboxProcess) -> None:
+    calls = [{"tool": "remote__add", "input": {"a": i, "b": 1}} for i in range(40)]
+    answer = pool.post("/v1/execute/batch", {"calls": calls})
+    assert answer.status_code == 200, answer.text
+    results = answer.json()["results"]
+    assert [(r["status"], r["output"]) for r in results] == [("ok", str(i + 1)) for i in range(40)]
