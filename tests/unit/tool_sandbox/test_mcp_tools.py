@@ -22,7 +22,7 @@ from mcp import Client
 from mcp_types import Tool as Listed
 from tool_sandbox.config import ConfigError, ToolConfig, parse_tools
 from tool_sandbox.tools import Tool, expand_tools
-from tool_sandbox.tools.remote_mcp import McpServerTool, RemoteMcpTool
+from tool_sandbox.tools.remote_mcp import McpServerTool, RemoteMcpTool, list_pause
 
 REMOTE_SERVER = Path(__file__).with_name("remote_mcp_server.py")
 
@@ -304,3 +304,8 @@ def test_concurrent_calls_share_the_servers_connections(pool: SandboxProcess) ->
     assert answer.status_code == 200, answer.text
     results = answer.json()["results"]
     assert [(r["status"], r["output"]) for r in results] == [("ok", str(i + 1)) for i in range(40)]
+
+
+def test_listings_of_a_server_that_is_down_back_off_within_bounds() -> None:
+    assert list_pause(1, 0.0) == 0.5, "a retryDelaySeconds of 0 must not spin on a refused connection"
+    assert [list_pause(n, 0.5) for n in (1, 2, 3, 4, 5, 6)] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0]

@@ -41,9 +41,17 @@ from tool_sandbox.tools.http import backoff
 SEPARATOR = "__"  # `<entry>__<remote tool>`: a name OpenAI-style function names allow
 # an entry's `mcp` (the CRD's); podSelector and targetPort are the operator's (the NetworkPolicy)
 MCP_FIELDS = ("url", "tools", "podSelector", "targetPort")
-LIST_RETRY_MAX_SECONDS = 10.0  # the longest pause between listings of a server that is down
+# Pauses between listings of a server that is down: the entry's backoff within these bounds (a
+# retryDelaySeconds of 0 must not spin on a refused connection).
+LIST_RETRY_MIN_SECONDS = 0.5
+LIST_RETRY_MAX_SECONDS = 10.0
 # The HTTP client's own limits, beyond any call's deadline (each call has its own, asyncio.timeout).
 HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
+
+
+def list_pause(attempt: int, delay: float) -> float:
+    """Seconds to wait after failed listing `attempt` (1-based)."""
+    return min(LIST_RETRY_MAX_SECONDS, max(LIST_RETRY_MIN_SECONDS, backoff(attempt, delay)))
 
 
 def served_name(entry: str, remote: str) -> str:
@@ -149,7 +157,7 @@ class McpServerTool(Tool):
                 reason = f"no answer within {self.config.timeout_seconds}s"
             except Exception as exc:
                 reason = describe(exc)
-            pause = min(LIST_RETRY_MAX_SECONDS, backoff(attempt, self.config.retry_delay_seconds))
+            pause = list_pause(attempt, self.config.retry_delay_seconds)
             self.problem = (
                 f"mcp tool {self.name!r}: cannot list the tools of {self.url} ({reason}; attempt"
                 f" {attempt}, retrying in {pause:g}s); check that the server runs and mcp.url is its"
