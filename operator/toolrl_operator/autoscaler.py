@@ -15,8 +15,9 @@ how many the trainer can have in flight).
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -85,29 +86,15 @@ class Policy:
     @classmethod
     def from_job_spec(cls, spec: Mapping[str, Any], **tuning: float) -> Policy:
         """Reads a ToolRLJob spec (CRD defaults applied) into a policy."""
-        try:
+        with _spec_fields("spec.toolPool"):
             pool = spec["toolPool"]
             replicas = pool["replicas"]
             lo, hi = int(replicas["min"]), int(replicas["max"])
             target = float(pool["targetConcurrencyPerReplica"])
             delay = float(pool["scaleDownDelaySeconds"])
             rollout_aware = bool(pool["rolloutAware"])  # no fallback of its own: the CRD's default
-        except KeyError as missing:
-            raise PolicyError(
-                f"spec.toolPool is missing {missing}; the CRD defaults it, so apply the job through the "
-                "apiserver or set it explicitly"
-            ) from None
-        except (TypeError, ValueError) as bad:
-            raise PolicyError(f"spec.toolPool has a non-numeric value: {bad}") from None
-        try:
+        with _spec_fields("spec.algorithm or spec.rollout"):
             cap = burst_cap(spec)
-        except KeyError as missing:
-            raise PolicyError(
-                f"spec.algorithm or spec.rollout is missing {missing}; the CRD defaults it, so apply the job "
-                "through the apiserver or set it explicitly"
-            ) from None
-        except (TypeError, ValueError) as bad:
-            raise PolicyError(f"spec.algorithm or spec.rollout has a non-numeric value: {bad}") from None
         return cls(
             min_replicas=lo,
             max_replicas=hi,
@@ -124,6 +111,20 @@ class Policy:
 
     def clamp(self, replicas: int) -> int:
         return max(self.min_replicas, min(self.max_replicas, replicas))
+
+
+@contextlib.contextmanager
+def _spec_fields(where: str) -> Iterator[None]:
+    """Reading fields of `where`: a missing or non-numeric one is a PolicyError that names it."""
+    try:
+        yield
+    except KeyError as missing:
+        raise PolicyError(
+            f"{where} is missing {missing}; the CRD defaults it, so apply the job through the apiserver "
+            "or set it explicitly"
+        ) from None
+    except (TypeError, ValueError) as bad:
+        raise PolicyError(f"{where} has a non-numeric value: {bad}") from None
 
 
 def burst_cap(spec: Mapping[str, Any]) -> int:

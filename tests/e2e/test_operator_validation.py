@@ -128,9 +128,9 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("sglang-not-yet", {"rollout.engine": "sglang"}, "sglang is not supported yet"),
     ("engine-known", {"rollout.engine": "tgi"}, "rollout.engine must be vllm or hf"),
     (
-        "separate-async-not-yet",
+        "separate-async-needs-rollout-workers",
         {"trainer.mode": "separate-async"},
-        "separate-async (rollout and training on separate GPUs) is not supported yet: use colocate-async",
+        "rolloutWorkers (the worker group that generates) is required with trainer.mode separate-async",
     ),
     (
         "colocate-async-needs-2-versions",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -46,10 +47,25 @@ class ClusterError(RuntimeError):
     """A component failed to start; the message names it and shows its log's tail."""
 
 
+# Listening ports come from below the kernel's ephemeral range: a port the kernel handed out (bind to
+# port 0) is free only until a client's outgoing connection takes it as its source port, which is what
+# happened to a KubeRay started a few seconds later ("bind: address already in use"). Two choices in
+# this range collide only with each other, and a bind check leaves out those in use.
+LISTEN_PORTS = (20000, 32000)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback TCP port nothing listens on, from LISTEN_PORTS (outside the ephemeral range)."""
+    low, high = LISTEN_PORTS
+    for _ in range(200):
+        port = random.randint(low, high)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ClusterError(f"no free loopback port in {low}-{high} after 200 tries")
 
 
 def node_manifest(name: str, gpus: int, taint: bool = False) -> dict:
@@ -503,10 +519,16 @@ class LocalCluster:
                     f"{name} exited with code {proc.returncode} while starting.\n{self._log_tail(name)}"
                 )
             try:
-                if check():
-                    return
+                ready = check()
             except (OSError, subprocess.SubprocessError, ValueError):
-                pass
+                ready = False
+            if ready and proc is not None and proc.poll() is not None:
+                raise ClusterError(  # another process answered on its port
+                    f"{name} exited with code {proc.returncode} while starting; its readiness check was "
+                    f"answered by another process.\n{self._log_tail(name)}"
+                )
+            if ready:
+                return
             time.sleep(0.1)
         raise ClusterError(
             f"{name} not ready after {timeout:.0f}s (waited for {what}).\n{self._log_tail(name)}"
