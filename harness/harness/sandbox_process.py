@@ -116,9 +116,11 @@ class SandboxProcess:
         ready_seconds: float = 90,
         python: str = sys.executable,
         prefix: tuple[str, ...] = (),
+        wait_ready: bool = True,
     ) -> SandboxProcess:
         """Serve `tools` (or the tools.yaml at `config`) with its work directory under `root`;
-        `prefix` runs it through another command (e.g. setpriv to run as another uid)."""
+        `prefix` runs it through another command (e.g. setpriv to run as another uid). Returns
+        once it is ready, or at once without `wait_ready`."""
         root.mkdir(parents=True, exist_ok=True)
         if config is None:
             config = root / "tools.yaml"
@@ -151,7 +153,7 @@ class SandboxProcess:
             )
         server = cls(f"http://127.0.0.1:{port}", process, log, python, root / "work")
         deadline = time.monotonic() + ready_seconds
-        while not server.ready():
+        while wait_ready and not server.ready():
             if process.poll() is not None or time.monotonic() > deadline:
                 server.stop()
                 raise RuntimeError(f"tool_sandbox did not become ready; its log:\n{server.log_tail()}")

@@ -229,17 +229,50 @@ def _http_egress(url: str) -> dict[str, Any]:
     return rule
 
 
+def service_namespace(host: str, namespace: str) -> str | None:
+    """The namespace of the Service a host name names (`svc` in the job's own, `svc.ns.svc` and
+    `svc.ns.svc.<cluster domain>`), or None for another name (`svc.ns` is not told apart from an
+    outside host such as example.com: write the Service's full name)."""
+    labels = host.split(".")
+    if len(labels) == 1 and labels[0]:
+        return namespace
+    if len(labels) >= 3 and labels[2] == "svc":
+        return labels[1]
+    return None
+
+
+def _mcp_egress(server: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """Egress to one MCP server (an mcp tool's `mcp`). A Service's host name admits the server's
+    pods in the Service's namespace, those of mcp.podSelector (else every pod there), on
+    mcp.targetPort or the URL's port: NetworkPolicy matches the traffic after the Service has
+    mapped it to a pod's port. An IP literal or an outside host name: as an http tool's endpoint."""
+    parts = urlsplit(server["url"])
+    home = service_namespace(parts.hostname or "", namespace)
+    if home is None:
+        return _http_egress(server["url"])
+    port = server.get("targetPort") or parts.port or (443 if parts.scheme == "https" else 80)
+    peer = namespace_selector(home)
+    if server.get("podSelector"):
+        peer["podSelector"] = {"matchLabels": dict(server["podSelector"])}
+    return {"ports": [{"protocol": "TCP", "port": port}], "to": [peer]}
+
+
 def build_network_policy(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
     """Only this job's Ray pods reach the pool, and, for /metrics, the monitoring namespace and
     the operator's (its autoscaler scrapes the pods without Prometheus); the pool's egress is
-    denied except DNS and the endpoints of `http` tools."""
+    denied except DNS, the endpoints of `http` tools and the servers of `mcp` tools."""
     name = job["metadata"]["name"]
     port = [{"protocol": "TCP", "port": TOOL_POOL_PORT}]
-    http_urls = sorted({t["url"] for t in job["spec"]["tools"] if t["type"] == "http" and t.get("url")})
+    tools = job["spec"]["tools"]
+    http_urls = sorted({t["url"] for t in tools if t["type"] == "http" and t.get("url")})
+    servers = [t["mcp"] for t in tools if t["type"] == "mcp" and t.get("mcp")]
     egress: list[dict[str, Any]] = []
-    if http_urls:
+    if http_urls or servers:
         egress.append({"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]})
         egress.extend(_http_egress(url) for url in http_urls)
+        for rule in (_mcp_egress(server, job["metadata"]["namespace"]) for server in servers):
+            if rule not in egress:
+                egress.append(rule)
     metrics_from = [namespace_selector(ns) for ns in settings.metrics_namespaces()]
     return {
         "apiVersion": "networking.k8s.io/v1",

@@ -81,6 +81,27 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
         "url must be an absolute http:// or https:// URL",
     ),
     ("tool-name-identifier", {"tools": [{"name": "my-tool", "type": "python"}]}, "must be an identifier"),
+    ("mcp-needs-server", {"tools": [PYTHON, {"name": "m", "type": "mcp"}]}, "type mcp needs mcp.url"),
+    (
+        "mcp-only-for-mcp",
+        {"tools": [{**PYTHON, "mcp": {"url": "http://m.tools.svc:8000/mcp"}}]},
+        "mcp is only used by tools of type mcp",
+    ),
+    (
+        "mcp-url-is-http",
+        {"tools": [PYTHON, {"name": "m", "type": "mcp", "mcp": {"url": "m.tools.svc:8000"}}]},
+        "mcp.url must be an absolute http:// or https:// URL",
+    ),
+    (
+        "mcp-tool-names",
+        {"tools": [PYTHON, {"name": "m", "type": "mcp", "mcp": {"url": "http://m", "tools": ["a b"]}}]},
+        "mcp.tools names a remote tool as the server lists it",
+    ),
+    (
+        "mcp-tools-unique",
+        {"tools": [PYTHON, {"name": "m", "type": "mcp", "mcp": {"url": "http://m", "tools": ["a", "a"]}}]},
+        "Duplicate value",
+    ),
     ("pool-min-le-max", {"toolPool.replicas": {"min": 5, "max": 4}}, "min must be less than or equal"),
     (
         "target-within-capacity",

@@ -40,6 +40,7 @@ class ToolConfig:
     url: str = ""
     function: dict[str, Any] = field(default_factory=dict)  # a function tool's {configMap, name}
     parameters: dict[str, Any] = field(default_factory=dict)  # a function tool's argument schema
+    mcp: dict[str, Any] = field(default_factory=dict)  # an mcp tool's server: {url, tools?}
     file_size_limit_mib: int = _CRD["fileSizeLimitMiB"]
     disk_limit_mib: int = _CRD["diskLimitMiB"]  # bytes a call (or a session) may keep in its directory
     max_open_files: int = _CRD["maxOpenFiles"]
@@ -62,6 +63,7 @@ _FIELDS = {
     "url": ("url", str),
     "function": ("function", dict),
     "parameters": ("parameters", dict),
+    "mcp": ("mcp", dict),
     "source": ("source", str),
     "fileSizeLimitMiB": ("file_size_limit_mib", int),
     "diskLimitMiB": ("disk_limit_mib", int),

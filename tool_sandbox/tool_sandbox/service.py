@@ -18,7 +18,7 @@ from tool_sandbox.metrics import Metrics
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.sandbox.pool import Pool
 from tool_sandbox.sessions import API, Sessions
-from tool_sandbox.tools import Tool, ToolResult, build_tools, needs_pool
+from tool_sandbox.tools import Tool, ToolResult, build_tools, expand_tools, needs_pool
 from tool_sandbox.tools.python import PythonTool
 
 SERVER_NAME = "toolrl-tool-pool"  # how the pool names itself to protocols that ask (MCP, OpenEnv)
@@ -37,7 +37,8 @@ class Service:
     def __init__(self, settings: ServerSettings, tools: tuple[ToolConfig, ...]) -> None:
         self.settings = settings
         self.pool = Pool(settings) if needs_pool(tools) else None
-        self.tools: dict[str, Tool] = build_tools(tools, self.pool, settings)
+        self.entries: dict[str, Tool] = build_tools(tools, self.pool, settings)  # tools.yaml's
+        self.tools: dict[str, Tool] = dict(self.entries)  # what it serves: the entries' tools once started
         self.admission = Admission(settings.capacity, settings.queue_size)
         self.sessions = Sessions(settings.max_sessions, settings.session_idle_seconds)
         self.metrics = Metrics()
@@ -61,8 +62,9 @@ class Service:
     async def start(self) -> None:
         if self.pool is not None:
             await self.pool.start()
-        for tool in self.tools.values():
+        for tool in self.entries.values():
             await tool.start()
+        self.tools = expand_tools(self.entries)
         self.tools_ready = True
         self._reaper = asyncio.create_task(
             self.sessions.reap_forever(min(30.0, self.settings.session_idle_seconds))
@@ -72,7 +74,7 @@ class Service:
         if self._reaper is not None:
             self._reaper.cancel()
         await self.sessions.close_all()
-        for tool in self.tools.values():
+        for tool in self.entries.values():
             await tool.close()
         if self.pool is not None:
             await self.pool.close()
@@ -85,7 +87,8 @@ class Service:
         if self.draining:
             return [SHUTTING_DOWN]
         if not self.tools_ready or (self.pool is not None and not self.pool.is_ready()):
-            return ["starting: the sandbox workers are warming up"]
+            waiting = [tool.waiting() for tool in self.tools.values() if tool.waiting()]
+            return waiting or ["starting: the sandbox workers are warming up"]
         if self.unready_reason():
             return [self.unready_reason()]
         if self.pool is None:

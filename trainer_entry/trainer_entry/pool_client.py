@@ -161,6 +161,13 @@ class PoolClient:
         except (aiohttp.ClientError, TimeoutError):
             return False
 
+    async def tools(self) -> list[dict[str, Any]]:
+        """The pool's tools as it serves them (GET /v1/tools: name, type, description, inputSchema)."""
+        timeout = aiohttp.ClientTimeout(total=30)
+        async with self._http().get(self.base_url + "/v1/tools", timeout=timeout) as resp:
+            resp.raise_for_status()
+            return list((await resp.json())["tools"])
+
     async def execute(
         self, tool: str, payload: Any, timeout_seconds: float | None = None, session: str | None = None
     ) -> CallResult:

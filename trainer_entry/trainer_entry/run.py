@@ -34,6 +34,7 @@ from trainer_entry.translate import (
     TOOL_CONFIG_FILE,
     VERL_CPUS_PER_GPU,
     Translation,
+    mcp_tools,
     ray_gpus,
     translate,
 )
@@ -152,6 +153,24 @@ async def wait_for_pool(url: str, timeout: float, interval: float = 2.0) -> None
         await client.close()
 
 
+async def read_pool_tools(url: str) -> list[dict[str, Any]]:
+    client = PoolClient(url)
+    try:
+        return await client.tools()
+    finally:
+        await client.close()
+
+
+def check_mcp_tools(job: Job, pool_tools: list[dict[str, Any]]) -> None:
+    """Each mcp entry serves at least one tool in the pool (the pool lists the server's at start)."""
+    for tool in job.spec["tools"]:
+        if tool["type"] == "mcp" and not mcp_tools(tool, pool_tools):
+            raise SpecError(
+                f"spec.tools {tool['name']!r}: the tool pool serves no tool of the MCP server"
+                f" {tool['mcp']['url']}; served: {', '.join(t['name'] for t in pool_tools)}"
+            )
+
+
 def check_model(path: str) -> None:
     """Fail early, with the cause, when the model's config cannot be loaded from `path`."""
     from transformers import AutoConfig
@@ -267,6 +286,11 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     check_checkpoint_dir(int(config.trainer.save_freq), str(config.trainer.default_local_dir))
     check_custom_reward(job, workdir)
     asyncio.run(wait_for_pool(env.pool_url, env.pool_wait_seconds))
+    if any(tool["type"] == "mcp" for tool in job.spec["tools"]):  # their tools: as the ready pool serves them
+        pool_tools = asyncio.run(read_pool_tools(env.pool_url))
+        check_mcp_tools(job, pool_tools)
+        translation = translate(job, env.pool_url, env.pool_wait_seconds, pool_tools)
+        write_workdir(job, translation, workdir, env.custom_reward_dir)
 
     runtime_env = dict(get_ppo_ray_runtime_env(config))
     runtime_env["working_dir"] = str(workdir)

@@ -35,7 +35,7 @@ STALE_STRATEGIES = ("drop", "wait")  # verl's trainer.v1.sampler.max_off_policy_
 ESTIMATORS = ("grpo", "gae", "rloo", "reinforce_plus_plus", "remax", "grpo_passk", "gpg", "opo")
 GROUP_ESTIMATORS = ("grpo", "rloo", "grpo_passk", "opo")
 PRESETS = ("code-execution", "exact-match", "toolbench", "custom")
-TOOL_TYPES = ("python", "search", "http", "function")
+TOOL_TYPES = ("python", "search", "http", "function", "mcp")
 LOGGERS = ("console", "wandb", "mlflow", "tensorboard")
 
 DEFAULTS: dict[str, Any] = SPEC_DEFAULTS
@@ -370,6 +370,13 @@ def _check_tools(spec: dict[str, Any]) -> None:
                 isinstance(parameters, dict) and parameters.get("type") == "object",
                 f"{field}.parameters",
                 "a function tool needs parameters, the JSON schema of an object (its keyword arguments)",
+            )
+        if tool["type"] == "mcp":
+            url = (tool.get("mcp") or {}).get("url")
+            _need(
+                isinstance(url, str) and url.startswith(("http://", "https://")),
+                f"{field}.mcp.url",
+                "a tool of type mcp needs mcp.url, the MCP server's streamable-HTTP endpoint (http:// or https://)",
             )
     if spec["rollout"]["protocol"] in ("tool-tags", "python-tags"):
         _need(

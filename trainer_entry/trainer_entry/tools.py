@@ -27,9 +27,9 @@ REQUIRED_ARGUMENT = {"python": "code", "search": "query", "http": "arguments"}
 
 def pool_input(tool_type: str, parameters: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     """The `input` of `/v1/execute` for one call; raises ValueError with a message for the model."""
-    if tool_type == "function":  # the function's keyword arguments; the pool checks them on its schema
+    if tool_type in ("function", "mcp"):  # keyword arguments; the pool checks them on the tool's schema
         if not isinstance(parameters, dict):
-            raise ValueError("the arguments must be a JSON object of the function's parameters")
+            raise ValueError("the arguments must be a JSON object of the tool's parameters")
         return parameters
     key = REQUIRED_ARGUMENT[tool_type]
     if key not in parameters:

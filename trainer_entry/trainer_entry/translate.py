@@ -128,7 +128,17 @@ TOOL_DESCRIPTIONS = {
     ),
     # a function tool's arguments are the user's own schema (spec.tools[].parameters)
     "function": ("Call the user's function with JSON arguments.", {}, []),
+    # an mcp entry is a server: its tools, names and schemas come from the pool (mcp_tools)
+    "mcp": ("A tool of a remote MCP server.", {}, []),
 }
+MCP_SEPARATOR = "__"  # the pool serves a remote tool as `<entry name>__<remote name>`
+
+
+def mcp_tools(entry: dict[str, Any], pool_tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tools an mcp entry serves, as the pool lists them (GET /v1/tools: name, description,
+    inputSchema); the pool learns them from the server at its start."""
+    prefix = entry["name"] + MCP_SEPARATOR
+    return [t for t in pool_tools if t.get("type") == "mcp" and t["name"].startswith(prefix)]
 
 
 def tool_schema(tool: dict[str, Any]) -> dict[str, Any]:
@@ -147,11 +157,33 @@ def tool_schema(tool: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def tool_config(job: Job, pool_url: str) -> dict[str, Any]:
-    """verl tool-config YAML: one PoolTool per spec.tools entry, all sharing the spec's call policy."""
+def _served(tool: dict[str, Any], pool_tools: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Any]]:
+    """(entry, schema the model sees) of each tool a spec.tools entry serves: itself, or an mcp
+    entry's remote tools as the pool lists them (none before the pool has been asked)."""
+    if tool["type"] != "mcp":
+        return [(tool, tool_schema(tool))]
+    return [
+        (
+            tool,
+            {
+                "type": "function",
+                "function": {
+                    "name": remote["name"],
+                    "description": remote.get("description") or TOOL_DESCRIPTIONS["mcp"][0],
+                    "parameters": remote.get("inputSchema") or {"type": "object", "properties": {}},
+                },
+            },
+        )
+        for remote in mcp_tools(tool, pool_tools)
+    ]
+
+
+def tool_config(job: Job, pool_url: str, pool_tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """verl tool-config YAML: one PoolTool per tool served, all sharing the spec's call policy; an
+    mcp entry's tools come from `pool_tools` (the pool's GET /v1/tools, read once it is ready)."""
     call = job.spec["rollout"]["toolCall"]
     entries = []
-    for tool in job.spec["tools"]:
+    for tool, schema in (pair for t in job.spec["tools"] for pair in _served(t, pool_tools or [])):
         entries.append(
             {
                 "class_name": TOOL_CLASS,
@@ -165,7 +197,7 @@ def tool_config(job: Job, pool_url: str) -> dict[str, Any]:
                     "retry_delay_seconds": float(call["retryDelaySeconds"]),
                     "max_concurrency": int(call["maxConcurrency"]),
                 },
-                "tool_schema": tool_schema(tool),
+                "tool_schema": schema,
             }
         )
     return {"tools": entries}
@@ -334,10 +366,16 @@ def _overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list[str]:
     return out + list(s["trainer"].get("extraArgs") or [])
 
 
-def translate(job: Job, pool_url: str, pool_wait_seconds: float = DEFAULT_POOL_WAIT_SECONDS) -> Translation:
-    """Everything verl needs for this job; `extraArgs` come last so they win."""
+def translate(
+    job: Job,
+    pool_url: str,
+    pool_wait_seconds: float = DEFAULT_POOL_WAIT_SECONDS,
+    pool_tools: list[dict[str, Any]] | None = None,
+) -> Translation:
+    """Everything verl needs for this job; `extraArgs` come last so they win. `pool_tools` (the
+    pool's GET /v1/tools) names the tools of mcp entries; without it they offer none."""
     return Translation(
         overrides=_overrides(job, pool_url, pool_wait_seconds),
-        tool_config=tool_config(job, pool_url),
+        tool_config=tool_config(job, pool_url, pool_tools),
         agent_loops=agent_loops(),
     )

@@ -706,3 +706,36 @@ def test_the_function_tools_key_defaults_to_tools_py(make_job) -> None:
     assert config["projected"]["sources"][1]["configMap"]["items"] == [
         {"key": "tools.py", "path": "functions/lookup.py"}
     ]
+
+
+def test_network_policy_admits_exactly_the_mcp_servers(make_job) -> None:
+    """A Service's full name admits its namespace's pods (those of mcp.podSelector) on the pods'
+    port; a short name is the job's own namespace; an IP or an outside host as an http endpoint."""
+    tools = [
+        {"name": "python", "type": "python"},
+        {
+            "name": "docs",
+            "type": "mcp",
+            "mcp": {"url": "http://docs-mcp.tools.svc:8000/mcp", "podSelector": {"app": "docs-mcp"}},
+        },
+        {"name": "mine", "type": "mcp", "mcp": {"url": "http://my-mcp/mcp", "targetPort": 9000}},
+        {"name": "far", "type": "mcp", "mcp": {"url": "https://mcp.example.com/mcp"}},
+        {"name": "pinned", "type": "mcp", "mcp": {"url": "http://10.1.2.3:8000/mcp"}},
+    ]
+    job = make_job(tools=tools)
+    egress = build_network_policy(job, SETTINGS)["spec"]["egress"]
+    assert egress[0] == {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+    tools_ns = {"matchLabels": {"kubernetes.io/metadata.name": "tools"}}
+    assert egress[1] == {
+        "ports": [{"protocol": "TCP", "port": 8000}],
+        "to": [{"namespaceSelector": tools_ns, "podSelector": {"matchLabels": {"app": "docs-mcp"}}}],
+    }
+    own_ns = {"matchLabels": {"kubernetes.io/metadata.name": job["metadata"]["namespace"]}}
+    assert egress[2] == {"ports": [{"protocol": "TCP", "port": 9000}], "to": [{"namespaceSelector": own_ns}]}
+    assert egress[3] == {
+        "ports": [{"protocol": "TCP", "port": 443}],
+        "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}}],
+    }
+    pinned = {"ports": [{"protocol": "TCP", "port": 8000}], "to": [{"ipBlock": {"cidr": "10.1.2.3/32"}}]}
+    assert egress[4] == pinned
+    assert len(egress) == 5

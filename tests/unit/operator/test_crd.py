@@ -131,3 +131,19 @@ def test_function_tools_are_checked_at_apply_time(schema: dict[str, Any]) -> Non
     assert parameters["required"] == ["type", "properties"]
     assert parameters["properties"]["type"]["enum"] == ["object"]
     assert parameters["properties"]["properties"]["additionalProperties"]["required"] == ["type"]
+
+
+def test_mcp_tools_are_checked_at_apply_time(schema: dict[str, Any]) -> None:
+    tool = schema["properties"]["spec"]["properties"]["tools"]["items"]
+    assert "mcp" in tool["properties"]["type"]["enum"]
+    rules = {r["rule"]: r["message"] for r in tool["x-kubernetes-validations"]}
+    assert "needs mcp.url" in rules["self.type != 'mcp' || has(self.mcp)"]
+    assert "only used by tools of type mcp" in rules["!has(self.mcp) || self.type == 'mcp'"]
+    server = tool["properties"]["mcp"]
+    assert server["required"] == ["url"]
+    [url_rule] = server["properties"]["url"]["x-kubernetes-validations"]
+    assert "isURL(self)" in url_rule["rule"] and "startsWith('http://')" in url_rule["rule"]
+    names = server["properties"]["tools"]
+    assert names["x-kubernetes-list-type"] == "set", "a remote tool named twice is refused"
+    assert names["items"]["x-kubernetes-validations"][0]["rule"] == "self.matches('^[A-Za-z0-9_.-]+$')"
+    assert server["properties"]["targetPort"]["maximum"] == 65535

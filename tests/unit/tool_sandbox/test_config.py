@@ -31,6 +31,11 @@ tools:
         ("tools: [{name: s, type: search}]", "needs corpus"),
         ("tools: [{name: h, type: http, url: ftp://x}]", "needs url"),
         ("tools: [{name: p, type: python}, {name: p, type: python}]", "more than once"),
+        ("tools: [{name: m, type: mcp}]", "an mcp tool needs mcp: {url:"),
+        ("tools: [{name: m, type: mcp, mcp: {url: my-mcp:8000}}]", "'my-mcp:8000' is not an absolute"),
+        ("tools: [{name: m, type: mcp, mcp: {url: 'http://m', tools: [a, a]}}]", "appears more than once"),
+        ("tools: [{name: m, type: mcp, mcp: {url: 'http://m', tools: a}}]", "must be a list of"),
+        ("tools: [{name: m, type: mcp, mcp: {url: 'http://m', token: x}}]", "mcp: unknown field(s) token"),
     ],
 )
 def test_rejects_bad_configs_with_a_message_naming_the_problem(text: str, message: str) -> None:
@@ -55,7 +60,7 @@ def test_a_bare_entry_means_what_the_crd_defaults_it_to() -> None:
     assert bare == written
     # no knob of the pool's own is left out of the CRD: each field of an entry has its default there
     # no default: absent unless given (a function tool's `source` is the operator's, not the CRD's)
-    optional = {"description", "corpus", "url", "function", "parameters", "source"}
+    optional = {"description", "corpus", "url", "function", "parameters", "source", "mcp"}
     assert set(_FIELDS) - {"name", "type"} - optional == set(DEFAULTS_WHEN_PRESENT["tools[]"])
 
 

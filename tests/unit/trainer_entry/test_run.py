@@ -490,3 +490,21 @@ def test_a_checkpoint_that_cannot_be_written_stops_the_run_saying_so(monkeypatch
     monkeypatch.setattr(PPOTrainerSync, "_save_checkpoint", other)
     with pytest.raises(ValueError, match="not about writing"):  # anything else goes on unchanged
         trainer._save_checkpoint()
+
+
+def test_an_mcp_entry_the_pool_serves_no_tool_of_stops_the_start():
+    from trainer_entry.run import check_mcp_tools
+
+    entry = {"name": "remote", "type": "mcp", "mcp": {"url": "http://my-mcp.tools.svc:8000/mcp"}}
+    j = job(tools=[{"name": "python", "type": "python"}, entry])
+    check_mcp_tools(j, [{"name": "python", "type": "python"}, {"name": "remote__add", "type": "mcp"}])
+    with pytest.raises(SpecError, match=r"serves no tool of the MCP server http://my-mcp.tools.svc:8000/mcp"):
+        check_mcp_tools(j, [{"name": "python", "type": "python"}])
+
+
+async def test_the_pools_tools_are_read_from_the_ready_pool(sandbox):
+    from trainer_entry.run import read_pool_tools
+
+    (python,) = await read_pool_tools(sandbox)  # the conftest's pool serves one python tool
+    assert (python["name"], python["type"]) == ("python", "python")
+    assert python["inputSchema"]["required"] == ["code"]

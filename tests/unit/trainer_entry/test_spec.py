@@ -393,3 +393,12 @@ def test_a_function_tool_needs_an_object_schema_of_its_arguments():
         )
     )
     assert job.spec["tools"][0]["parameters"] == schema
+
+
+def test_an_mcp_tool_needs_the_servers_url():
+    tool = {"name": "remote", "type": "mcp", "mcp": {"url": "my-mcp:8000"}}
+    with pytest.raises(SpecError, match=r"spec.tools\[0\].mcp.url: a tool of type mcp needs mcp.url"):
+        parse_job(doc(tools=[tool], rollout={"protocol": "hermes"}, reward={"preset": "exact-match"}))
+    tool["mcp"]["url"] = "http://my-mcp.tools.svc:8000/mcp"
+    job = parse_job(doc(tools=[tool], rollout={"protocol": "hermes"}, reward={"preset": "exact-match"}))
+    assert job.spec["tools"][0]["mcp"]["url"] == "http://my-mcp.tools.svc:8000/mcp"

@@ -445,3 +445,31 @@ def test_a_function_tool_is_offered_with_its_own_schema_in_verls_shape():
     assert pool_input("function", {"city": "Oslo"}, {"ignored": 1}) == {"city": "Oslo"}
     with pytest.raises(ValueError, match="must be a JSON object"):
         pool_input("function", ["Oslo"], {})  # type: ignore[arg-type]
+
+
+def test_an_mcp_entry_offers_the_remote_tools_the_pool_serves_with_their_schemas():
+    """An mcp entry names a server; the model is offered each of its tools as the ready pool
+    lists them (GET /v1/tools), under the pool's name for it, and none before the pool is asked."""
+    from trainer_entry.tools import pool_input
+    from verl.tools.schemas import OpenAIFunctionToolSchema
+
+    entry = {"name": "remote", "type": "mcp", "mcp": {"url": "http://my-mcp.tools.svc:8000/mcp"}}
+    j = job(tools=[{"name": "python", "type": "python"}, entry], rollout={"protocol": "hermes"})
+    add_schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    pool_tools = [
+        {"name": "python", "type": "python", "description": "Run", "inputSchema": {"type": "object"}},
+        {"name": "remote__add", "type": "mcp", "description": "Add two integers.", "inputSchema": add_schema},
+        {"name": "remote__fail", "type": "mcp", "description": "", "inputSchema": {"type": "object"}},
+    ]
+    before = translate(j, POOL).tool_config["tools"]  # the pool not asked yet: no remote tool
+    assert [t["tool_schema"]["function"]["name"] for t in before] == ["python"]
+    tools = translate(j, POOL, pool_tools=pool_tools).tool_config["tools"]
+    assert [t["tool_schema"]["function"]["name"] for t in tools] == ["python", "remote__add", "remote__fail"]
+    add = tools[1]
+    assert add["config"]["tool_type"] == "mcp" and add["config"]["timeout_seconds"] == 10.0
+    assert add["tool_schema"]["function"]["parameters"] == add_schema
+    assert add["tool_schema"]["function"]["description"] == "Add two integers."
+    assert tools[2]["tool_schema"]["function"]["description"] == "A tool of a remote MCP server."
+    parsed = OpenAIFunctionToolSchema.model_validate(add["tool_schema"])  # what verl's loader makes of it
+    assert parsed.function.parameters.required == ["a"]
+    assert pool_input("mcp", {"a": 1}, {"ignored": 1}) == {"a": 1}

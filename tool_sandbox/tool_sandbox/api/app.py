@@ -209,14 +209,21 @@ async def serve(settings: ServerSettings, tools: tuple[ToolConfig, ...]) -> None
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     housekeeping = asyncio.create_task(_housekeeping(runner, app, service, cap))
+    starting = asyncio.create_task(service.start())
+    stopping = asyncio.create_task(stop.wait())
     try:
-        await service.start()
-        await stop.wait()
+        # a SIGTERM while tools start (an MCP server that has not answered yet) stops the pool at once
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if starting.done():
+            starting.result()  # a tool that could not start (ConfigError) ends the pool with its message
+            await stopping
         log.info("shutting down: no call starts now; those running have %gs", settings.drain_seconds)
         failed = await service.drain(settings.drain_seconds)
         log.info("drained: %d call(s) still running were answered as the pool's failure", failed)
     finally:
         housekeeping.cancel()
+        starting.cancel()
+        stopping.cancel()
         await runner.cleanup()  # handlers write their answers first
         with contextlib.suppress(Exception):
             await service.close()

@@ -91,6 +91,15 @@ class Tool:
     async def start(self) -> None:
         """Load what the tool needs before the pool reports ready."""
 
+    def waiting(self) -> str:
+        """While `start` waits on something outside the pool: what, for /readyz ("" otherwise)."""
+        return ""
+
+    def expand(self) -> dict[str, Tool]:
+        """The tools this entry serves once started, by name: itself, or several (a remote MCP
+        server's tools)."""
+        return {self.name: self}
+
     async def close(self) -> None:
         """Release connections and files."""
 

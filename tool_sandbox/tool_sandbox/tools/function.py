@@ -136,9 +136,8 @@ class FunctionTool(Tool):
     async def execute(self, payload: Any, timeout: float | None) -> ToolResult:
         if not isinstance(payload, dict):
             raise ToolInputError("input of a function tool must be a JSON object of the function's arguments")
-        problems = sorted(self.validator.iter_errors(payload), key=lambda e: list(e.absolute_path))
-        if problems:
-            said = "; ".join(_problem(e) for e in problems[:5])
+        said = argument_problems(self.validator, payload)
+        if said:
             message = f"invalid arguments for {self.name}: {said}"
             return ToolResult(status=outcome.ERROR, stderr=message, message=message, fault=outcome.FAULT_CODE)
         return await self._run(json.dumps(payload), timeout)
@@ -149,6 +148,12 @@ class FunctionTool(Tool):
             {"code": RUNNER, "stdin": stdin}, self.effective_timeout(timeout), files=self.files
         )
         return FunctionResult(**vars(result))
+
+
+def argument_problems(validator: jsonschema.protocols.Validator, arguments: Any) -> str:
+    """What is wrong with a call's arguments by its tool's schema (the first five), or ""."""
+    problems = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    return "; ".join(_problem(e) for e in problems[:5])
 
 
 def _problem(error: jsonschema.ValidationError) -> str:

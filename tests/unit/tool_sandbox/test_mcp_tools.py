@@ -1,0 +1,311 @@
+"""`mcp` tools: a remote MCP server (the official SDK's MCPServer over streamable HTTP on loopback,
+remote_mcp_server.py) whose tools the pool lists at start and proxies, each as a tool of its own,
+with the pool's timeouts, retries, fault classification and metrics."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from aiohttp import web
+from harness.sandbox_process import SandboxProcess
+from harness.tiers import process_tier
+from mcp import Client
+from mcp_types import Tool as Listed
+from tool_sandbox.config import ConfigError, ToolConfig, parse_tools
+from tool_sandbox.tools import Tool, expand_tools
+from tool_sandbox.tools.remote_mcp import McpServerTool, RemoteMcpTool, list_pause
+
+REMOTE_SERVER = Path(__file__).with_name("remote_mcp_server.py")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until(check: Callable[[], Any], seconds: float, what: str) -> Any:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"{what} within {seconds}s")
+
+
+class RemoteServer:
+    """remote_mcp_server.py on a port of its own (tools add, fail, slow)."""
+
+    def __init__(self, port: int, log: Path) -> None:
+        self.port, self.log = port, log
+        self.url = f"http://127.0.0.1:{port}/mcp"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> RemoteServer:
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, str(REMOTE_SERVER), str(self.port)], stdout=out, stderr=subprocess.STDOUT
+            )
+        wait_until(self.listening, 60, f"the remote MCP server did not listen; its log:\n{self.log_tail()}")
+        return self
+
+    def listening(self) -> bool:
+        assert self.process is not None
+        assert self.process.poll() is None, f"the remote MCP server exited:\n{self.log_tail()}"
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", self.port)) == 0
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(15)
+
+    def log_tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else "(no log)"
+
+
+def mcp_entry(url: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": "remote",
+        "type": "mcp",
+        "mcp": {"url": url},
+        "timeoutSeconds": 3,
+        "maxRetries": 1,
+        "retryDelaySeconds": 0.1,
+        **extra,
+    }
+
+
+@pytest.fixture(scope="module")
+@process_tier
+def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RemoteServer]:
+    server = RemoteServer(free_port(), tmp_path_factory.mktemp("remote-mcp") / "remote.log").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+@process_tier
+def pool(remote: RemoteServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
+    """A pool with a python tool and the remote server's tools (no sandbox needed for those)."""
+    tools = [{"name": "python", "type": "python", "timeoutSeconds": 3}, mcp_entry(remote.url)]
+    running = SandboxProcess.start(tmp_path_factory.mktemp("pool"), tools=tools)
+    yield running
+    running.stop()
+
+
+def call(pool: SandboxProcess, tool: str, arguments: Any) -> dict[str, Any]:
+    answer = pool.post("/v1/execute", {"tool": tool, "input": arguments})
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_the_pool_serves_each_remote_tool_under_the_entry_name(pool: SandboxProcess) -> None:
+    listed = {t["name"]: t for t in requests.get(pool.url + "/v1/tools", timeout=10).json()["tools"]}
+    assert list(listed) == ["python", "remote__add", "remote__fail", "remote__slow"]
+    add = listed["remote__add"]
+    assert add["type"] == "mcp" and add["description"] == "Add two integers."
+    assert add["inputSchema"]["required"] == ["a", "b"]
+    assert add["inputSchema"]["properties"]["a"]["type"] == "integer"
+
+
+def test_calls_are_proxied_with_whose_fault_a_failure_is(pool: SandboxProcess) -> None:
+    ok = call(pool, "remote__add", {"a": 2, "b": 40})
+    assert (ok["status"], ok["output"], ok["fault"]) == ("ok", "42", None), ok
+
+    raised = call(pool, "remote__fail", {"reason": "no"})  # the remote tool raises: isError
+    assert (raised["status"], raised["fault"]) == ("error", "code"), raised
+    assert "reported an error" in raised["message"] and "Error executing tool fail" in raised["stderr"]
+
+    wrong = call(pool, "remote__add", {"a": "two"})  # checked on the remote schema, no round trip
+    assert (wrong["status"], wrong["fault"]) == ("error", "code"), wrong
+    assert "invalid arguments for remote__add" in wrong["message"] and "'b' is a required" in wrong["message"]
+
+    not_object = pool.post("/v1/execute", {"tool": "remote__add", "input": "2+2"})
+    assert not_object.status_code == 400 and "must be a JSON object" in not_object.json()["error"]
+
+
+def test_a_remote_slower_than_the_timeout_is_the_infrastructures_fault(pool: SandboxProcess) -> None:
+    started = time.monotonic()
+    slow = call(pool, "remote__slow", {"seconds": 30})
+    assert (slow["status"], slow["fault"]) == ("timeout", "infra"), slow
+    assert "gave no answer within 3.0s" in slow["message"]
+    assert time.monotonic() - started < 20  # the entry's timeout, not the remote's 30 s
+
+
+async def test_the_pools_own_mcp_endpoint_offers_the_remote_tools(pool: SandboxProcess) -> None:
+    async with Client(pool.url + "/mcp", mode="legacy") as client:
+        listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert {"remote__add", "remote__fail", "remote__slow"} <= set(listed)
+        assert listed["remote__add"].input_schema["required"] == ["a", "b"]
+        added = await client.call_tool("remote__add", {"a": 1, "b": 1})
+        assert not added.is_error and added.content[0].text == "2"
+        failed = await client.call_tool("remote__fail", {"reason": "x"})
+        assert failed.is_error and failed.meta == {"dev.toolrl/fault": "code"}
+
+
+def test_metrics_count_the_remote_tools_calls_per_tool(pool: SandboxProcess) -> None:
+    for _ in range(3):
+        call(pool, "remote__add", {"a": 1, "b": 2})
+    call(pool, "remote__fail", {"reason": "x"})
+    text = requests.get(pool.url + "/metrics", timeout=10).text
+
+    def count(tool: str, outcome: str) -> float:
+        prefix = f'toolrl_tool_calls_total{{outcome="{outcome}",protocol="native",tool="{tool}"}} '
+        lines = [line for line in text.splitlines() if line.startswith(prefix)]
+        return float(lines[0].split()[-1]) if lines else 0.0
+
+    assert count("remote__add", "ok") >= 3
+    assert count("remote__fail", "error") >= 1
+
+
+def test_a_server_down_at_start_keeps_the_pool_unready_until_it_answers_then_failures_are_infra(
+    tmp_path: Path, make_server: Callable[..., SandboxProcess]
+) -> None:
+    """The pool starts before its MCP server: /readyz says which server it waits for and why;
+    once the server answers the pool is ready; a server that goes away later is the
+    infrastructure's fault."""
+    remote = RemoteServer(free_port(), tmp_path / "remote.log")
+    tools = [mcp_entry(remote.url, mcp={"url": remote.url, "tools": ["add"]})]
+    pool = make_server(tools=tools, wait_ready=False)
+    try:
+
+        def unready() -> dict[str, Any] | None:
+            assert pool.process.poll() is None, f"the pool exited:\n{pool.log_tail()}"
+            try:
+                answer = requests.get(pool.url + "/readyz", timeout=5)
+            except requests.RequestException:
+                return None
+            return answer.json() if answer.status_code == 503 and "mcp tool" in answer.text else None
+
+        body = wait_until(unready, 60, "the pool did not say it waits for its MCP server")
+        assert f"cannot list the tools of {remote.url}" in body["problem"], body
+        assert "ConnectError" in body["problem"] and "retrying" in body["problem"]
+
+        remote.start()
+        wait_until(pool.ready, 60, f"the pool did not become ready once the server ran:\n{pool.log_tail()}")
+        listed = [t["name"] for t in requests.get(pool.url + "/v1/tools", timeout=10).json()["tools"]]
+        assert listed == ["remote__add"]  # mcp.tools chose one
+        assert call(pool, "remote__add", {"a": 3, "b": 4})["output"] == "7"
+
+        remote.stop()
+        down = call(pool, "remote__add", {"a": 3, "b": 4})
+        assert (down["status"], down["fault"]) == ("error", "infra"), down
+        assert "ConnectError" in down["message"] and "after 2 attempt(s)" in down["message"]
+    finally:
+        pool.stop()
+        remote.stop()
+
+
+def test_a_tool_named_in_mcp_tools_that_the_server_lacks_stops_the_pool(
+    remote: RemoteServer, make_server: Callable[..., SandboxProcess]
+) -> None:
+    tools = [mcp_entry(remote.url, mcp={"url": remote.url, "tools": ["add", "multiply"]})]
+    with pytest.raises(RuntimeError) as failed:
+        make_server(tools=tools)
+    assert "has no tool(s) multiply; it serves add, fail, slow; fix mcp.tools" in str(failed.value)
+
+
+async def test_a_server_answering_5xx_is_the_infrastructures_fault() -> None:
+    """A proxy or a crashed server answering 500: retried, then a failure of the infrastructure."""
+    hits = []
+
+    async def broken(request: web.Request) -> web.Response:
+        hits.append(request.method)
+        return web.Response(status=500, text="upstream crashed")
+
+    app = web.Application()
+    app.router.add_route("*", "/mcp", broken)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        entry = mcp_entry(url, maxRetries=2, retryDelaySeconds=0.05)
+        (config,) = parse_tools(json.dumps({"tools": [entry]}))
+        listed = Listed(name="add", description="", input_schema={"type": "object"})
+        entry = McpServerTool(config)
+        result = await RemoteMcpTool(entry, listed).execute({"a": 1}, None)
+        await entry.close()
+    finally:
+        await runner.cleanup()
+    assert (result.status, result.whose_fault()) == ("error", "infra"), result
+    assert "after 3 attempt(s)" in result.message and "Server returned an error response" in result.message
+    assert len([m for m in hits if m == "POST"]) >= 3
+
+
+def test_a_remote_tool_whose_name_another_tool_has_stops_the_start() -> None:
+    class Fixed(Tool):
+        def __init__(self, name: str, serves: list[str]) -> None:
+            super().__init__(ToolConfig(name=name, type="python"))
+            self.serves = serves
+
+        def expand(self) -> dict[str, Tool]:
+            return {name: self for name in self.serves}
+
+    entries = {name: Fixed(name, ["remote__add"]) for name in ("remote", "remote__add")}
+    with pytest.raises(ConfigError, match="'remote__add' is served by both 'remote' and 'remote__add'"):
+        expand_tools(entries)
+
+
+def test_a_pool_waiting_for_its_mcp_server_stops_at_once_on_sigterm(
+    make_server: Callable[..., SandboxProcess],
+) -> None:
+    """The pod's stop is not held up by a server that never answered (the kubelet would kill it)."""
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    pool = make_server(tools=[mcp_entry(url)], wait_ready=False)
+
+    def waiting() -> bool:
+        assert pool.process.poll() is None, f"the pool exited:\n{pool.log_tail()}"
+        try:
+            return "mcp tool" in requests.get(pool.url + "/readyz", timeout=5).text
+        except requests.RequestException:
+            return False
+
+    wait_until(waiting, 60, "the pool did not say it waits for its MCP server")
+    pool.process.terminate()
+    try:
+        code = pool.process.wait(20)
+    except subprocess.TimeoutExpired:
+        message = f"SIGTERM did not stop a pool waiting for its server:\n{pool.log_tail()}"
+        raise AssertionError(message) from None
+    assert code == 0, pool.log_tail()
+
+
+def test_a_handshake_era_server_is_proxied_too(
+    pool: SandboxProcess, make_server: Callable[..., SandboxProcess]
+) -> None:
+    """The pool's own /mcp speaks the handshake-era protocol (initialize first): a second pool
+    proxies the first one's tools through it."""
+    chained = make_server(tools=[mcp_entry(pool.url + "/mcp", name="up", mcp={"url": pool.url + "/mcp"})])
+    listed = [t["name"] for t in requests.get(chained.url + "/v1/tools", timeout=10).json()["tools"]]
+    assert listed == ["up__python", "up__remote__add", "up__remote__fail", "up__remote__slow"]
+    ran = call(chained, "up__python", {"code": "print(6 * 7)"})
+    assert (ran["status"], ran["output"], ran["fault"]) == ("ok", "42\n", None), ran
+    failed = call(chained, "up__python", {"code": "1 / 0"})
+    assert (failed["status"], failed["fault"]) == ("error", "code"), failed
+    assert "ZeroDivisionError" in failed["stderr"]
+
+
+def test_concurrent_calls_share_the_servers_connections(pool: SandboxProcess) -> None:
+    calls = [{"tool": "remote__add", "input": {"a": i, "b": 1}} for i in range(40)]
+    answer = pool.post("/v1/execute/batch", {"calls": calls})
+    assert answer.status_code == 200, answer.text
+    results = answer.json()["results"]
+    assert [(r["status"], r["output"]) for r in results] == [("ok", str(i + 1)) for i in range(40)]
+
+
+def test_listings_of_a_server_that_is_down_back_off_within_bounds() -> None:
+    assert list_pause(1, 0.0) == 0.5, "a retryDelaySeconds of 0 must not spin on a refused connection"
+    assert [list_pause(n, 0.5) for n in (1, 2, 3, 4, 5, 6)] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0]

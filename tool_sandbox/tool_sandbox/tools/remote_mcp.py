@@ -1,0 +1,283 @@
+"""The `mcp` tool: a remote MCP server (streamable HTTP) whose tools the pool proxies.
+
+An `mcp` entry of tools.yaml names a server (`mcp.url`) and, optionally, which of its tools to
+serve (`mcp.tools`). At start the pool lists the server's tools with the official `mcp` client and
+serves each as a tool of its own, named `<entry name>__<remote tool name>`, with the remote input
+schema (GET /v1/tools, the pool's own MCP tools/list). Until the listing succeeds the pool is not
+ready and /readyz says why (the server may start after the pool); it retries with backoff.
+
+A call is checked against the remote tool's input schema (arguments that do not fit: the model's
+fault, no round trip), then sent with the entry's timeout (one deadline across attempts) and
+retries. Whose fault a failure is, from what this process observed: the server unreachable, timing
+out, answering 5xx or not speaking MCP is `infra`; a tool result with `isError` (the remote tool
+failed on the model's input) or a JSON-RPC "invalid params" is `code`.
+
+Each call opens an MCP client of its own (no session outlives a call) over one HTTP client per
+server that keeps its connections: on a modern (2026-07-28+) server a call is one stateless request;
+on a handshake-era one it adds the initialize round trip and the session's end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx2
+import jsonschema
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from tool_sandbox.config import ConfigError, ServerSettings, ToolConfig
+from tool_sandbox.sandbox import outcome
+from tool_sandbox.sandbox.pool import Pool
+from tool_sandbox.tools.base import Tool, ToolInputError, ToolResult
+from tool_sandbox.tools.function import argument_problems
+from tool_sandbox.tools.http import backoff
+
+SEPARATOR = "__"  # `<entry>__<remote tool>`: a name OpenAI-style function names allow
+# an entry's `mcp` (the CRD's); podSelector and targetPort are the operator's (the NetworkPolicy)
+MCP_FIELDS = ("url", "tools", "podSelector", "targetPort")
+# Pauses between listings of a server that is down: the entry's backoff within these bounds (a
+# retryDelaySeconds of 0 must not spin on a refused connection).
+LIST_RETRY_MIN_SECONDS = 0.5
+LIST_RETRY_MAX_SECONDS = 10.0
+# The HTTP client's own limits, beyond any call's deadline (each call has its own, asyncio.timeout).
+HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
+
+
+def list_pause(attempt: int, delay: float) -> float:
+    """Seconds to wait after failed listing `attempt` (1-based)."""
+    return min(LIST_RETRY_MAX_SECONDS, max(LIST_RETRY_MIN_SECONDS, backoff(attempt, delay)))
+
+
+def served_name(entry: str, remote: str) -> str:
+    return f"{entry}{SEPARATOR}{remote}"
+
+
+def describe(exc: BaseException) -> str:
+    """An exception for a message: the first leaf of an exception group, by type and text."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc) or "no detail"
+    return f"{type(exc).__name__}: {text}"
+
+
+def _mcp_error(exc: BaseException) -> MCPError | None:
+    """The JSON-RPC error the server answered with, if that is what `exc` is (or wraps)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, MCPError) else None
+
+
+def observation(result: Any) -> str:
+    """A CallToolResult as text for the model: its text blocks; other blocks (images, resources)
+    as their JSON; the structured content when there is no text."""
+    parts: list[str] = []
+    for block in result.content:
+        if getattr(block, "type", "") == "text":
+            parts.append(block.text)
+        else:
+            parts.append(json.dumps(block.model_dump(mode="json", exclude_none=True), ensure_ascii=False))
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False))
+    return "\n".join(parts)
+
+
+class McpServerTool(Tool):
+    """The entry of a remote MCP server: lists the server's tools at start and serves each as a
+    RemoteMcpTool (see `expand`). Never called itself."""
+
+    type = "mcp"
+    description = "A remote MCP server's tools."
+
+    @classmethod
+    def check_config(cls, values: dict[str, Any], where: str) -> None:
+        server = values.get("mcp")
+        if not isinstance(server, dict):
+            raise ConfigError(
+                f"{where}: an mcp tool needs mcp: {{url: http://SERVICE.NAMESPACE.svc:PORT/mcp}}"
+            )
+        unknown = sorted(set(server) - set(MCP_FIELDS))
+        if unknown:
+            allowed = ", ".join(MCP_FIELDS)
+            raise ConfigError(f"{where}.mcp: unknown field(s) {', '.join(unknown)}; allowed: {allowed}")
+        url = server.get("url")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"{where}.mcp.url: {url!r} is not an absolute http:// or https:// URL; give the server's"
+                " streamable-HTTP endpoint, e.g. http://my-mcp.my-namespace.svc:8000/mcp"
+            )
+        tools = server.get("tools", [])
+        if not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools):
+            raise ConfigError(f"{where}.mcp.tools: must be a list of the remote tools' names")
+        if len(set(tools)) != len(tools):
+            raise ConfigError(f"{where}.mcp.tools: a name appears more than once")
+
+    @classmethod
+    def create(cls, config: ToolConfig, pool: Pool | None, settings: ServerSettings) -> Tool:
+        return cls(config)
+
+    def __init__(self, config: ToolConfig) -> None:
+        super().__init__(config)
+        self.url: str = config.mcp["url"]
+        self.wanted: list[str] = list(config.mcp.get("tools", []))
+        self.remote: list[Any] = []  # the server's tools (mcp_types.Tool), as listed at start
+        self.mode = "legacy"  # how calls connect: the version the server spoke at start
+        self.problem = ""  # why the listing has not succeeded yet, for /readyz
+        self.http: httpx2.AsyncClient | None = None  # shared by every call: its connections are kept
+
+    def connect(self, mode: str) -> Client:
+        """An MCP client of the server for one use (`async with`)."""
+        if self.http is None:
+            self.http = httpx2.AsyncClient(timeout=HTTP_TIMEOUT)
+        return Client(streamable_http_client(self.url, http_client=self.http), mode=mode, cache=None)
+
+    async def close(self) -> None:
+        if self.http is not None:
+            await self.http.aclose()
+
+    def waiting(self) -> str:
+        return self.problem
+
+    async def start(self) -> None:
+        """List the server's tools, retrying until it answers; a tool named in mcp.tools that the
+        server lacks stops the pool's start with what to fix."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                async with asyncio.timeout(self.config.timeout_seconds):
+                    listed, version = await self._list()
+                break
+            except TimeoutError:
+                reason = f"no answer within {self.config.timeout_seconds}s"
+            except Exception as exc:
+                reason = describe(exc)
+            pause = list_pause(attempt, self.config.retry_delay_seconds)
+            self.problem = (
+                f"mcp tool {self.name!r}: cannot list the tools of {self.url} ({reason}; attempt"
+                f" {attempt}, retrying in {pause:g}s); check that the server runs and mcp.url is its"
+                " streamable-HTTP endpoint"
+            )
+            await asyncio.sleep(pause)
+        self.problem = ""
+        self.mode = version if version in MODERN_PROTOCOL_VERSIONS else "legacy"
+        by_name = {tool.name: tool for tool in listed}
+        missing = [name for name in self.wanted if name not in by_name]
+        if missing:
+            raise ConfigError(
+                f"mcp tool {self.name!r}: the server at {self.url} has no tool(s) {', '.join(missing)};"
+                f" it serves {', '.join(by_name) or 'none'}; fix mcp.tools"
+            )
+        self.remote = [by_name[name] for name in self.wanted] if self.wanted else listed
+        if not self.remote:
+            raise ConfigError(f"mcp tool {self.name!r}: the server at {self.url} lists no tools")
+
+    async def _list(self) -> tuple[list[Any], str | None]:
+        tools: list[Any] = []
+        async with self.connect("auto") as client:
+            cursor = None
+            while True:
+                page = await client.list_tools(cursor=cursor)
+                tools.extend(page.tools)
+                cursor = page.next_cursor
+                if not cursor:
+                    return tools, client.protocol_version
+
+    def expand(self) -> dict[str, Tool]:
+        tools = [RemoteMcpTool(self, remote) for remote in self.remote]
+        return {tool.name: tool for tool in tools}
+
+    async def execute(self, payload: Any, timeout: float | None) -> ToolResult:
+        raise ToolInputError(f"{self.name!r} is an MCP server; call its tools ({self.name}{SEPARATOR}...)")
+
+
+class RemoteMcpTool(Tool):
+    """One tool of a remote MCP server, served under `<entry>__<remote name>`."""
+
+    type = "mcp"
+
+    def __init__(self, server: McpServerTool, remote: Any) -> None:
+        super().__init__(server.config)
+        self.server = server
+        self.remote_name: str = remote.name
+        self.name = served_name(server.name, remote.name)
+        self.description = remote.description or f"The tool {remote.name} of the MCP server {server.url}."
+        self.input_schema = dict(remote.input_schema or {"type": "object"})
+        self.validator: Any = None  # a schema that is not valid is the server's to check
+        try:
+            jsonschema.Draft202012Validator.check_schema(self.input_schema)
+            self.validator = jsonschema.Draft202012Validator(self.input_schema)
+        except jsonschema.SchemaError:
+            pass
+
+    def schema(self) -> dict[str, Any]:
+        return {**super().schema(), "description": self.description}
+
+    async def execute(self, payload: Any, timeout: float | None) -> ToolResult:
+        if not isinstance(payload, dict):
+            raise ToolInputError(f"input of {self.name} must be a JSON object of the tool's arguments")
+        started = time.monotonic()
+        said = argument_problems(self.validator, payload) if self.validator is not None else ""
+        if said:
+            message = f"invalid arguments for {self.name}: {said}"
+            return self._result(outcome.ERROR, "", started, message, outcome.FAULT_CODE)
+        seconds = self.effective_timeout(timeout)
+        deadline = started + seconds  # one deadline for all attempts and the pauses between them
+        last = ""
+        for attempt in range(self.config.max_retries + 1):
+            if attempt:
+                pause = backoff(attempt, self.config.retry_delay_seconds)
+                if time.monotonic() + pause >= deadline:
+                    message = f"{last}; no time left for a retry within {seconds}s"
+                    return self._result(outcome.TIMEOUT, "", started, message, outcome.FAULT_INFRA)
+                await asyncio.sleep(pause)
+            try:
+                async with asyncio.timeout(deadline - time.monotonic()):
+                    async with self.server.connect(self.server.mode) as client:
+                        answer = await client.call_tool(self.remote_name, payload)
+            except TimeoutError:
+                message = f"the MCP server {self.server.url} gave no answer within {seconds}s"
+                return self._result(outcome.TIMEOUT, "", started, message, outcome.FAULT_INFRA)
+            except Exception as exc:
+                error = _mcp_error(exc)
+                if error is not None and error.code == INVALID_PARAMS:  # the server refused the arguments
+                    message = f"{self.remote_name}: {error}"
+                    return self._result(outcome.ERROR, "", started, message, outcome.FAULT_CODE)
+                last = f"MCP server {self.server.url}: {describe(exc)} after {attempt + 1} attempt(s)"
+                continue
+            text = observation(answer)
+            if answer.is_error:  # the remote tool ran and failed on these arguments
+                message = f"the remote tool {self.remote_name} reported an error"
+                return self._result(outcome.ERROR, text, started, message, outcome.FAULT_CODE)
+            return self._result(outcome.OK, text, started, "")
+        # unreachable, 5xx or no MCP on every attempt: the server's failure, not the model's
+        return self._result(outcome.ERROR, "", started, last, outcome.FAULT_INFRA)
+
+    def _result(
+        self, status: str, text: str, started: float, message: str, fault: str | None = None
+    ) -> ToolResult:
+        """The answer: an ok call's text is its output; a failed one's, with why, its stderr."""
+        raw = text.encode()
+        limit = self.config.max_output_bytes
+        text, truncated = outcome.cap_output(raw[:limit], len(raw), limit)
+        if status == outcome.OK:
+            output, stderr = text, ""
+        else:
+            # observation() adds the message of a timeout itself
+            said = message if status == outcome.ERROR else ""
+            output, stderr = "", "\n".join(part for part in (text, said) if part)
+        return ToolResult(
+            status=status,
+            output=output,
+            stdout=output,
+            stderr=stderr,
+            truncated=truncated,
+            durationSeconds=round(time.monotonic() - started, 6),
+            message=message,
+            fault=fault,
+        )
