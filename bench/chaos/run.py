@@ -21,6 +21,7 @@ import json
 import re
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -128,7 +129,12 @@ def first_step_of_newest_trainer(tc: TrainingCluster) -> int | None:
 
 
 def event_keys(tc: TrainingCluster) -> dict[str, int]:
-    return {f"{e['type']} {e['reason']}": int(e.get("count") or 1) for e in tc.events(NAME)}
+    """How often each `type reason` was posted: a reason posted again may be a new Event object (its own
+    message) rather than a higher count of the old one, so both add up."""
+    counts: Counter[str] = Counter()
+    for e in tc.events(NAME):
+        counts[f"{e['type']} {e['reason']}"] += int(e.get("count") or 1)
+    return dict(counts)
 
 
 def inject(
