@@ -21,6 +21,7 @@ import json
 import re
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,7 +43,7 @@ from harness.training_cluster import (
 
 NAMESPACE = "bench-chaos"
 NAME = "chaos"
-WAIT = 2400  # seconds: verl's start-up in new pods is 2-8 min here, more under load
+WAIT = 2400  # seconds, each wait's default bound: verl's start-up in new pods is 2-8 min here
 STEP_LINE = re.compile(r"step:(\d+) - ")
 
 
@@ -128,11 +129,21 @@ def first_step_of_newest_trainer(tc: TrainingCluster) -> int | None:
 
 
 def event_keys(tc: TrainingCluster) -> dict[str, int]:
-    return {f"{e['type']} {e['reason']}": int(e.get("count") or 1) for e in tc.events(NAME)}
+    """How often each `type reason` was posted: a reason posted again may be a new Event object (its own
+    message) rather than a higher count of the old one, so both add up."""
+    counts: Counter[str] = Counter()
+    for e in tc.events(NAME):
+        counts[f"{e['type']} {e['reason']}"] += int(e.get("count") or 1)
+    return dict(counts)
 
 
 def inject(
-    tc: TrainingCluster, host_dir: Path, name: str, hit: Callable[[TrainingCluster], list[str]], since: int
+    tc: TrainingCluster,
+    host_dir: Path,
+    name: str,
+    hit: Callable[[TrainingCluster], list[str]],
+    since: int,
+    wait: float = WAIT,
 ) -> Fault:
     """`hit` once the trainer has gone past a checkpoint newer than step `since` (the previous fault's)."""
 
@@ -141,7 +152,7 @@ def inject(
         fresh = saved > since and (state.step or 0) > saved and state.recovering != "TrainerRestarted"
         return state.step if fresh and state.phase == "Running" else None
 
-    wait_until(past_a_new_checkpoint, WAIT, f"{NAME} to train past a checkpoint before: {name}", interval=1)
+    wait_until(past_a_new_checkpoint, wait, f"{NAME} to train past a checkpoint before: {name}", interval=1)
     before, events_before = seen(tc), event_keys(tc)
     checkpoint = newest_checkpoint(host_dir)
     # where the trainer stood: status.progress lags it by a report, a saved checkpoint does not
@@ -152,7 +163,7 @@ def inject(
         assert hits, f"{name}: nothing to hit"
         wait_until(
             lambda: (seen(tc).step or 0) > stood or seen(tc).phase in ("Succeeded", "Failed"),
-            WAIT,
+            wait,
             f"{NAME} to train past step {stood} after: {name}",
             interval=1,
         )
@@ -182,7 +193,7 @@ def inject(
     )
 
 
-def run(steps: int, save_freq: int, root: Path) -> dict[str, Any]:
+def run(steps: int, save_freq: int, root: Path, wait: float = WAIT) -> dict[str, Any]:
     job = yaml.safe_load(CPU_EXAMPLE.read_text())
     job["metadata"]["name"] = NAME
     job["spec"]["algorithm"]["totalTrainingSteps"] = steps
@@ -197,10 +208,10 @@ def run(steps: int, save_freq: int, root: Path) -> dict[str, Any]:
         tc.cluster.apply(job, "-n", tc.namespace)
         faults: list[Fault] = []
         for name, hit in FAULTS:
-            fault = inject(tc, host_dir, name, hit, faults[-1].step_at_fault if faults else 0)
+            fault = inject(tc, host_dir, name, hit, faults[-1].step_at_fault if faults else 0, wait)
             print(json.dumps(asdict(fault)), flush=True)
             faults.append(fault)
-        wait_until(lambda: seen(tc).phase in ("Succeeded", "Failed"), WAIT, f"{NAME} to end", interval=5)
+        wait_until(lambda: seen(tc).phase in ("Succeeded", "Failed"), wait, f"{NAME} to end", interval=5)
         final = tc.job(NAME)["status"]
         ended = time.monotonic()
 
@@ -261,10 +272,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=24, help="the job's totalTrainingSteps")
     parser.add_argument("--save-freq", type=int, default=2, help="the job's checkpoint.saveFreq")
+    parser.add_argument("--wait", type=float, default=WAIT, help="bound of each wait, seconds")
     parser.add_argument("--out", type=Path, default=Path("bench/results/chaos.json"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="toolrl-chaos-") as root:
-        result = run(args.steps, args.save_freq, Path(root))
+        result = run(args.steps, args.save_freq, Path(root), args.wait)
     print(table(result))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
