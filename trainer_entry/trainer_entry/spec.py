@@ -16,7 +16,6 @@ from typing import Any
 
 from .crd_defaults import DEFAULTS_WHEN_PRESENT, SPEC_DEFAULTS
 from .crd_schema import SPEC_SCHEMA
-from .crd_validation import crd_validator
 
 ENGINES = ("vllm", "hf")  # both run without GPUs too (gpusPerWorker 0): vllm as vLLM's CPU build
 TRAINER_MODES = ("sync", "colocate-async", "separate-async")
@@ -138,6 +137,8 @@ def check_spec(spec: dict[str, Any]) -> None:
     `rollout.toolCall.timeoutSeconds` at least 0.1 s (the CRD: above 0), and a custom reward function
     that is a Python name (the CRD: not empty).
     """
+    from .crd_validation import crd_validator  # here: cel-python's import takes a second, once per job
+
     errors = crd_validator().errors(spec)
     if errors:
         raise SpecError("\n".join(errors))
