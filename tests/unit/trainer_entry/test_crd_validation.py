@@ -263,3 +263,9 @@ def test_a_changed_crd_rule_reaches_the_trainers_validator(tmp_path: Path) -> No
     assert crd_validator().errors(both) == [  # the committed copy is the repository's CRD, untouched
         f"spec.algorithm: {the_rule('has(self.algorithm.totalEpochs)').message}"
     ]
+
+
+def test_the_committed_schema_is_the_crds() -> None:
+    from chartgen.outputs import CRD_SCHEMA_MODULES, stale_outputs
+
+    assert [p for p in stale_outputs() if p in CRD_SCHEMA_MODULES] == [], "run `make chart-generate`"

@@ -406,3 +406,28 @@ def test_a_function_tool_needs_an_object_schema_of_its_arguments():
         )
     )
     assert job.spec["tools"][0]["parameters"] == schema
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"rollout": {"maxToolTurns": 0}}, r"^spec\.rollout\.maxToolTurns: must be at least 1 \(a tool"),
+        (
+            {"rollout": {"toolCall": {"timeoutSeconds": 0.05}}},
+            r"^spec\.rollout\.toolCall\.timeoutSeconds: must be at least 0\.1 seconds, got 0\.05$",
+        ),
+        (
+            {"reward": {"preset": "custom", "custom": {"configMap": "r", "function": "compute-score"}}},
+            r"^spec\.reward\.custom\.function: must be a Python function name, got 'compute-score'$",
+        ),
+    ],
+)
+def test_the_trainers_own_bounds_apply_where_the_crd_is_looser(spec, message):
+    """The CRD admits these (maxToolTurns 0, a timeout above 0, a non-empty function name); the trainer
+    does not, and says so after the CRD's checks pass."""
+    from trainer_entry.crd_validation import crd_validator
+    from trainer_entry.spec import with_defaults
+
+    assert crd_validator().errors(with_defaults(doc(**spec)["spec"])) == []
+    with pytest.raises(SpecError, match=message):
+        parse_job(doc(**spec))
