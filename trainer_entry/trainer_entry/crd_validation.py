@@ -153,8 +153,8 @@ def _bound(schema: dict[str, Any], low: bool) -> str:
 
 def _structural_messages(error: jsonschema.ValidationError) -> list[tuple[str, str]]:
     """(field, message) for one jsonschema error, in the trainer's wording: what is wrong, what to do."""
-    field, kind, want, got, schema = _field(error.absolute_path), error.validator, error.validator_value, \
-        error.instance, error.schema
+    field, kind, schema = _field(error.absolute_path), error.validator, error.schema
+    want, got = error.validator_value, error.instance
     if kind == "required":
         missing = [name for name in want if not (isinstance(got, dict) and name in got)]
         out = []
@@ -218,8 +218,9 @@ def to_cel(schema: dict[str, Any], value: Any) -> Any:
         return celtypes.BoolType(value)
     kind = schema.get("type")
     if isinstance(value, int | float) and not schema.get("x-kubernetes-int-or-string"):
-        return celtypes.DoubleType(value) if kind == "number" or isinstance(value, float) else \
-            celtypes.IntType(value)
+        if kind == "number" or isinstance(value, float):
+            return celtypes.DoubleType(value)
+        return celtypes.IntType(value)
     if isinstance(value, list):
         items = schema.get("items", {})
         return celtypes.ListType([to_cel(items, item) for item in value])
@@ -265,8 +266,13 @@ class Quantity:
         if match is None:
             raise ValueError(f"quantities must match the regular expression {_QUANTITY.pattern}: {text!r}")
         number, suffix = match.groups()
+        if not suffix:
+            scale = Decimal(1)
+        elif suffix in _SCALE:
+            scale = _SCALE[suffix]
+        else:  # a decimal exponent: 2e3
+            scale = Decimal(10) ** int(suffix[1:])
         try:
-            scale = _SCALE[suffix] if suffix in _SCALE else Decimal(10) ** int(suffix[1:]) if suffix else 1
             self.value = Decimal(number) * scale
         except InvalidOperation as exc:  # pragma: no cover - the pattern admits only numbers
             raise ValueError(f"not a quantity: {text!r}") from exc
@@ -310,8 +316,12 @@ class CompiledRule:
 
 def _schema_at(schema: dict[str, Any], where: tuple[str, ...]) -> dict[str, Any]:
     for step in where:
-        schema = schema["items"] if step == "[]" else schema["additionalProperties"] if step == "{}" \
-            else schema["properties"][step]
+        if step == "[]":
+            schema = schema["items"]
+        elif step == "{}":
+            schema = schema["additionalProperties"]
+        else:
+            schema = schema["properties"][step]
     return schema
 
 
