@@ -269,3 +269,22 @@ def test_the_committed_schema_is_the_crds() -> None:
     from chartgen.outputs import CRD_SCHEMA_MODULES, stale_outputs
 
     assert [p for p in stale_outputs() if p in CRD_SCHEMA_MODULES] == [], "run `make chart-generate`"
+
+
+def test_a_message_expression_words_the_error_and_a_transition_rule_is_skipped() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "n": {
+                "type": "integer",
+                "x-kubernetes-validations": [
+                    {"rule": "self < 3", "message": "too big", "messageExpression": "'n is ' + string(self)"},
+                    {"rule": "self == oldSelf", "message": "immutable"},
+                ],
+            }
+        },
+    }
+    validator = CrdValidator(schema)
+    assert [c.rule.rule for c in validator.rules] == ["self < 3"]
+    assert validator.errors({"n": 5}) == ["spec.n: n is 5"]
+    assert validator.errors({"n": 2}) == []
