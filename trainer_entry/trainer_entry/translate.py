@@ -271,7 +271,7 @@ def separate_rollout_overrides(job: Job) -> list[str]:
     """separate-async: generation only on `cluster.rolloutWorkers` (verl's standalone rollout pool, no
     rollout replicas on the training workers), weights synced every `parameterSyncStep` mini-batches
     through our gloo checkpoint engine (the spec admits separate-async on CPU workers only:
-    spec.SEPARATE_ON_GPUS)."""
+    the CRD's rule at spec.trainer.mode)."""
     rollout_workers = job.spec["cluster"]["rolloutWorkers"]
     return [
         "actor_rollout_ref.hybrid_engine=false",

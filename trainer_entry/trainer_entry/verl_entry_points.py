@@ -51,7 +51,7 @@ TRAINER_MODES = {
 }
 # separate-async moves the actor's weights to the rollout workers through a verl checkpoint engine: on
 # CPUs ours (`cpu_checkpoint_engine`, gloo). GPUs would take verl's nccl one, which needs cupy (not in
-# the trainer image): the spec refuses separate-async on GPUs for now (spec.SEPARATE_ON_GPUS).
+# the trainer image): the CRD refuses separate-async on GPUs for now (its rule at spec.trainer.mode).
 CPU_CHECKPOINT_ENGINE = "gloo"
 CPU_CHECKPOINT_ENGINE_MODULE = "trainer_entry.cpu_checkpoint_engine"
 DATASET = ConfigClass("data.custom_cls", "pkg://trainer_entry.dataset", "JobDataset")

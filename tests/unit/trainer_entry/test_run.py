@@ -61,7 +61,7 @@ def test_bad_spec_exits_with_the_field(tmp_path, capsys):
     spec = tmp_path / "job.json"
     spec.write_text(json.dumps({"metadata": {"name": "j"}, "spec": {**SPEC, "rollout": {"engine": "tgi"}}}))
     assert main(["run", "--spec", str(spec), "--dry-run"]) == 2
-    assert "spec.rollout.engine: unknown value 'tgi'" in capsys.readouterr().err
+    assert "spec.rollout.engine: rollout.engine must be vllm or hf" in capsys.readouterr().err
 
 
 def test_workdir_holds_what_verl_loads(tmp_path):
@@ -79,7 +79,8 @@ def test_workdir_holds_what_verl_loads(tmp_path):
 def test_verl_loads_our_tool_config(tmp_path):
     from verl.tools.tool_registry import initialize_tools_from_config
 
-    tools = [{"name": "python", "type": "python", "timeoutSeconds": 3}, {"name": "web", "type": "http"}]
+    web = {"name": "web", "type": "http", "url": "http://api.example:80/search"}  # the CRD needs a url
+    tools = [{"name": "python", "type": "python", "timeoutSeconds": 3}, web]
     j = job(tools=tools)
     write_workdir(j, translate(j, "http://pool:8080"), tmp_path)
     loaded = initialize_tools_from_config(str(tmp_path / "toolrl_tools.yaml"))
