@@ -264,9 +264,10 @@ SPEC_SCHEMA: dict[str, Any] = {
                 },
                 "maxToolTurns": {
                     "type": "integer",
-                    "minimum": 0,
+                    "minimum": 1,
                     "maximum": 64,
                     "default": 3,
+                    "description": "Tool turns a trajectory may take (at least 1).",
                 },
                 "maxParallelCalls": {
                     "type": "integer",
@@ -285,8 +286,7 @@ SPEC_SCHEMA: dict[str, Any] = {
                     "properties": {
                         "timeoutSeconds": {
                             "type": "number",
-                            "exclusiveMinimum": True,
-                            "minimum": 0,
+                            "minimum": 0.1,
                             "default": 30,
                         },
                         "maxRetries": {
@@ -784,7 +784,10 @@ SPEC_SCHEMA: dict[str, Any] = {
                         "function": {
                             "type": "string",
                             "minLength": 1,
+                            "maxLength": 253,
+                            "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
                             "default": "compute_score",
+                            "description": "The reward module's function: a Python name.",
                         },
                     },
                 },

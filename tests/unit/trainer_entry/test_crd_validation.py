@@ -42,6 +42,7 @@ EVERY_TOOL = [
         "function": {"configMap": {"name": "my-tools"}, "name": "lookup"},
         "parameters": PARAMETERS,
     },
+    {"name": "remote", "type": "mcp", "mcp": {"url": "http://mcp.tools.svc:8000/mcp", "tools": ["search"]}},
 ]
 
 
@@ -87,9 +88,11 @@ def crd_rules(schema: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def the_rule(text: str) -> Rule:
-    """The rule whose text holds `text` (a YAML anchor may repeat one at several places)."""
-    (rule,) = {(r.rule, r.message, r.field_path): r for r in rules() if text in r.rule}.values()
+def the_rule(text: str, message: str = "") -> Rule:
+    """The rule whose text holds `text` (a YAML anchor may repeat one
+    at several places); `message`, what its message starts with, where two rules read alike."""
+    matching = [r for r in rules() if text in r.rule and r.message.startswith(message)]
+    (rule,) = {(r.rule, r.message, r.field_path): r for r in matching}.values()
     return rule
 
 
@@ -166,7 +169,7 @@ def test_every_compiled_rule_evaluates_to_true_on_valid_specs_with_every_place_p
         ),
         (
             {"tools": [EVERY_TOOL[0], {"name": "web", "type": "http", "url": "ftp://example.org/x"}]},
-            "isURL(self)",
+            ("isURL(self)", "url must be"),
             "spec.tools[1].url",
         ),
         (
@@ -181,7 +184,7 @@ def test_every_compiled_rule_evaluates_to_true_on_valid_specs_with_every_place_p
 )
 def test_an_invalid_spec_is_refused_with_the_crds_message(changes, rule, place) -> None:
     """One fault, one error: the field (the rule's place and its fieldPath) and the CRD's message."""
-    found = the_rule(rule)
+    found = the_rule(*rule) if isinstance(rule, tuple) else the_rule(rule)
     expected = f"{place}{found.field_path}: {found.message}"
     assert crd_validator().errors(full_spec(**changes)) == [expected]
     with pytest.raises(SpecError) as refused:

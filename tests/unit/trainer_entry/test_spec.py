@@ -420,25 +420,18 @@ def test_an_mcp_tool_needs_the_servers_url():
 
 
 @pytest.mark.parametrize(
-    ("spec", "message"),
+    ("spec", "field"),
     [
-        ({"rollout": {"maxToolTurns": 0}}, r"^spec\.rollout\.maxToolTurns: must be at least 1 \(a tool"),
-        (
-            {"rollout": {"toolCall": {"timeoutSeconds": 0.05}}},
-            r"^spec\.rollout\.toolCall\.timeoutSeconds: must be at least 0\.1 seconds, got 0\.05$",
-        ),
+        ({"rollout": {"maxToolTurns": 0}}, r"rollout\.maxToolTurns"),
+        ({"rollout": {"toolCall": {"timeoutSeconds": 0.05}}}, r"rollout\.toolCall\.timeoutSeconds"),
         (
             {"reward": {"preset": "custom", "custom": {"configMap": "r", "function": "compute-score"}}},
-            r"^spec\.reward\.custom\.function: must be a Python function name, got 'compute-score'$",
+            r"reward\.custom\.function",
         ),
     ],
 )
-def test_the_trainers_own_bounds_apply_where_the_crd_is_looser(spec, message):
-    """The CRD admits these (maxToolTurns 0, a timeout above 0, a non-empty function name); the trainer
-    does not, and says so after the CRD's checks pass."""
-    from trainer_entry.crd_validation import crd_validator
-    from trainer_entry.spec import with_defaults
-
-    assert crd_validator().errors(with_defaults(doc(**spec)["spec"])) == []
-    with pytest.raises(SpecError, match=message):
+def test_the_trainers_bounds_are_the_crds(spec, field):
+    """Bounds the trainer needs (a tool turn, a 0.1 s call timeout, a Python function name) live in the
+    CRD, so the apiserver refuses such a job before a trainer starts; a file spec meets the same rule."""
+    with pytest.raises(SpecError, match=rf"^spec\.{field}: "):
         parse_job(doc(**spec))
