@@ -40,6 +40,8 @@ from harness.operator_process import (
     small_job,
     wait_until,
 )
+from mcp import Client
+from openenv.core import GenericEnvClient
 
 # counters and ids that change by themselves (measured: two `sysctl -a` 5 s apart)
 VOLATILE_SYSCTLS = re.compile(
@@ -298,6 +300,30 @@ def test_hostile_code_is_contained_inside_the_pool_pod(real: LocalCluster, pool:
     name = pool["pod"]["metadata"]["name"]
     after = get_json(real, "pod", name, "-n", pool["namespace"])
     assert after["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+async def test_openenv_and_mcp_clients_run_their_flows_against_the_pool_pod(pool: dict) -> None:
+    """The protocols' own clients from PyPI, unchanged, against the pool pod on the real node (its image,
+    its pod network): the mcp SDK over streamable HTTP lists and calls the job's tools, OpenEnv's client
+    runs an episode over its WebSocket with state kept across steps; the pod counts both protocols."""
+    async with Client(pool["url"] + "/mcp") as client:
+        listed = {tool.name for tool in (await client.list_tools()).tools}
+        assert "python" in listed, listed
+        ran = await client.call_tool("python", {"code": "print(6 * 7)"})
+        assert not ran.is_error and ran.content[0].text == "42\n", ran
+        failed = await client.call_tool("python", {"code": "1 / 0"})
+        assert failed.is_error and failed.structured_content["fault"] == "code", failed
+    async with GenericEnvClient(base_url=pool["url"]) as env:
+        first = await env.reset(episode_id="real-node")
+        assert first.observation["status"] == "ready" and not first.done, first
+        await env.step({"code": "x = 20"})
+        step = await env.step({"code": "print(x + 22)"})
+        assert step.observation["stdout"] == "42\n" and step.observation["fault"] is None, step
+        assert (await env.state())["step_count"] == 2
+    with urllib.request.urlopen(pool["url"] + "/metrics", timeout=30) as resp:
+        metrics = resp.read().decode()
+    for protocol in ("mcp", "openenv"):
+        assert f'outcome="ok",protocol="{protocol}",tool="python"' in metrics, protocol
 
 
 def test_helm_chart_runs_the_operator_in_a_pod_that_reconciles_a_job(
