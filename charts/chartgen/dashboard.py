@@ -35,6 +35,14 @@ TOOL_POOL = Row("Tool pool", (
     Panel("Tool call latency p50 / p95 / p99 by tool", "s",
           _quantiles("toolrl_tool_call_duration_seconds", "tool"),
           "Server-side duration of a tool call, from the tool pool's histogram."),
+    Panel("Tool calls per second by protocol and outcome", "reqps", (
+        Target(f"sum by (protocol, outcome) (rate(toolrl_tool_calls_total{{{JOB}}}[{RATE}]))",
+               "{{protocol}} {{outcome}}"),
+    ), "The same calls by the protocol their client spoke: native (/v1/execute), sandboxfusion (/run_code),"
+       " verltool (/get_observation), mcp (/mcp), openenv (/step, /ws).", stack=True),
+    Panel("Tool call latency p95 by protocol", "s",
+          _quantiles("toolrl_tool_call_duration_seconds", "protocol")[1:2],
+          "Server-side duration of a tool call by the protocol that carried it."),
     Panel("In-flight calls vs capacity, and queue depth", "short", (
         Target(f"sum(toolrl_tool_inflight{{{JOB}}})", "in flight"),
         Target(f"sum(toolrl_tool_capacity{{{JOB}}})", "capacity"),
