@@ -15,6 +15,7 @@ import shlex
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -326,16 +327,18 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
         ray.shutdown()
 
 
-def end_attempt(hub: Any, message: str) -> None:
-    """A Ray node died mid-run (NodeWatch): post the Event and end this process, which fails the Ray job
-    and so ends the attempt; verl would wait on the lost actors forever. The main thread is blocked in
-    verl's ray.get, so the process ends from here."""
+def end_attempt(hub: Any, message: str, exit: Callable[[int], Any] = os._exit) -> None:
+    """A Ray node died mid-run (NodeWatch): post the Event, write the status as it stands (the hub's
+    finish, as a run that ends normally does: the trajectory counts of the steps done), and end this
+    process, which fails the Ray job and so ends the attempt; verl would wait on the lost actors forever.
+    The main thread is blocked in verl's ray.get, so the process ends from here."""
     import ray
 
-    with contextlib.suppress(Exception):  # the Event is best effort; the message is in the log anyway
-        ray.get(hub.node_lost.remote(message), timeout=30)
+    for report in (lambda: hub.node_lost.remote(message), hub.finish.remote):
+        with contextlib.suppress(Exception):  # best effort: the message is in the log anyway
+            ray.get(report(), timeout=30)
     print(f"error: {message}", file=sys.stderr, flush=True)
-    os._exit(EXIT_NODE_LOST)
+    exit(EXIT_NODE_LOST)
 
 
 def _stop_children(grace: float = 10.0) -> None:

@@ -8,6 +8,24 @@ import ray
 from harness.operator_process import wait_until
 from ray.cluster_utils import Cluster
 from trainer_entry.node_watch import NodeWatch, alive, lost_message
+from trainer_entry.run import EXIT_NODE_LOST, end_attempt
+
+
+@ray.remote(num_cpus=0)
+class Hub:
+    """The calls the driver's end of an attempt makes on the metrics hub (hub.py), recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def node_lost(self, message: str) -> None:
+        self.calls.append(("node_lost", message))
+
+    def finish(self) -> None:
+        self.calls.append(("finish",))
+
+    def reports(self) -> list[tuple]:
+        return self.calls
 
 
 def node(node_id: str, address: str, is_alive: bool = True) -> dict:
@@ -53,6 +71,12 @@ def test_a_ray_node_removed_mid_run_ends_it_with_the_message() -> None:
         wait_until(done.is_set, 120, "the watch to report the removed node", interval=0.5)
         assert len(reported) == 1 and f"(node {worker.node_id[:8]})" in reported[0], reported
         watch.stop()
+
+        hub = Hub.remote()  # what the driver does then: the Event, the status as it stands, the exit
+        codes: list[int] = []
+        end_attempt(hub, reported[0], exit=codes.append)
+        assert ray.get(hub.reports.remote()) == [("node_lost", reported[0]), ("finish",)]
+        assert codes == [EXIT_NODE_LOST]
     finally:
         ray.shutdown()
         cluster.shutdown()
