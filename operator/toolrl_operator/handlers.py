@@ -24,13 +24,15 @@ from .naming import (
     LABEL_COMPONENT,
     LABEL_JOB,
     LABEL_MANAGED_BY,
+    LABEL_RAY_GROUP,
     MANAGED_BY,
     PLURAL,
     VERSION,
 )
+from .rayjob import worker_groups
 from .reconcile import Reconciler
 from .settings import Settings
-from .status import lost_trainer, pod_waiting_cause
+from .status import lost_trainer, pod_ready, pod_waiting_cause
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
@@ -152,11 +154,13 @@ def deployments(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) 
 
 
 def rayjob_view(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of a RayJob the status needs; the cluster template is left out to save memory."""
+    """The part of a RayJob the status needs; the cluster template is left out to save memory
+    (of its worker groups, `workerGroups` keeps what the status shows: rayjob.worker_groups)."""
     return {
         "metadata": {"name": body["metadata"]["name"]},
         "spec": {"suspend": body.get("spec", {}).get("suspend", False)},
         "status": plain(body.get("status") or {}),
+        "workerGroups": worker_groups(body),
     }
 
 
@@ -203,7 +207,8 @@ async def pod_event(
     type: str, body: kopf.Body, namespace: str, labels: kopf.Labels, memo: kopf.Memo, **_: Any
 ) -> None:
     """The job's Ray, submitter and tool-pool pods (KubeRay copies the templates' labels): why
-    they wait, and whether a submitter pod shows the trainer lost."""
+    they wait, whether a submitter pod shows the trainer lost, and a Ray pod's group (KubeRay's
+    label) and readiness."""
     memo.reconciler.pod_seen(
         (namespace, labels[LABEL_JOB]),
         body["metadata"]["name"],
@@ -211,4 +216,6 @@ async def pod_event(
         pod_waiting_cause(body),
         deleted=type == "DELETED",
         lost=lost_trainer(body),
+        group=labels.get(LABEL_RAY_GROUP, ""),
+        ready=pod_ready(body),
     )

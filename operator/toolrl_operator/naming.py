@@ -19,6 +19,8 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_JOB = "toolrl.dev/job"
 LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+# KubeRay's label on each Ray pod: its group's name (a worker group's groupName, or headgroup)
+LABEL_RAY_GROUP = "ray.io/group"
 
 COMPONENT_TOOL_POOL = "tool-pool"
 COMPONENT_TRAINER = "trainer"

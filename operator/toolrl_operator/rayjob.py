@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from .configmap import JOB_KEY
@@ -311,6 +312,21 @@ def build_rayjob(
     if run_policy.get("pendingDeadlineSeconds"):
         rayjob_spec["preRunningDeadlineSeconds"] = run_policy["pendingDeadlineSeconds"]
     return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": metadata, "spec": rayjob_spec}
+
+
+def worker_groups(rayjob: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A RayJob's worker groups as the job's status shows them, in the RayJob's order: `name`,
+    `replicas` (desired) and `gpusPerWorker` (its Ray container's nvidia.com/gpu limit, as
+    build_rayjob sets it; 0 for a CPU worker)."""
+    specs = ((rayjob.get("spec") or {}).get("rayClusterSpec") or {}).get("workerGroupSpecs") or []
+    groups = []
+    for group in specs:
+        containers = ((group.get("template") or {}).get("spec") or {}).get("containers") or [{}]
+        ray = containers[0]  # KubeRay's Ray container is the first
+        gpus = int(str(((ray.get("resources") or {}).get("limits") or {}).get(GPU_RESOURCE, 0)))
+        replicas = int(group.get("replicas") or 0)
+        groups.append({"name": group["groupName"], "replicas": replicas, "gpusPerWorker": gpus})
+    return groups
 
 
 def build_ray_network_policy(job: dict[str, Any], settings: Settings) -> dict[str, Any]:

@@ -34,6 +34,7 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -109,6 +110,8 @@ class PodSeen:
     component: str
     cause: tuple[str, str] | None  # why it waits (pod_waiting_cause)
     lost: LostTrainer | None  # the trainer it shows lost (lost_trainer)
+    group: str = ""  # a Ray pod's group (KubeRay's ray.io/group label: a worker group, headgroup)
+    ready: bool = False  # pod_ready
 
 
 @dataclass(frozen=True)
@@ -182,15 +185,17 @@ class Reconciler:
         cause: tuple[str, str] | None,
         deleted: bool,
         lost: LostTrainer | None = None,
+        group: str = "",
+        ready: bool = False,
     ) -> None:
-        """A pod of the job: only a change of why it waits, or of whether it shows a lost trainer,
-        matters to the status."""
+        """A pod of the job: only a change of why it waits, of whether it shows a lost trainer, or
+        of whether it is a Ready pod of its Ray group matters to the status."""
         state = self.state.get(key)
         if state is None:
             if deleted:
                 return
             state = self.state.setdefault(key, JobState())  # pruned by resync if the job is gone
-        seen = None if deleted else PodSeen(component, cause, lost)
+        seen = None if deleted else PodSeen(component, cause, lost, group, ready)
         with state.lock:
             before = state.pods.pop(name, None)
             if seen is not None:
@@ -290,7 +295,7 @@ class Reconciler:
             pool_waiting=_first_cause(state, COMPONENT_TOOL_POOL),
             lost_trainers=_lost_trainers(state),
         )
-        self._write_status(key, job, state, generation, problems, announcements)
+        self._write_status(key, job, state, generation, problems, _ready_workers(state), announcements)
         RECONCILE_DURATION.observe(time.monotonic() - started)
 
     def _apply_children(
@@ -366,12 +371,12 @@ class Reconciler:
         state: JobState,
         generation: int,
         problems: Problems,
+        ready_workers: Mapping[str, int],
         announcements: list[tuple[str, str, str]],
     ) -> None:
         old = job["status"]
-        new = compute_status(
-            job, first(self.rayjobs.get(key)), first(self.deployments.get(key)), generation, now(), problems
-        )
+        rayjob, deployment = first(self.rayjobs.get(key)), first(self.deployments.get(key))
+        new = compute_status(job, rayjob, deployment, generation, now(), problems, ready_workers)
         PHASES.record(key[0], key[1], new["phase"])
         if status_changes(old, new):
             try:
@@ -442,8 +447,14 @@ def _first_cause(state: JobState, component: str) -> tuple[str, str] | None:
     return causes[0][1] if causes else None
 
 
-def _shown(pod: PodSeen | None) -> tuple[Any, Any]:
-    return (pod.cause, pod.lost) if pod else (None, None)
+def _shown(pod: PodSeen | None) -> tuple[Any, Any, str]:
+    return (pod.cause, pod.lost, pod.group if pod.ready else "") if pod else (None, None, "")
+
+
+def _ready_workers(state: JobState) -> Counter[str]:
+    """The job's Ready Ray pods by group."""
+    with state.lock:
+        return Counter(pod.group for pod in state.pods.values() if pod.group and pod.ready)
 
 
 def _lost_trainers(state: JobState) -> tuple[LostTrainer, ...]:

@@ -149,6 +149,37 @@ def pod_waiting_cause(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod counts as a ready replica: its Ready condition is True and it is not being
+    deleted (the pods of a RayCluster KubeRay replaces, still Ready while they terminate)."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def worker_group_status(
+    rayjob: Mapping[str, Any] | None, ready_workers: Mapping[str, int]
+) -> list[dict[str, Any]]:
+    """`status.workerGroups`: each worker group of the RayJob (its index view's `workerGroups`:
+    name, desired replicas, GPUs per worker), in its order, with its Ready pods (`ready_workers`:
+    by KubeRay's group label); none before the RayJob exists or once it is gone."""
+    return [
+        {
+            "name": group["name"],
+            "replicas": group["replicas"],
+            "readyReplicas": int(ready_workers.get(group["name"], 0)),
+            "gpusPerWorker": group["gpusPerWorker"],
+        }
+        for group in (rayjob or {}).get("workerGroups") or []
+    ]
+
+
+def worker_groups_summary(groups: list[dict[str, Any]]) -> str:
+    """Each group's Ready/desired pods, e.g. `gpu-workers 1/1, rollout-workers 0/1 ready`."""
+    return ", ".join(f"{g['name']} {g['readyReplicas']}/{g['replicas']}" for g in groups) + " ready"
+
+
 def waiting_queue(job: dict[str, Any]) -> str:
     """The Kueue queue the job waits in for admission when not suspended by the user, else ''."""
     spec = job["spec"]
@@ -298,8 +329,10 @@ def compute_status(
     observed_generation: int,
     now: str,
     problems: Problems | None = None,
+    ready_workers: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The operator-owned part of `job.status` (never `progress`, never `toolPool.desiredReplicas`)."""
+    """The operator-owned part of `job.status` (never `progress`, never `toolPool.desiredReplicas`).
+    `ready_workers`: the job's Ready Ray pods by group (KubeRay's `ray.io/group` label)."""
     problems = problems or Problems()
     meta = job["metadata"]
     old = job.get("status") or {}
@@ -322,6 +355,10 @@ def compute_status(
     cl_ok, cl_reason, cl_message = cluster_ready(rayjob, phase.phase, queue)
     if not cl_ok and waiting and problems.trainer_waiting:
         cl_reason, cl_message = problems.trainer_waiting[0], f"{cl_message}; {problems.trainer_waiting[1]}"
+    groups = worker_group_status(rayjob, ready_workers or {})
+    if len(groups) > 1 and rj.get("rayClusterName") and phase.phase not in (*TERMINAL_PHASES, SUSPENDED):
+        # separate-async: which group the cluster waits for (its trainer or its rollout workers)
+        cl_message = f"{cl_message}; workers: {worker_groups_summary(groups)}"
     applied_ok, applied_reason, applied_message = (
         (False, *problems.reconcile_error)
         if problems.reconcile_error
@@ -362,6 +399,7 @@ def compute_status(
             "endpoint": tool_pool_url(meta["name"], meta["namespace"]),
             "summary": f"{pool_ready}/{pool_replicas}",
         },
+        "workerGroups": groups,
         "conditions": conditions,
     }
     start = rj.get("startTime") or old.get("startTime")

@@ -147,3 +147,48 @@ def test_mcp_tools_are_checked_at_apply_time(schema: dict[str, Any]) -> None:
     assert names["x-kubernetes-list-type"] == "set", "a remote tool named twice is refused"
     assert names["items"]["x-kubernetes-validations"][0]["rule"] == "self.matches('^[A-Za-z0-9_.-]+$')"
     assert server["properties"]["targetPort"]["maximum"] == 65535
+
+
+def test_the_status_schema_declares_every_field_the_operator_writes(schema: dict[str, Any], make_job) -> None:
+    """The API server prunes undeclared status fields: every field of a computed status (worker
+    groups included) must be in the CRD's status schema."""
+    from toolrl_operator.handlers import rayjob_view
+    from toolrl_operator.rayjob import build_rayjob
+    from toolrl_operator.settings import Settings
+    from toolrl_operator.status import compute_status
+
+    job = make_job(
+        rollout={"engine": "hf"},
+        trainer={"mode": "separate-async"},
+        cluster={
+            "workers": {"replicas": 1, "gpusPerWorker": 0},
+            "rolloutWorkers": {"replicas": 1, "gpusPerWorker": 0},
+        },
+    )
+    running = {
+        "jobDeploymentStatus": "Running",
+        "jobStatus": "RUNNING",
+        "rayClusterName": "c",
+        "startTime": "x",
+    }
+    rayjob = rayjob_view({**build_rayjob(job, Settings(trainer_image="t:1")), "status": running})
+    status = compute_status(job, rayjob, None, 3, "2026-01-01T00:00:00Z", ready_workers={"gpu-workers": 1})
+    assert len(status["workerGroups"]) == 2
+
+    def undeclared(value: Any, node: dict[str, Any], path: str) -> list[str]:
+        if isinstance(value, dict):
+            props = node.get("properties", {})
+            return [
+                missing
+                for key, item in value.items()
+                for missing in (
+                    undeclared(item, props[key], f"{path}.{key}") if key in props else [f"{path}.{key}"]
+                )
+            ]
+        if isinstance(value, list):
+            return [
+                m for i, item in enumerate(value) for m in undeclared(item, node["items"], f"{path}[{i}]")
+            ]
+        return []
+
+    assert undeclared(status, schema["properties"]["status"], ".status") == []

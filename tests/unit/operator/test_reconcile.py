@@ -390,3 +390,47 @@ def test_a_submitter_pod_that_failed_is_one_trainer_restart(world) -> None:
     assert (status["restarts"], status["reason"]) == (1, TRAINER_RESTARTED)
     rec.sync(KEY)
     assert reasons(kube).count(TRAINER_RESTARTED) == 1
+
+
+def test_a_worker_pod_becoming_ready_updates_its_groups_ready_replicas(world) -> None:
+    """Through the pod watch's handler: KubeRay's `ray.io/group` label and the pod's Ready
+    condition are recorded; a change of readiness queues the job and the next sync shows it."""
+    import asyncio
+
+    import kopf
+    from toolrl_operator.handlers import pod_event
+
+    rec, kube, indexes = world
+    rec.sync(KEY)
+    running = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "rayClusterName": "c1"}
+    indexes["rayjobs"][KEY] = [rayjob_view(kube.objects[("RayJob", "gsm8k-python")] | {"status": running})]
+    memo = kopf.Memo(reconciler=rec)
+
+    def pod(name: str, group: str, ready: str, type_: str = "MODIFIED") -> None:
+        labels = {"toolrl.dev/job": KEY[1], "app.kubernetes.io/component": "trainer", "ray.io/group": group}
+        body = {
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"containers": [{"name": "ray-worker"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": ready}]},
+        }
+        asyncio.run(pod_event(type=type_, body=body, namespace=KEY[0], labels=labels, memo=memo))
+
+    def ready_replicas() -> list[tuple[str, int, int]]:
+        return [(g["name"], g["replicas"], g["readyReplicas"]) for g in kube.statuses[-1]["workerGroups"]]
+
+    pod("c1-head-x", "headgroup", "True")
+    pod("c1-gpu-workers-a", "gpu-workers", "False")
+    pod("c1-gpu-workers-b", "gpu-workers", "True")
+    rec.sync(KEY)
+    assert ready_replicas() == [("gpu-workers", 2, 1)]
+    while len(rec.queue):  # what the pods' events queued: synced above
+        rec.queue.done(asyncio.run(rec.queue.get()))
+    pod("c1-gpu-workers-a", "gpu-workers", "False")  # an update that changes nothing the status shows
+    assert len(rec.queue) == 0, "a pod that stays unready does not queue its job"
+    pod("c1-gpu-workers-a", "gpu-workers", "True")
+    assert len(rec.queue) == 1, "a pod becoming Ready queues its job"
+    rec.sync(KEY)
+    assert ready_replicas() == [("gpu-workers", 2, 2)]
+    pod("c1-gpu-workers-b", "gpu-workers", "True", type_="DELETED")
+    rec.sync(KEY)
+    assert ready_replicas() == [("gpu-workers", 2, 1)]

@@ -9,6 +9,7 @@ from toolrl_operator.status import (
     RAYJOB_PHASES,
     Problems,
     compute_status,
+    pod_ready,
     pod_waiting_cause,
     rayjob_phase,
     status_changes,
@@ -352,3 +353,90 @@ def test_a_waiting_cause_and_a_reconcile_error_are_shown_while_the_job_waits(mak
     assert running["reason"] == "RayJobRunning", "a running job is not waiting"
     pool = compute_status(make_job(), rj, deployment(ready=0), 3, NOW, Problems(pool_waiting=cause))
     assert {c["type"]: c for c in pool["conditions"]}["ToolPoolReady"]["reason"] == "Unschedulable"
+
+
+def _rayjob_of(job: dict[str, Any], **status: Any) -> dict[str, Any]:
+    """The RayJob the operator builds for `job`, with a KubeRay status, as its index keeps it."""
+    from toolrl_operator.handlers import rayjob_view
+    from toolrl_operator.rayjob import build_rayjob
+    from toolrl_operator.settings import Settings
+
+    return rayjob_view({**build_rayjob(job, Settings(trainer_image="t:1")), "status": status})
+
+
+RUNNING_CLUSTER = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "rayClusterName": "c1"}
+
+
+def test_a_sync_job_shows_its_one_worker_group(make_job) -> None:
+    job = make_job()  # the example: 2 workers of 8 GPUs
+    rj = _rayjob_of(job, **RUNNING_CLUSTER)
+    status = compute_status(job, rj, deployment(), 3, NOW, ready_workers={"gpu-workers": 1, "headgroup": 1})
+    assert status["workerGroups"] == [
+        {"name": "gpu-workers", "replicas": 2, "readyReplicas": 1, "gpusPerWorker": 8}
+    ]
+    cluster = {c["type"]: c for c in status["conditions"]}["ClusterReady"]
+    assert cluster["message"] == "RayCluster c1 is ready", "one group: the message stays as it was"
+
+
+def test_a_separate_async_job_shows_both_worker_groups_in_the_rayjobs_order(make_job) -> None:
+    job = make_job(
+        rollout={"engine": "hf"},
+        trainer={"mode": "separate-async"},
+        cluster={
+            "workers": {"replicas": 1, "gpusPerWorker": 0},
+            "rolloutWorkers": {"replicas": 1, "gpusPerWorker": 0},
+        },
+    )
+    starting = {"jobDeploymentStatus": "Initializing", "rayClusterName": "c1"}
+    status = compute_status(
+        job, _rayjob_of(job, **starting), deployment(), 3, NOW, ready_workers={"gpu-workers": 1}
+    )
+    assert status["workerGroups"] == [
+        {"name": "gpu-workers", "replicas": 1, "readyReplicas": 1, "gpusPerWorker": 0},
+        {"name": "rollout-workers", "replicas": 1, "readyReplicas": 0, "gpusPerWorker": 0},
+    ]
+    cluster = {c["type"]: c for c in status["conditions"]}["ClusterReady"]
+    assert cluster["status"] == "False"
+    assert (
+        cluster["message"] == "RayCluster c1 is starting; workers: gpu-workers 1/1, rollout-workers 0/1 ready"
+    )
+
+    gpu = make_job(
+        trainer={"mode": "separate-async"},
+        cluster={
+            "workers": {"replicas": 2, "gpusPerWorker": 8},
+            "rolloutWorkers": {"replicas": 3, "gpusPerWorker": 2},
+        },
+    )
+    both = {"gpu-workers": 2, "rollout-workers": 3}
+    status = compute_status(gpu, _rayjob_of(gpu, **RUNNING_CLUSTER), deployment(), 3, NOW, ready_workers=both)
+    assert [
+        (g["name"], g["replicas"], g["readyReplicas"], g["gpusPerWorker"]) for g in status["workerGroups"]
+    ] == [
+        ("gpu-workers", 2, 2, 8),
+        ("rollout-workers", 3, 3, 2),
+    ]
+    cluster = {c["type"]: c for c in status["conditions"]}["ClusterReady"]
+    assert cluster["message"] == "RayCluster c1 is ready; workers: gpu-workers 2/2, rollout-workers 3/3 ready"
+
+
+def test_no_rayjob_no_worker_groups(make_job) -> None:
+    assert compute_status(make_job(), None, deployment(), 3, NOW)["workerGroups"] == []
+    queued = compute_status(make_job(), _rayjob_of(make_job()), deployment(), 3, NOW)
+    assert queued["workerGroups"][0]["readyReplicas"] == 0, "no pod seen: none ready"
+
+
+READY_POD = {
+    "metadata": {"name": "c1-gpu-workers-abcde", "labels": {"ray.io/group": "gpu-workers"}},
+    "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+}
+
+
+def test_a_pod_is_ready_by_its_ready_condition_until_it_is_being_deleted() -> None:
+    assert pod_ready(READY_POD)
+    assert not pod_ready(
+        {**READY_POD, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}}
+    )
+    assert not pod_ready({**READY_POD, "status": {"phase": "Pending"}})
+    deleting = {**READY_POD, "metadata": {**READY_POD["metadata"], "deletionTimestamp": NOW}}
+    assert not pod_ready(deleting), "a terminating pod of an old cluster is no ready replica"
