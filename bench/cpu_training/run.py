@@ -11,7 +11,10 @@ time; observations from the tool count as response tokens for both engines), the
 whole process tree (PSS, so shared pages count once), and learning — the mean reward of the first
 and the last steps, the reward of every step (the learning curve) and steps per minute after the
 first (in the async modes verl's `timing_s/gen` is the wait for sampleable prompts, not generation,
-so the generation rows compare engines, not modes). Bounded: `--steps` steps per run, one warm-up
+so the generation rows compare engines, not modes). Per trainer mode also (measures.py): the rollout and
+the trainer idle fractions our hooks log with each step (means over the steps after the first; what
+each is made of in each mode: trainer_entry.metrics.idle_fractions), the largest off-policy lag of a
+trained trajectory and the prompt groups dropped as stale. Bounded: `--steps` steps per run, one warm-up
 of at most `--warm-up-seconds`.
 
     .venv/bin/python bench/cpu_training/run.py [--steps 30] [--engines vllm hf] [--modes sync ...]
@@ -23,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -36,11 +38,12 @@ import generation
 import psutil
 from harness.localcluster import free_port
 from harness.sandbox_process import SandboxProcess
+from measures import mode_measures
+from trainer_entry.metrics import STEP_LINE, console_steps
 from trainer_entry.protocols import get_protocol
 from trainer_entry.spec import TRAINER_MODES
 from trainer_entry.tiny_model import build_tiny_model, warm_up, write_toy_data
 
-STEP_LINE = re.compile(r"step:(\d+) - (.*)")
 WINDOW = 5  # steps averaged at the start and at the end
 LEARNING_RATE = 5.0e-4  # 2e-3 was tried first: the reward fell from 0.13 to 0 over 30 steps
 
@@ -113,21 +116,6 @@ class PeakMemory:
         self._thread.join()
 
 
-def parse_steps(output: str) -> dict[int, dict[str, float]]:
-    """verl's console logger: one `step:N - key:value - ...` line per step."""
-    steps: dict[int, dict[str, float]] = {}
-    for match in STEP_LINE.finditer(output):
-        values = {}
-        for item in match.group(2).split(" - "):
-            key, _, value = item.partition(":")
-            try:
-                values[key.strip()] = float(value)
-            except ValueError:
-                continue
-        steps[int(match.group(1))] = values
-    return steps
-
-
 def run_engine(
     engine: str, root: Path, model: Path, data: Path, steps_wanted: int, mode: str = "sync"
 ) -> dict | None:
@@ -164,7 +152,7 @@ def run_engine(
         total = time.monotonic() - started
     output = "".join(lines)
     (out / "trainer.log").write_text(output)
-    steps = parse_steps(output)
+    steps = console_steps(output)
     if rc != 0 or len(steps) < steps_wanted:
         print(
             f"{engine}: trainer exited {rc} after {len(steps)} steps; log: {out / 'trainer.log'}",
@@ -173,7 +161,8 @@ def run_engine(
         return None
     ordered = [steps[k] for k in sorted(steps)]
     steady = ordered[1:]  # the first step also warms up the engine
-    reward = [s.get("critic/score/mean", float("nan")) for s in ordered]
+    measured = mode_measures(steps, mode)
+    reward = measured["reward_per_step"]
     return {
         "load_average_at_end": os.getloadavg(),
         "steps": len(ordered),
@@ -196,7 +185,7 @@ def run_engine(
         ),
         "reward_first": round(statistics.mean(reward[:WINDOW]), 3),
         "reward_last": round(statistics.mean(reward[-WINDOW:]), 3),
-        "reward_per_step": [round(r, 3) for r in reward],
+        **measured,
         "grad_norm_per_step": [round(s.get("actor/grad_norm", float("nan")), 4) for s in ordered],
     }
 
@@ -205,6 +194,10 @@ GENERATION_ROWS = ("engine_start_s", "sequences_per_batch", "tokens_per_batch", 
 ROWS = (
     "startup_to_first_step_s",
     "steps_per_min",
+    "rollout_idle_fraction_mean",
+    "trainer_idle_fraction_mean",
+    "off_policy_lag_max",
+    "stale_groups_dropped",
     "step_s_median",
     "generation_s_median",
     "generation_tokens_per_s_median",
@@ -270,6 +263,10 @@ def main() -> int:
         f"| warm-up | {warm.steps} steps, {warm.seconds:.0f} s, calls {warm.call_rate:.0%}, "
         f"copies {warm.copy_rate:.0%} |"
     )
+    print("\nlearning curve (reward per step):")
+    for name in names:
+        curve = results[name]["reward_per_step"] if results[name] else "failed"
+        print(f"- {name}: {curve}")
     return 0 if all(results.values()) else 1
 
 

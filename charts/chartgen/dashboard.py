@@ -94,6 +94,23 @@ TRAINING = Row("Training", (
        "share passes rollout.toolCall.maxInfraFailureRatio, the circuit breaker holds the step (100 % "
        "while it waits for the pool; the job's ToolPoolDegraded condition) and discards the rest of its "
        "batch.", width=24),
+    Panel("Rollout and trainer idle fractions", "percentunit", (
+        Target(f"max(toolrl_trainer_rollout_idle_fraction{{{JOB}}})", "rollout idle"),
+        Target(f"max(toolrl_trainer_idle_fraction{{{JOB}}})", "trainer idle (waiting for a batch)"),
+    ), "Shares of the last step, from verl's timings of it. The trainer is idle while it waits for a "
+       "batch (timing_s/gen) in every mode. In sync and colocate-async, rollout and update share the "
+       "workers: the rollout is idle for the rest of the step and the two add up to 100 %. In "
+       "separate-async the rollout workers are idle only for the weight sync (a lower bound).", width=8),
+    Panel("Off-policy lag of trained trajectories", "short", (
+        Target(f"max(toolrl_trainer_off_policy_lag_max{{{JOB}}})", "max"),
+        Target(f"max(toolrl_trainer_off_policy_lag_mean{{{JOB}}})", "mean"),
+    ), "Model versions between the policy the last update trained and the oldest weights its "
+       "trajectories were generated with (0 in sync mode; in the async modes bounded by "
+       "spec.trainer.async.maxPolicyVersions).", width=8),
+    Panel("Prompt groups dropped as stale", "short", (
+        Target(f"sum(increase(toolrl_trainer_stale_groups_dropped_total{{{JOB}}}[{RATE}]))", "dropped"),
+    ), "Prompt groups the async replay buffer dropped per interval because they passed the staleness "
+       "bound (spec.trainer.async.maxPolicyVersions): generation spent on nothing.", width=8),
 ))
 
 OPERATOR = Row("Operator", (

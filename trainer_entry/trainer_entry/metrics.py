@@ -6,6 +6,8 @@ functions, the trainer hooks) calls its methods, locally or through the Ray acto
 
 from __future__ import annotations
 
+import math
+import re
 import threading
 from collections import Counter as Tally
 from collections import defaultdict
@@ -13,6 +15,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
+
+from trainer_entry.spec import TRAINER_MODES
 
 PHASES = ("generating", "scoring", "training")
 TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -22,13 +26,84 @@ VERL_REWARD_MEAN = "critic/score/mean"
 VERL_RESPONSE_LENGTH = "response_length/mean"
 VERL_STEP_SECONDS = "timing_s/step"
 VERL_TOOL_CALL_COUNTS = "tool_call_counts/mean"
+VERL_GENERATION_SECONDS = "timing_s/gen"  # the trainer's wait for a sampled batch (replay_buffer.sample)
+VERL_WEIGHT_SYNC_SECONDS = "timing_s/update_weights"  # on_step_end: the new weights to the rollout
+# prompt groups (of rolloutsPerPrompt trajectories) the replay buffer dropped this step as past
+# max_off_policy_threshold (the `drop` strategy; summed over separate-async's mini-batches)
+VERL_STALE_DROPPED = "training/off_policy/evicted_samples"
+# model versions between the policy an update trains and the OLDEST weights a trained trajectory was
+# generated with (a partial rollout spans several; verl's `trajectory_staleness` is the freshest ones)
+VERL_LAG_MEAN = "training/off_policy/trajectory_staleness_worst/mean"
+VERL_LAG_MAX = "training/off_policy/trajectory_staleness_worst/max"
+
+# what our hooks add to verl's metrics of each step (runner.ToolRLHooks.on_step_metrics)
+ROLLOUT_IDLE_METRIC = "toolrl/rollout_idle_fraction"
+TRAINER_IDLE_METRIC = "toolrl/trainer_idle_fraction"
+SEPARATE_ROLLOUT_MODE = "separate-async"  # spec.trainer.mode with rollout on workers of its own
+
+
+def idle_fractions(data: dict[str, Any], mode: str) -> dict[str, float]:
+    """The rollout's and the trainer's idle fractions of one verl step, from verl's own timings of it;
+    {} for a log without them (validation). `mode` is spec.trainer.mode. The denominator is
+    `timing_s/step` (verl's step: sampling, scoring, update, checkpoint, weight sync; not validation
+    nor verl's own logging between steps, which count as neither idle nor busy).
+
+    - trainer idle = `timing_s/gen` / step, in every mode: the time the update side waits for a batch to
+      train on. sync: the whole batch's generation, long tail included. colocate-async: until enough
+      prompt groups are sampleable (unfinished ones are aborted and resumed after the update).
+      separate-async: until the replay buffer holds each mini-batch (summed over parameter_sync_step of
+      them); where the trainer's workers are lent to rollout (hybrid), that wait (`switch_wait`) is
+      generation, not idleness, and is not counted.
+    - rollout idle, sync and colocate-async = (step - gen) / step: rollout and training share the
+      workers, and verl puts the rollout replicas to sleep at the end of sampling and wakes them with
+      the new weights at the end of the step, so they generate only during `gen`; the two fractions
+      add up to 1, and colocate-async gains by a shorter `gen` (no waiting for the tail), not by overlap.
+    - rollout idle, separate-async = `timing_s/update_weights` / step: the rollout workers generate
+      through the whole step but for the weight sync, which aborts their requests and resumes them after.
+      A lower bound: verl does not time a rollout with nothing to do (every prompt in flight at the
+      staleness bound under the `wait` strategy, or the data exhausted), so that is not counted.
+    """
+    if mode not in TRAINER_MODES:
+        raise ValueError(f"unknown trainer mode {mode!r}; use one of {TRAINER_MODES} (spec.trainer.mode)")
+    step = _number(data.get(VERL_STEP_SECONDS))
+    gen = _number(data.get(VERL_GENERATION_SECONDS))
+    if step is None or gen is None or step <= 0:
+        return {}
+    trainer_idle = min(max(gen / step, 0.0), 1.0)
+    if mode == SEPARATE_ROLLOUT_MODE:
+        rollout_idle = min(max((_number(data.get(VERL_WEIGHT_SYNC_SECONDS)) or 0.0) / step, 0.0), 1.0)
+    else:
+        rollout_idle = 1.0 - trainer_idle
+    return {ROLLOUT_IDLE_METRIC: rollout_idle, TRAINER_IDLE_METRIC: trainer_idle}
+
+
+STEP_LINE = re.compile(r"\bstep:(\d+) - (.*)")
+NUMPY_SCALAR = re.compile(r"np\.\w+\((.*)\)")  # verl's console prints numpy scalars as np.float64(0.5)
+
+
+def console_steps(output: str) -> dict[int, dict[str, float]]:
+    """Each step's numeric metrics from verl's console logger (one `step:N - key:value - ...` line per
+    step), by step."""
+    steps: dict[int, dict[str, float]] = {}
+    for match in STEP_LINE.finditer(output):
+        values = {}
+        for item in match.group(2).split(" - "):
+            key, _, text = item.partition(":")
+            text = text.strip()
+            scalar = NUMPY_SCALAR.fullmatch(text)
+            number = _number(scalar.group(1) if scalar else text)
+            if number is not None:
+                values[key.strip()] = number
+        steps[int(match.group(1))] = values
+    return steps
 
 
 def _number(value: Any) -> float | None:
     try:
-        return float(value)
+        number = float(value)
     except (TypeError, ValueError):
         return None
+    return number if math.isfinite(number) else None
 
 
 class TrainerMetrics:
@@ -93,6 +168,33 @@ class TrainerMetrics:
         self.excluded_fraction = Gauge(
             "toolrl_trainer_excluded_fraction",
             "Share of the last step's trajectories excluded for infrastructure failures",
+            registry=r,
+        )
+        self.rollout_idle = Gauge(
+            "toolrl_trainer_rollout_idle_fraction",
+            "Share of the last step the rollout did not generate (metrics.idle_fractions)",
+            registry=r,
+        )
+        self.trainer_idle = Gauge(
+            "toolrl_trainer_idle_fraction",
+            "Share of the last step the update waited for a batch to train on (metrics.idle_fractions)",
+            registry=r,
+        )
+        self.off_policy_lag_mean = Gauge(
+            "toolrl_trainer_off_policy_lag_mean",
+            "Mean model versions between the last update's policy and the oldest weights its trajectories"
+            " were generated with (0 in sync mode)",
+            registry=r,
+        )
+        self.off_policy_lag_max = Gauge(
+            "toolrl_trainer_off_policy_lag_max",
+            "The most model versions between the last update's policy and the oldest weights one of its"
+            " trajectories was generated with",
+            registry=r,
+        )
+        self.stale_groups_dropped = Counter(
+            "toolrl_trainer_stale_groups_dropped_total",
+            "Prompt groups the async replay buffer dropped past the staleness bound (maxPolicyVersions)",
             registry=r,
         )
         self.current_phase = PHASES[0]
@@ -226,10 +328,17 @@ class TrainerMetrics:
         for key, gauge in (
             (VERL_RESPONSE_LENGTH, self.response_length),
             (VERL_STEP_SECONDS, self.step_duration),
+            (ROLLOUT_IDLE_METRIC, self.rollout_idle),
+            (TRAINER_IDLE_METRIC, self.trainer_idle),
+            (VERL_LAG_MEAN, self.off_policy_lag_mean),
+            (VERL_LAG_MAX, self.off_policy_lag_max),
         ):
             value = _number(data.get(key))
             if value is not None:
                 gauge.set(value)
+        dropped = _number(data.get(VERL_STALE_DROPPED))
+        if dropped:
+            self.stale_groups_dropped.inc(dropped)
         with self._lock:
             calls, self._calls_this_step = self._calls_this_step, 0
             finished, self._trajectories_this_step = self._trajectories_this_step, 0

@@ -12,6 +12,9 @@ the private steps of an update that no extension point reaches (no patching).
   update trains on and checks that none met an infrastructure failure (the agent loop returns those
   as no output, so verl never stores them: see agent_loop.py); verl's console log shows
   `toolrl/trajectories_trained` and `toolrl/infra_failures_in_update` per step.
+- `ToolRLHooks.on_step_metrics` adds the step's rollout and trainer idle fractions
+  (`toolrl/rollout_idle_fraction`, `toolrl/trainer_idle_fraction`: metrics.idle_fractions, from verl's
+  timings, per trainer mode) to the metrics verl logs, so its console and our gauges show them.
 - `ToolRLHooks.save_checkpoint`: a checkpoint that cannot be written (a full or read-only volume)
   stops the run with `CheckpointWriteError`, which says so and what to do, not an OSError traceback
   from inside a Ray worker.
@@ -34,6 +37,7 @@ from verl.trainer.ppo.v1 import (
 )
 
 from trainer_entry.hub import TrackingBackend, sink
+from trainer_entry.metrics import idle_fractions
 from trainer_entry.pool_client import FAULT_INFRA
 from trainer_entry.tools import TOOL_FAULTS
 from trainer_entry.verl_entry_points import (
@@ -88,8 +92,10 @@ def checkpoint_write_message(step: int, directory: str, cause: OSError) -> str:
 
 class ToolRLHooks(TrainerStepHooks):
     """Rollout-phase signals, the Prometheus tracking backend, the check that no update trains on an
-    infrastructure failure, and a clear error for a checkpoint that cannot be written; mixed into a verl
-    v1 trainer (before it, so `super()` is verl's)."""
+    infrastructure failure, the step's idle fractions, and a clear error for a checkpoint that cannot be
+    written; mixed into a verl v1 trainer (before it, so `super()` is verl's)."""
+
+    mode = "sync"  # spec.trainer.mode of the trainer class (its idle fractions depend on it)
 
     def on_train_begin(self) -> None:
         super().on_train_begin()
@@ -117,6 +123,9 @@ class ToolRLHooks(TrainerStepHooks):
             raise CheckpointWriteError(
                 checkpoint_write_message(self.global_steps, directory, cause)
             ) from None
+
+    def on_step_metrics(self, metrics: dict) -> None:
+        metrics.update(idle_fractions(metrics, self.mode))
 
     def before_update(self) -> None:
         sink().phase("training")
@@ -147,11 +156,15 @@ class ToolRLTrainer(ToolRLHooks, PPOTrainerSync):
 class ToolRLColocateAsyncTrainer(ToolRLHooks, PPOTrainerColocateAsync):
     """verl's colocated asynchronous trainer with our hooks (spec.trainer.mode colocate-async)."""
 
+    mode = "colocate-async"
+
 
 @register_trainer(SEPARATE_ASYNC_TRAINER_MODE)
 class ToolRLSeparateAsyncTrainer(ToolRLHooks, PPOTrainerSeparateAsync):
     """verl's asynchronous trainer with rollout on its own workers, with our hooks (spec.trainer.mode
     separate-async)."""
+
+    mode = "separate-async"
 
 
 # verl 0.9.1's separate_async trainer raises a TypeError from a log call on the path without rollout on the

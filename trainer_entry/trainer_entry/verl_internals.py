@@ -85,6 +85,12 @@ INTERNALS: tuple[Internal, ...] = (
         params=("batch", "metrics"),
     ),
     Internal(
+        "verl.trainer.ppo.v1:PPOTrainerSync._compute_metrics",
+        "adds the step's idle fractions to the metrics verl logs: the first point where a step's whole "
+        "timing (`timing_s/step`) is in its metrics, before verl logs them; no hook runs there",
+        params=("batch", "metrics", "timing_raw", "global_steps", "epoch"),
+    ),
+    Internal(
         "verl.trainer.ppo.v1:PPOTrainerSync._save_checkpoint",
         "turns a checkpoint that cannot be written into CheckpointWriteError; no hook wraps the save",
     ),
@@ -399,11 +405,19 @@ def refill(buffer: Any, prompts: int) -> Any:
 class TrainerStepHooks:
     """For verl's v1 trainers (PPOTrainerSync and PPOTrainerColocateAsync: both inherit these steps from
     PPOTrainer): `before_update()`, `on_update_batch(batch, metrics)` and `save_checkpoint
-    (save)` around the private steps of an update and of a checkpoint."""
+    (save)` around the private steps of an update and of a checkpoint, and `on_step_metrics(metrics)`
+    once verl has computed a step's metrics (its timings among them), before it logs them."""
 
     def before_update(self) -> None: ...
 
     def on_update_batch(self, batch: Any, metrics: dict) -> None: ...
+
+    def on_step_metrics(self, metrics: dict) -> None: ...
+
+    def _compute_metrics(self, batch: Any, metrics: dict, timing_raw: dict, *args: Any, **kwargs: Any) -> Any:
+        result = super()._compute_metrics(batch, metrics, timing_raw, *args, **kwargs)  # type: ignore[misc]
+        self.on_step_metrics(metrics)
+        return result
 
     def save_checkpoint(self, save: Callable[[], Any]) -> Any:
         return save()

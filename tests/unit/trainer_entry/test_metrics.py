@@ -3,12 +3,19 @@
 import sys
 import threading
 import urllib.request
+from pathlib import Path
 
 import pytest
 from harness.localcluster import free_port
 from prometheus_client import generate_latest
 from trainer_entry.hub import Sink, TrackingBackend, use_sink
-from trainer_entry.metrics import TrainerMetrics
+from trainer_entry.metrics import (
+    ROLLOUT_IDLE_METRIC,
+    TRAINER_IDLE_METRIC,
+    TrainerMetrics,
+    console_steps,
+    idle_fractions,
+)
 
 
 def value(m, name, labels=None):
@@ -132,3 +139,72 @@ def test_infra_tainted_counts_trajectories_with_an_infra_call():
 
     fields = [{"tool_faults": ["code", "infra"]}, {"tool_faults": ["code"]}, {"tool_faults": []}, {}, None]
     assert infra_tainted(fields) == 1
+
+
+RECORDED = Path(__file__).parent / "recorded"
+
+
+def recorded_steps(name: str) -> dict[int, dict[str, float]]:
+    """verl's console lines of a real run's first steps (sync: bench/cpu_training, hf engine;
+    colocate-async: tests/e2e/test_cpu_training.py's overlap run)."""
+    return console_steps((RECORDED / name).read_text())
+
+
+def test_verls_console_lines_are_read_numpy_scalars_included():
+    steps = recorded_steps("verl_steps_colocate_async.log")
+    assert sorted(steps) == [1, 2, 3]
+    step = steps[2]
+    assert step["timing_s/gen"] == pytest.approx(0.010769460997835267)
+    assert step["toolrl/trajectories_trained"] == 3
+    # printed as np.float64(1.0) / np.int64(1): dropped by a plain float() before
+    assert step["training/off_policy/trajectory_staleness_worst/mean"] == 1.0
+    assert step["training/off_policy/trajectory_staleness_worst/max"] == 1.0
+
+
+def test_idle_fractions_of_a_recorded_sync_step():
+    step = recorded_steps("verl_steps_sync_hf.log")[2]  # gen 2.01 s of a 2.55 s step
+    fractions = idle_fractions(step, "sync")
+    assert fractions[TRAINER_IDLE_METRIC] == pytest.approx(2.014663713999653 / 2.546769829999903)
+    assert fractions[TRAINER_IDLE_METRIC] == pytest.approx(0.791, abs=0.001)
+    # rollout and update share the workers: the rollout sleeps whenever it is not sampling
+    assert fractions[ROLLOUT_IDLE_METRIC] == pytest.approx(1 - fractions[TRAINER_IDLE_METRIC])
+
+
+def test_idle_fractions_of_a_recorded_colocate_async_step():
+    step = recorded_steps("verl_steps_colocate_async.log")[2]  # gen 0.011 s of a 0.327 s step
+    fractions = idle_fractions(step, "colocate-async")
+    assert fractions[TRAINER_IDLE_METRIC] == pytest.approx(0.0329, abs=0.0001)
+    assert fractions[ROLLOUT_IDLE_METRIC] == pytest.approx(0.9671, abs=0.0001)
+
+
+def test_separate_async_rollout_is_idle_only_for_the_weight_sync():
+    # the recorded timings of an async step, read as separate-async's: the rollout workers generate
+    # through the step but for update_weights (0.025 s of 0.327 s)
+    step = recorded_steps("verl_steps_colocate_async.log")[2]
+    fractions = idle_fractions(step, "separate-async")
+    assert fractions[ROLLOUT_IDLE_METRIC] == pytest.approx(0.025026365998201072 / 0.32710557200334733)
+    assert fractions[TRAINER_IDLE_METRIC] == pytest.approx(0.0329, abs=0.0001)
+    without_sync = {k: v for k, v in step.items() if k != "timing_s/update_weights"}
+    assert idle_fractions(without_sync, "separate-async")[ROLLOUT_IDLE_METRIC] == 0.0
+
+
+def test_idle_fractions_need_the_step_timings_and_a_known_mode():
+    assert idle_fractions({"val-core/gsm8k/acc/mean@1": 0.2}, "sync") == {}
+    assert idle_fractions({"timing_s/gen": 1.0, "timing_s/step": 0.0}, "sync") == {}
+    with pytest.raises(ValueError, match=r"unknown trainer mode 'colocate_async'.*spec.trainer.mode"):
+        idle_fractions({"timing_s/gen": 1.0, "timing_s/step": 2.0}, "colocate_async")
+
+
+def test_idle_fractions_lag_and_stale_drops_reach_the_gauges():
+    m = TrainerMetrics()
+    step = recorded_steps("verl_steps_colocate_async.log")[2]
+    step.update(idle_fractions(step, "colocate-async"))
+    step["training/off_policy/evicted_samples"] = 2.0  # two prompt groups dropped past the bound
+    m.record_step(step, step=2)
+    assert value(m, "toolrl_trainer_idle_fraction") == pytest.approx(0.0329, abs=0.0001)
+    assert value(m, "toolrl_trainer_rollout_idle_fraction") == pytest.approx(0.9671, abs=0.0001)
+    assert value(m, "toolrl_trainer_off_policy_lag_mean") == 1.0
+    assert value(m, "toolrl_trainer_off_policy_lag_max") == 1.0
+    assert value(m, "toolrl_trainer_stale_groups_dropped_total") == 2.0
+    m.record_step({"timing_s/step": 1.0}, step=3)  # a step that dropped none
+    assert value(m, "toolrl_trainer_stale_groups_dropped_total") == 2.0

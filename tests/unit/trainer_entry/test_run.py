@@ -188,8 +188,35 @@ def test_our_hooks_are_registered_for_each_trainer_mode_over_verls_trainer_of_th
     }
     for mode, (trainer, verls) in ours.items():
         assert get_trainer_cls(TRAINER_MODES[mode]) is trainer
+        assert trainer.mode == mode, "the mode its idle fractions are computed for"
         # our hooks first, verl's trainer of that mode behind them (what their super() calls)
         assert trainer.__mro__[1:4] == (ToolRLHooks, TrainerStepHooks, verls), trainer.__mro__
+
+
+def test_each_step_logs_its_idle_fractions_with_verls_metrics(monkeypatch):
+    """verl computes a step's metrics (its timings among them), our hooks add the idle fractions of the
+    trainer's mode, and verl's Tracking then logs them all: to its console and to our gauges."""
+    from trainer_entry.hub import Sink, TrackingBackend, use_sink
+    from trainer_entry.metrics import TrainerMetrics
+    from trainer_entry.runner import ToolRLSeparateAsyncTrainer
+    from verl.trainer.ppo.v1 import PPOTrainerSync
+
+    def verls(self, batch, metrics, timing_raw, global_steps, epoch):  # verl's timing part of it
+        metrics.update({f"timing_s/{name}": seconds for name, seconds in timing_raw.items()})
+
+    owner = next(k for k in PPOTrainerSync.__mro__ if "_compute_metrics" in vars(k))
+    monkeypatch.setattr(owner, "_compute_metrics", verls)
+    gauges = TrainerMetrics()
+    use_sink(Sink(local=gauges))
+    trainer = ToolRLSeparateAsyncTrainer.__new__(ToolRLSeparateAsyncTrainer)  # the hooks only
+    metrics: dict = {}
+    timing = {"gen": 1.0, "update_actor": 2.0, "update_weights": 0.5, "step": 4.0}
+    trainer._compute_metrics(None, metrics, timing, global_steps=3, epoch=0)
+    assert metrics["toolrl/trainer_idle_fraction"] == 0.25
+    assert metrics["toolrl/rollout_idle_fraction"] == 0.125  # separate-async: the weight sync only
+    TrackingBackend().log(metrics, step=3)
+    assert gauges.registry.get_sample_value("toolrl_trainer_rollout_idle_fraction") == 0.125
+    assert gauges.registry.get_sample_value("toolrl_trainer_idle_fraction") == 0.25
 
 
 class Replicas:
