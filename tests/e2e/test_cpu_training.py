@@ -399,10 +399,12 @@ def test_grpo_with_vllms_cpu_build_generates_with_the_actors_weights_every_step(
 ASYNC_STEPS = 3
 POLICY_VERSIONS = 2  # the tightest bound colocate-async allows: samples begun one update earlier
 BATCH = 2 * 4  # trainBatchSize x rolloutsPerPrompt
-# Infrastructure failures injected into the async runs as into the sync one (`Hog`): a pool of one slot
-# and one queue place, kept busy by other traffic, rejects (429) a trainer call that arrives while
-# another waits; no retry. The breaker lets a step train on what is left (it holds only a step left with
-# nothing): these runs check exclusion under overlap, the sync run checks the breaker's hold.
+# Infrastructure failures injected into the async runs as into the sync one (`FirstStepHog`): a pool of
+# one slot and one queue place, kept busy by other traffic until step 1 is trained, rejects (429) a
+# trainer call that arrives while another waits; no retry. The breaker lets a step train on what is left
+# (it holds only a step left with nothing): these runs check exclusion under overlap, the sync run checks
+# the breaker's hold. (With the hog on all the run, nearly every trajectory that called the tool was
+# excluded: rewards all 0, grad_norm 0 at every step.)
 SATURATED_POOL = ("--capacity", "1", "--queue-size", "1", "--workers", "1")
 NO_RETRY_NO_BREAKER = {"maxRetries": 0, "maxInfraFailureRatio": 1.0}
 
@@ -414,7 +416,7 @@ def check_rejected_calls_were_excluded(
     output: str,
     watch: MetricsWatch,
     rejected: float,
-    hog: Hog,
+    hog: FirstStepHog,
     steps: int,
 ) -> list[int]:
     """The trainer calls the pool rejected (its own count, less the hog's) are excluded: the trainer's
@@ -452,7 +454,7 @@ def test_colocate_async_overlaps_rollouts_with_updates_within_the_staleness_boun
     maxPolicyVersions apart. `train` checks the rest of a run: the pool's calls, grad_norm, the rollout
     engine's weights moving, status.progress and the trainer's metrics."""
     started = time.monotonic()
-    hog = Hog()
+    hog = FirstStepHog(cluster, namespace, "cpu-async")
     output, watch, rejected = train(
         cluster,
         namespace,
@@ -501,7 +503,7 @@ def test_separate_async_generates_on_its_own_worker_group_and_syncs_weights_to_i
     (step 0) and after every step. `train` checks the rest: the pool's calls, grad_norm, the hf server's
     weights moving, status.progress and the trainer's metrics."""
     started = time.monotonic()
-    hog = Hog()
+    hog = FirstStepHog(cluster, namespace, "cpu-separate")
     output, watch, rejected = train(
         cluster,
         namespace,
@@ -571,6 +573,37 @@ class Hog:
             yield
         finally:
             self.stop()
+
+
+class FirstStepHog(Hog):
+    """`Hog` from the trainer's start until the job's status.progress shows step 1 trained (read through
+    the API, as a user would), so the updates after it may learn from rollouts whose calls succeed."""
+
+    def __init__(self, cluster, namespace: str, name: str) -> None:
+        super().__init__()
+        self.cluster, self.namespace, self.name = cluster, namespace, name
+
+    def _progress_step(self) -> int:
+        with contextlib.suppress(subprocess.SubprocessError, KeyError, ValueError):
+            status = get_json(self.cluster, "trj", self.name, "-n", self.namespace).get("status") or {}
+            return int((status.get("progress") or {}).get("step") or 0)
+        return 0
+
+    def _stop_after_first_step(self) -> None:
+        while not self.stopped.wait(1.0):
+            if self._progress_step() >= 1:
+                self.stopped.set()  # the hog's loop ends after its call in flight
+
+    @contextlib.contextmanager
+    def run(self, pool: SandboxProcess) -> Iterator[None]:
+        self.start(pool)
+        watcher = threading.Thread(target=self._stop_after_first_step, daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            self.stop()
+            watcher.join()
 
 
 TRAINED = re.compile(r"toolrl/trajectories_trained:([\d.]+)")
