@@ -451,8 +451,10 @@ def test_colocate_async_overlaps_rollouts_with_updates_within_the_staleness_boun
     A warm-up batch runs generation a batch ahead; after each step's sample verl pauses generation (the
     hf server aborts the request it samples and holds the rest), updates the weights and resumes it, so
     later steps train on samples begun (or wholly made) by older weights, never more than
-    maxPolicyVersions apart. `train` checks the rest of a run: the pool's calls, grad_norm, the rollout
-    engine's weights moving, status.progress and the trainer's metrics."""
+    maxPolicyVersions apart. Until step 1 is trained the pool is saturated (`FirstStepHog`): the
+    trajectories whose call it rejected are excluded from verl's async replay buffer, none is trained on
+    (`check_rejected_calls_were_excluded`). `train` checks the rest of a run: the pool's calls, grad_norm,
+    the rollout engine's weights moving, status.progress and the trainer's metrics."""
     started = time.monotonic()
     hog = FirstStepHog(cluster, namespace, "cpu-async")
     output, watch, rejected = train(
@@ -500,8 +502,10 @@ def test_separate_async_generates_on_its_own_worker_group_and_syncs_weights_to_i
     worker groups of logical GPUs: the training worker (no rollout on it: hybrid_engine false) and
     `cluster.rolloutWorkers` (verl's standalone rollout pool). Rollouts run all the time there; after each
     step the actor's weights reach the rollout worker through our gloo checkpoint engine, once at start-up
-    (step 0) and after every step. `train` checks the rest: the pool's calls, grad_norm, the hf server's
-    weights moving, status.progress and the trainer's metrics."""
+    (step 0) and after every step. Until step 1 is trained the pool is saturated (`FirstStepHog`): the
+    trajectories whose call it rejected are excluded, none is trained on
+    (`check_rejected_calls_were_excluded`). `train` checks the rest: the pool's calls, grad_norm, the hf
+    server's weights moving, status.progress and the trainer's metrics."""
     started = time.monotonic()
     hog = FirstStepHog(cluster, namespace, "cpu-separate")
     output, watch, rejected = train(
