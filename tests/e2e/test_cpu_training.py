@@ -398,6 +398,50 @@ def test_grpo_with_vllms_cpu_build_generates_with_the_actors_weights_every_step(
 
 ASYNC_STEPS = 3
 POLICY_VERSIONS = 2  # the tightest bound colocate-async allows: samples begun one update earlier
+BATCH = 2 * 4  # trainBatchSize x rolloutsPerPrompt
+# Infrastructure failures injected into the async runs as into the sync one (`FirstStepHog`): a pool of
+# one slot and one queue place, kept busy by other traffic until step 1 is trained, rejects (429) a
+# trainer call that arrives while another waits; no retry. The breaker lets a step train on what is left
+# (it holds only a step left with nothing): these runs check exclusion under overlap, the sync run checks
+# the breaker's hold. (With the hog on all the run, nearly every trajectory that called the tool was
+# excluded: rewards all 0, grad_norm 0 at every step.)
+SATURATED_POOL = ("--capacity", "1", "--queue-size", "1", "--workers", "1")
+NO_RETRY_NO_BREAKER = {"maxRetries": 0, "maxInfraFailureRatio": 1.0}
+
+
+def check_rejected_calls_were_excluded(
+    cluster,
+    namespace: str,
+    name: str,
+    output: str,
+    watch: MetricsWatch,
+    rejected: float,
+    hog: FirstStepHog,
+    steps: int,
+) -> list[int]:
+    """The trainer calls the pool rejected (its own count, less the hog's) are excluded: the trainer's
+    status and metrics count them, no update trained on one, and the updates trained on fewer
+    trajectories than their batches asked for, by no more than were excluded. Returns the trajectories
+    trained per step."""
+    injected = rejected - hog.rejected
+    assert hog.calls > 0 and injected > 0, (
+        f"the pool rejected no trainer call ({rejected}, hog {hog.rejected})"
+    )
+    excluded = get_json(cluster, "trj", name, "-n", namespace)["status"]["progress"]["trajectoriesExcluded"]
+    assert 0 < excluded.get("rejected", 0) <= injected, (
+        f"excluded {excluded}, trainer calls rejected {injected}"
+    )
+    # the metrics showed them while the run went on (a rollout still under way may add some after the
+    # last scrape: the status is written once more at the end)
+    scraped = watch.max_value('toolrl_trajectories_excluded_total{reason="rejected"}') or 0
+    assert 0 < scraped <= excluded["rejected"], f"scraped {scraped}, status {excluded}"
+    trained = [int(float(v)) for v in TRAINED.findall(output)]
+    tainted = [int(float(v)) for v in TAINTED.findall(output)]
+    assert len(trained) == len(tainted) == steps, f"updates logged: {trained}, {tainted}"
+    assert tainted == [0] * steps, f"trajectories with an infrastructure failure were trained on: {tainted}"
+    lost = sum(BATCH - count for count in trained)
+    assert 0 < lost <= sum(excluded.values()), f"trained {trained} of {BATCH} per step, excluded {excluded}"
+    return trained
 
 
 def test_colocate_async_overlaps_rollouts_with_updates_within_the_staleness_bound(
@@ -407,10 +451,13 @@ def test_colocate_async_overlaps_rollouts_with_updates_within_the_staleness_boun
     A warm-up batch runs generation a batch ahead; after each step's sample verl pauses generation (the
     hf server aborts the request it samples and holds the rest), updates the weights and resumes it, so
     later steps train on samples begun (or wholly made) by older weights, never more than
-    maxPolicyVersions apart. `train` checks the rest of a run: the pool's calls, grad_norm, the rollout
-    engine's weights moving, status.progress and the trainer's metrics."""
+    maxPolicyVersions apart. Until step 1 is trained the pool is saturated (`FirstStepHog`): the
+    trajectories whose call it rejected are excluded from verl's async replay buffer, none is trained on
+    (`check_rejected_calls_were_excluded`). `train` checks the rest of a run: the pool's calls, grad_norm,
+    the rollout engine's weights moving, status.progress and the trainer's metrics."""
     started = time.monotonic()
-    output, _, _ = train(
+    hog = FirstStepHog(cluster, namespace, "cpu-async")
+    output, watch, rejected = train(
         cluster,
         namespace,
         operator,
@@ -418,6 +465,9 @@ def test_colocate_async_overlaps_rollouts_with_updates_within_the_staleness_boun
         toy,
         "cpu-async",
         spec={"trainer": {"mode": "colocate-async", "async": {"maxPolicyVersions": POLICY_VERSIONS}}},
+        pool_args=SATURATED_POOL,
+        tool_call=NO_RETRY_NO_BREAKER,
+        load=hog.run,
         steps=ASYNC_STEPS,
     )
     assert "Added 2 warmup prompts" in output, "verl sent no warm-up batch (trainBatchSize 2)"
@@ -430,10 +480,13 @@ def test_colocate_async_overlaps_rollouts_with_updates_within_the_staleness_boun
     lag = [values["training/off_policy/trajectory_staleness_worst/max"] for values in logged.values()]
     assert max(spans) <= POLICY_VERSIONS and max(lag) <= POLICY_VERSIONS - 1, (spans, lag)
     assert max(lag) >= 1, f"every step trained on its own weights' samples: nothing overlapped ({lag})"
-    trained = [int(float(v)) for v in TRAINED.findall(output)]
-    tainted = [int(float(v)) for v in TAINTED.findall(output)]
-    assert trained == [8] * ASYNC_STEPS and tainted == [0] * ASYNC_STEPS, (trained, tainted)
-    print(f"colocate-async: {ASYNC_STEPS} steps in {time.monotonic() - started:.0f}s, lag per step {lag}")
+    trained = check_rejected_calls_were_excluded(
+        cluster, namespace, "cpu-async", output, watch, rejected, hog, ASYNC_STEPS
+    )
+    print(
+        f"colocate-async: {ASYNC_STEPS} steps in {time.monotonic() - started:.0f}s, lag per step {lag}, "
+        f"trained {trained} of {BATCH}, {rejected - hog.rejected:.0f} trainer calls rejected"
+    )
 
 
 SEPARATE_STEPS = 2
@@ -449,10 +502,13 @@ def test_separate_async_generates_on_its_own_worker_group_and_syncs_weights_to_i
     worker groups of logical GPUs: the training worker (no rollout on it: hybrid_engine false) and
     `cluster.rolloutWorkers` (verl's standalone rollout pool). Rollouts run all the time there; after each
     step the actor's weights reach the rollout worker through our gloo checkpoint engine, once at start-up
-    (step 0) and after every step. `train` checks the rest: the pool's calls, grad_norm, the hf server's
-    weights moving, status.progress and the trainer's metrics."""
+    (step 0) and after every step. Until step 1 is trained the pool is saturated (`FirstStepHog`): the
+    trajectories whose call it rejected are excluded, none is trained on
+    (`check_rejected_calls_were_excluded`). `train` checks the rest: the pool's calls, grad_norm, the hf
+    server's weights moving, status.progress and the trainer's metrics."""
     started = time.monotonic()
-    output, _, _ = train(
+    hog = FirstStepHog(cluster, namespace, "cpu-separate")
+    output, watch, rejected = train(
         cluster,
         namespace,
         operator,
@@ -466,6 +522,9 @@ def test_separate_async_generates_on_its_own_worker_group_and_syncs_weights_to_i
                 "rolloutWorkers": {"replicas": 1, "gpusPerWorker": 0},
             },
         },
+        pool_args=SATURATED_POOL,
+        tool_call=NO_RETRY_NO_BREAKER,
+        load=hog.run,
         steps=SEPARATE_STEPS,
     )
     assert "rollout served by 1 standalone replicas only" in output, "verl colocated a rollout on the trainer"
@@ -475,10 +534,13 @@ def test_separate_async_generates_on_its_own_worker_group_and_syncs_weights_to_i
     assert sorted(logged) == list(range(1, SEPARATE_STEPS + 1)), f"steps logged: {sorted(logged)}"
     lag = [values["training/off_policy/trajectory_staleness_worst/max"] for values in logged.values()]
     assert max(lag) <= POLICY_VERSIONS - 1, lag
-    trained = [int(float(v)) for v in TRAINED.findall(output)]
-    tainted = [int(float(v)) for v in TAINTED.findall(output)]
-    assert trained == [8] * SEPARATE_STEPS and tainted == [0] * SEPARATE_STEPS, (trained, tainted)
-    print(f"separate-async: {SEPARATE_STEPS} steps in {time.monotonic() - started:.0f}s, lag per step {lag}")
+    trained = check_rejected_calls_were_excluded(
+        cluster, namespace, "cpu-separate", output, watch, rejected, hog, SEPARATE_STEPS
+    )
+    print(
+        f"separate-async: {SEPARATE_STEPS} steps in {time.monotonic() - started:.0f}s, lag per step {lag}, "
+        f"trained {trained} of {BATCH}, {rejected - hog.rejected:.0f} trainer calls rejected"
+    )
 
 
 class Hog:
@@ -515,6 +577,37 @@ class Hog:
             yield
         finally:
             self.stop()
+
+
+class FirstStepHog(Hog):
+    """`Hog` from the trainer's start until the job's status.progress shows step 1 trained (read through
+    the API, as a user would), so the updates after it may learn from rollouts whose calls succeed."""
+
+    def __init__(self, cluster, namespace: str, name: str) -> None:
+        super().__init__()
+        self.cluster, self.namespace, self.name = cluster, namespace, name
+
+    def _progress_step(self) -> int:
+        with contextlib.suppress(subprocess.SubprocessError, KeyError, ValueError):
+            status = get_json(self.cluster, "trj", self.name, "-n", self.namespace).get("status") or {}
+            return int((status.get("progress") or {}).get("step") or 0)
+        return 0
+
+    def _stop_after_first_step(self) -> None:
+        while not self.stopped.wait(1.0):
+            if self._progress_step() >= 1:
+                self.stopped.set()  # the hog's loop ends after its call in flight
+
+    @contextlib.contextmanager
+    def run(self, pool: SandboxProcess) -> Iterator[None]:
+        self.start(pool)
+        watcher = threading.Thread(target=self._stop_after_first_step, daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            self.stop()
+            watcher.join()
 
 
 TRAINED = re.compile(r"toolrl/trajectories_trained:([\d.]+)")
