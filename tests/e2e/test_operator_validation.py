@@ -142,7 +142,7 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("extra-args-hydra", {"trainer": {"extraArgs": ["--lr 1"]}}, "must be a Hydra override"),
     # schema constraints
     ("enum", {"rollout.protocol": "json"}, 'Unsupported value: "json"'),
-    ("minimum", {"rollout.maxToolTurns": -1}, "should be greater than or equal to 0"),
+    ("minimum", {"rollout.maxToolTurns": 0}, "should be greater than or equal to 1"),
     ("maximum", {"rollout.gpuMemoryUtilization": 0.99}, "should be less than or equal to 0.95"),
     ("required", {"model": DELETE}, "spec.model: Required value"),
     ("min-items", {"tools": []}, "should have at least 1 items"),
