@@ -16,7 +16,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
-from trainer_entry.spec import TRAINER_MODES
+from trainer_entry.spec import SEPARATE_TRAINER_MODE, TRAINER_MODES
 
 PHASES = ("generating", "scoring", "training")
 TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -39,7 +39,6 @@ VERL_LAG_MAX = "training/off_policy/trajectory_staleness_worst/max"
 # what our hooks add to verl's metrics of each step (runner.ToolRLHooks.on_step_metrics)
 ROLLOUT_IDLE_METRIC = "toolrl/rollout_idle_fraction"
 TRAINER_IDLE_METRIC = "toolrl/trainer_idle_fraction"
-SEPARATE_ROLLOUT_MODE = "separate-async"  # spec.trainer.mode with rollout on workers of its own
 
 
 def idle_fractions(data: dict[str, Any], mode: str) -> dict[str, float]:
@@ -70,7 +69,7 @@ def idle_fractions(data: dict[str, Any], mode: str) -> dict[str, float]:
     if step is None or gen is None or step <= 0:
         return {}
     trainer_idle = min(max(gen / step, 0.0), 1.0)
-    if mode == SEPARATE_ROLLOUT_MODE:
+    if mode == SEPARATE_TRAINER_MODE:  # rollout on workers of its own
         rollout_idle = min(max((_number(data.get(VERL_WEIGHT_SYNC_SECONDS)) or 0.0) / step, 0.0), 1.0)
     else:
         rollout_idle = 1.0 - trainer_idle

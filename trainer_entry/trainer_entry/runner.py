@@ -39,6 +39,7 @@ from verl.trainer.ppo.v1 import (
 from trainer_entry.hub import TrackingBackend, sink
 from trainer_entry.metrics import idle_fractions
 from trainer_entry.pool_client import FAULT_INFRA
+from trainer_entry.spec import SEPARATE_TRAINER_MODE
 from trainer_entry.tools import TOOL_FAULTS
 from trainer_entry.verl_entry_points import (
     COLOCATE_ASYNC_TRAINER_MODE,
@@ -164,7 +165,7 @@ class ToolRLSeparateAsyncTrainer(ToolRLHooks, PPOTrainerSeparateAsync):
     """verl's asynchronous trainer with rollout on its own workers, with our hooks (spec.trainer.mode
     separate-async)."""
 
-    mode = "separate-async"
+    mode = SEPARATE_TRAINER_MODE
 
 
 # verl 0.9.1's separate_async trainer raises a TypeError from a log call on the path without rollout on the

@@ -45,3 +45,16 @@ def make_job(schema: dict[str, Any], example: dict[str, Any]) -> Callable[..., d
         return job
 
     return make
+
+
+@pytest.fixture
+def separate_async_cpu_job(make_job: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    """A separate-async job on CPU workers: one trainer worker, one rollout worker (engine hf)."""
+    return make_job(
+        rollout={"engine": "hf"},
+        trainer={"mode": "separate-async"},
+        cluster={
+            "workers": {"replicas": 1, "gpusPerWorker": 0},
+            "rolloutWorkers": {"replicas": 1, "gpusPerWorker": 0},
+        },
+    )

@@ -563,7 +563,7 @@ def test_cpu_workers_ask_for_no_gpu_and_advertise_one_logical_ray_gpu(make_job) 
     assert "num-cpus" not in gpu["headGroupSpec"]["rayStartParams"], "a GPU job's head keeps its real CPUs"
 
 
-def test_separate_async_gets_a_rollout_worker_group_of_its_own(make_job) -> None:
+def test_separate_async_gets_a_rollout_worker_group_of_its_own(make_job, separate_async_cpu_job) -> None:
     """trainer.mode separate-async: cluster.rolloutWorkers become a second worker group of the RayJob's
     cluster (its replicas, GPUs, resources and scheduling), beside the training workers; other modes
     have the training group only. (The CRD admits separate-async on CPU workers only for now; the
@@ -594,14 +594,7 @@ def test_separate_async_gets_a_rollout_worker_group_of_its_own(make_job) -> None
     assert trainers["template"]["spec"]["containers"][0]["resources"]["limits"] == {GPU_RESOURCE: "8"}
     assert rollouts["rayStartParams"] == {}
 
-    cpu = make_job(
-        rollout={"engine": "hf"},
-        trainer={"mode": "separate-async"},
-        cluster={
-            "workers": {"replicas": 1, "gpusPerWorker": 0},
-            "rolloutWorkers": {"replicas": 1, "gpusPerWorker": 0},
-        },
-    )
+    cpu = separate_async_cpu_job
     (_, cpu_rollouts) = build_rayjob(cpu, SETTINGS)["spec"]["rayClusterSpec"]["workerGroupSpecs"]
     assert cpu_rollouts["rayStartParams"]["num-gpus"] == str(LOGICAL_GPUS_PER_CPU_WORKER)
     assert len(build_rayjob(make_job(), SETTINGS)["spec"]["rayClusterSpec"]["workerGroupSpecs"]) == 1

@@ -149,7 +149,9 @@ def test_mcp_tools_are_checked_at_apply_time(schema: dict[str, Any]) -> None:
     assert server["properties"]["targetPort"]["maximum"] == 65535
 
 
-def test_the_status_schema_declares_every_field_the_operator_writes(schema: dict[str, Any], make_job) -> None:
+def test_the_status_schema_declares_every_field_the_operator_writes(
+    schema: dict[str, Any], separate_async_cpu_job
+) -> None:
     """The API server prunes undeclared status fields: every field of a computed status (worker
     groups included) must be in the CRD's status schema."""
     from toolrl_operator.handlers import rayjob_view
@@ -157,14 +159,7 @@ def test_the_status_schema_declares_every_field_the_operator_writes(schema: dict
     from toolrl_operator.settings import Settings
     from toolrl_operator.status import compute_status
 
-    job = make_job(
-        rollout={"engine": "hf"},
-        trainer={"mode": "separate-async"},
-        cluster={
-            "workers": {"replicas": 1, "gpusPerWorker": 0},
-            "rolloutWorkers": {"replicas": 1, "gpusPerWorker": 0},
-        },
-    )
+    job = separate_async_cpu_job
     running = {
         "jobDeploymentStatus": "Running",
         "jobStatus": "RUNNING",

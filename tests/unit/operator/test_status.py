@@ -378,15 +378,10 @@ def test_a_sync_job_shows_its_one_worker_group(make_job) -> None:
     assert cluster["message"] == "RayCluster c1 is ready", "one group: the message stays as it was"
 
 
-def test_a_separate_async_job_shows_both_worker_groups_in_the_rayjobs_order(make_job) -> None:
-    job = make_job(
-        rollout={"engine": "hf"},
-        trainer={"mode": "separate-async"},
-        cluster={
-            "workers": {"replicas": 1, "gpusPerWorker": 0},
-            "rolloutWorkers": {"replicas": 1, "gpusPerWorker": 0},
-        },
-    )
+def test_a_separate_async_job_shows_both_worker_groups_in_the_rayjobs_order(
+    make_job, separate_async_cpu_job
+) -> None:
+    job = separate_async_cpu_job
     starting = {"jobDeploymentStatus": "Initializing", "rayClusterName": "c1"}
     status = compute_status(
         job, _rayjob_of(job, **starting), deployment(), 3, NOW, ready_workers={"gpu-workers": 1}
