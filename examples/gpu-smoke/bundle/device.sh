@@ -9,7 +9,7 @@ ph() { echo "=== device.sh [$((SECONDS - T0))s] $*"; }
 B="$(cd "$(dirname "$0")" && pwd)"
 OUT="${OUT:-/tmp/devout}"; mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
-SITE=/tmp/site SRC=/tmp/src WORK="$OUT/work"
+VENV=/tmp/smoke-venv SRC=/tmp/src WORK="$OUT/work"
 finish() {
   ph "collecting files into \$OUT"
   for f in trainer.log tool_sandbox.log pool-metrics.txt job.json; do
@@ -26,14 +26,15 @@ nvidia-smi || echo "device.sh: nvidia-smi failed"
 echo "gcc: $(command -v gcc || echo MISSING)  headers: $("$PY" -c 'import sysconfig,os; p=sysconfig.get_paths()["include"]; print(p if os.path.exists(p+"/Python.h") else "MISSING "+p)')"
 nproc; free -g | head -2
 
-ph "install wheels into $SITE"
-rm -rf "$SITE" && mkdir -p "$SITE"
+ph "install wheels into a venv over the machine's packages ($VENV)"
+rm -rf "$VENV" && "$PY" -m venv --system-site-packages "$VENV" || { echo "device.sh: FAILED making $VENV"; exit 3; }
+PY="$VENV/bin/python"  # its own packages come before the machine's (transformers 5.9 over 5.17)
 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check \
-  --target "$SITE" "$B"/wheels/*.whl || { echo "device.sh: FAILED installing wheels"; exit 3; }
+  "$B"/wheels/*.whl || { echo "device.sh: FAILED installing wheels"; exit 3; }
 ph "unpack ray (repacked: no jars, rllib, dashboard web client)"
+SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 tar -xJf "$B"/ray-2.60.0-*.tar.xz -C "$SITE" || { echo "device.sh: FAILED unpacking ray"; exit 3; }
-export PYTHONPATH="$SITE"
-export PATH="$SITE/bin:$PATH"
+export PATH="$VENV/bin:$PATH"
 if ! "$PY" -c "import ctypes.util, sys; sys.exit(0 if ctypes.util.find_library('seccomp') else 1)"; then
   ph "no libseccomp.so.2 here: installing the carried one (Debian 12 libseccomp2 2.5.4) into /usr/local/lib"
   cp "$B/lib/libseccomp.so.2" /usr/local/lib/libseccomp.so.2 && ldconfig
@@ -47,12 +48,10 @@ if ! "$PY" -c 'import os, sys, sysconfig; sys.exit(0 if os.path.exists(sysconfig
   mkdir -p /tmp/pyinc && tar -xJf "$B/lib/python3.12-include.tar.xz" -C /tmp/pyinc
   export C_INCLUDE_PATH="/tmp/pyinc/python3.12${C_INCLUDE_PATH:+:$C_INCLUDE_PATH}"
 fi
-ph "build trainer_entry and tool_sandbox (C extension) into $SITE"
+ph "build trainer_entry and tool_sandbox (C extension) into $VENV"
 if ! "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --disable-pip-version-check \
-     --target "$SITE" "$SRC/trainer_entry" "$SRC/tool_sandbox"; then
-  echo "device.sh: pip could not build trainer_entry/tool_sandbox (gcc / Python.h / setuptools?): falling back to"
-  echo "device.sh: the sources on PYTHONPATH; tool_sandbox's C extension is then MISSING and the pool will not start"
-  export PYTHONPATH="$SITE:$SRC/trainer_entry:$SRC/tool_sandbox"
+     "$SRC/trainer_entry" "$SRC/tool_sandbox"; then
+  echo "device.sh: FAILED building trainer_entry/tool_sandbox (gcc, Python.h, setuptools?)"; exit 3
 fi
 "$PY" - <<'PY' || { echo "device.sh: FAILED import check"; exit 4; }
 import importlib.metadata as md, ray, verl, transformers, tokenizers, torch, tensordict
