@@ -73,13 +73,19 @@ class CheckpointWriteError(RuntimeError):
 
 
 def _os_error(exc: BaseException) -> OSError | None:
-    """The OSError behind `exc`, also through Ray's task errors (a worker's save failed in it)."""
+    """The innermost OSError behind `exc`, also through Ray's task errors (a worker's save failed in
+    it). What `ray.get` raises is itself an OSError (`RayTaskError(PermissionError)`, both classes)
+    whose text is the worker's traceback and whose strerror is None: the worker's own error is its
+    cause."""
     seen: BaseException | None = exc
+    found = None
     for _ in range(16):  # causes may form a cycle
-        if seen is None or isinstance(seen, OSError):
-            return seen
+        if seen is None:
+            break
+        if isinstance(seen, OSError):
+            found = seen
         seen = getattr(seen, "cause", None) or seen.__cause__
-    return None
+    return found
 
 
 def checkpoint_write_message(step: int, directory: str, cause: OSError) -> str:

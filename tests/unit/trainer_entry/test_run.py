@@ -481,8 +481,11 @@ def test_the_cpus_per_gpu_are_verls_and_the_crds():
     assert f"at least {VERL_CPUS_PER_GPU} CPUs per GPU" in rule["message"]
 
 
-def test_a_checkpoint_that_cannot_be_written_stops_the_run_saying_so(monkeypatch):
-    """Issue 25 (7): a full or read-only volume failed the run with an OSError traceback from a worker."""
+@pytest.mark.parametrize("as_raised", ["task error", "as ray.get raises it"])
+def test_a_checkpoint_that_cannot_be_written_stops_the_run_saying_so(monkeypatch, as_raised):
+    """Issue 25 (7): a full or read-only volume failed the run with an OSError traceback from a worker.
+    `ray.get` raises the worker's error as `RayTaskError(OSError)`, an OSError itself whose text is the
+    traceback (seen on the real node: the job's status quoted it)."""
     import errno
 
     import ray.exceptions
@@ -492,6 +495,9 @@ def test_a_checkpoint_that_cannot_be_written_stops_the_run_saying_so(monkeypatch
 
     full = OSError(errno.ENOSPC, "No space left on device")
     in_worker = ray.exceptions.RayTaskError("save_checkpoint", "Traceback ...\nOSError: ...", full)
+    if as_raised == "as ray.get raises it":
+        in_worker = in_worker.as_instanceof_cause()
+        assert isinstance(in_worker, OSError) and in_worker.strerror is None
 
     def save(self):
         raise in_worker
