@@ -255,6 +255,9 @@ def tool_pool_status(deployment: dict[str, Any] | None) -> tuple[int, int, bool,
         return 0, ready, False, "ScaledToZero", "the tool pool is scaled to zero"
     if current and ready >= replicas and updated >= replicas:
         return replicas, ready, True, "ReplicasReady", f"{ready}/{replicas} tool-pool replicas ready"
+    if ready >= replicas:  # e.g. scaled down a moment ago: "2/1 ready" would read as a contradiction
+        message = f"tool-pool replicas: {ready} ready, {replicas} wanted (the Deployment is rolling out)"
+        return replicas, ready, False, "ReplicasNotReady", message
     return replicas, ready, False, "ReplicasNotReady", f"{ready}/{replicas} tool-pool replicas ready"
 
 

@@ -175,6 +175,14 @@ def test_pool_rollout_in_progress_is_not_ready(make_job) -> None:
     assert _conditions(status)["ToolPoolReady"] == ("False", "ReplicasNotReady")
 
 
+def test_a_pool_scaled_down_a_moment_ago_says_it_rolls_out_not_2_of_1_ready(make_job) -> None:
+    scaled_down = deployment(replicas=1, ready=2, generation=2, observed=1)
+    status = compute_status(make_job(), rayjob("Running"), scaled_down, 3, NOW)
+    cond = {c["type"]: c for c in status["conditions"]}["ToolPoolReady"]
+    assert (cond["status"], cond["reason"]) == ("False", "ReplicasNotReady")
+    assert cond["message"] == "tool-pool replicas: 2 ready, 1 wanted (the Deployment is rolling out)"
+
+
 def test_failed_job_copies_reason_and_completion_time(make_job) -> None:
     rj = rayjob("Failed", "FAILED", reason="AppFailed", message="exit 1", endTime="2026-01-01T01:00:00Z")
     status = compute_status(make_job(), rj, deployment(), 3, NOW)
