@@ -49,6 +49,8 @@ def job(name: str) -> dict[str, Any]:
     spec["cluster"]["head"] = {"resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}}
     spec["toolPool"]["replicas"] = {"min": 1, "max": 2}
     spec["toolPool"]["resources"] = {"requests": {"cpu": "50m", "memory": "64Mi"}}
+    # the example's claims are the user's to make (examples/data-prep-job.yaml); the fake nodes need none
+    spec["data"]["volume"] = spec["checkpoint"]["volume"] = {"emptyDir": {}}
     return doc
 
 
