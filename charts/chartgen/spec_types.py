@@ -132,7 +132,6 @@ def render_module(crd_text: str, source: str, command: str) -> str:
         "(charts/chartgen/spec_types.py): do not edit; change the CRD and regenerate.\n"
         "`make chart-check` fails while this file is stale.\n"
         '"""\n\n'
-        "from __future__ import annotations\n\n"
         "from typing import Any, Literal\n\n"
         "from pydantic import BaseModel, ConfigDict, Field\n\n\n"
         "class _Object(BaseModel):\n"

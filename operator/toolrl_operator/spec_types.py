@@ -7,8 +7,6 @@ GENERATED from crds/toolrl.dev_toolrljobs.yaml by `make chart-generate`
 `make chart-check` fails while this file is stale.
 """
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field

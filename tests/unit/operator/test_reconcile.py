@@ -147,6 +147,28 @@ def test_a_permanent_error_sets_the_condition_once_and_waits_for_a_spec_change(w
     assert "Deployment" in kinds(kube)[attempts:]
 
 
+def test_a_spec_that_does_not_parse_is_one_event_naming_the_fields_and_nothing_applied(world) -> None:
+    """A stored job that does not fit the CRD (e.g. kept from an older CRD): no traceback, no child
+    applied, one Warning per generation naming each field; the fixed spec reconciles."""
+    rec, kube, indexes = world
+    job = indexes["jobs"][KEY][0]
+    good = copy.deepcopy(job["spec"])
+    job["spec"]["toolPool"]["replicas"]["min"] = 0
+    job["spec"]["tools"][0]["type"] = "shell"
+    for _ in range(3):
+        rec.sync(KEY)
+    assert kube.applied == [] and kube.statuses == []
+    [(type_, reason, message)] = kube.events
+    assert (type_, reason) == ("Warning", events.RECONCILE_ERROR)
+    assert "spec.toolPool.replicas.min: Input should be greater than or equal to 1" in message
+    assert "spec.tools[0].type: Input should be 'python'" in message and "apply the job again" in message
+
+    job["spec"] = good
+    job["metadata"]["generation"] = 4
+    rec.sync(KEY)
+    assert "RayJob" in kinds(kube) and kube.statuses[-1]["observedGeneration"] == 4
+
+
 def test_transient_errors_raise_for_a_retry(world) -> None:
     rec, kube, _ = world
     for err in (
