@@ -105,12 +105,13 @@ class _Renderer:
             options.append(f"pattern={python_literal(prop['pattern'])}")
         if "default" in prop:
             default = prop["default"]
-            if isinstance(default, dict | list) and default and not annotation[:1].isupper():
+            if annotation in self.names and default == {}:
+                options.insert(0, f"default_factory={annotation}")  # the class with its own defaults
+            elif annotation in self.names:
+                literal = python_literal(default)
+                options.insert(0, f"default_factory=lambda: {annotation}.model_validate({literal})")
+            elif isinstance(default, dict | list):  # a fresh copy for each job
                 options.insert(0, f"default_factory=lambda: {python_literal(default)}")
-            elif isinstance(default, dict):
-                options.insert(0, f"default_factory={annotation}")  # {}: the class with its defaults
-            elif isinstance(default, list):
-                options.insert(0, "default_factory=list")
             else:
                 options.insert(0, f"default={python_literal(default)}")
         elif not required:
