@@ -1,4 +1,6 @@
-"""The operator's only door to the API server: server-side apply of children, status patches.
+"""The operator's own calls to the API server (kopf's watches aside): server-side apply of the
+children and of the job's status (`apply`, `apply_status`), Events (`create`), and reads (`get`, the
+autoscaler's pod lists through `request`).
 
 Server-side apply makes create-or-update one idempotent call with no read-modify-write race;
 `force` takes back fields the operator owns if someone else changed them.

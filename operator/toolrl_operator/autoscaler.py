@@ -1,25 +1,26 @@
-"""How many tool-pool replicas a job needs, and why.
+"""The native tool-pool autoscaler's decision: how many replicas a job's tool pool needs, and why.
 
-Pure: no clock, no I/O. The caller passes the time, the observed load and the trainer's phase,
-and keeps the returned ``State`` for the next call. The reactive part follows Knative's KPA:
-desired = ceil(load / target) over a stable window, a short panic window that only ever scales
-up during a burst, and scale-down only once every recommendation of the last
-``scaleDownDelaySeconds`` agrees (so the pool never flaps). The rollout-aware part uses the
-trainer's phase: the expected burst is added as a recommendation shortly before and at the
-start of generation, and during training the delay is dropped so the pool returns to ``min``
-(from the second training phase on: the first one is held, as its length is not yet known).
-The burst is the peak load seen in the previous generation phase, scaled by how many calls the
-trainer expects this time compared with then (before any history: the expected calls, capped by
-how many the trainer can have in flight).
+This module decides; autoscaling.py is the loop that observes each job's pool, calls `decide` and
+writes the result (and keda.py is the KEDA alternative to both). Pure: no clock, no I/O. The caller
+passes the time, the observed load and the trainer's phase, and keeps the returned ``State`` for
+the next call. The reactive part follows Knative's KPA: desired = ceil(load / target) over a stable
+window, a short panic window that only ever scales up during a burst, and scale-down only once
+every recommendation of the last ``scaleDownDelaySeconds`` agrees (so the pool never flaps). The
+rollout-aware part uses the trainer's phase: the expected burst is added as a recommendation
+shortly before and at the start of generation, and during training the delay is dropped so the pool
+returns to ``min`` (from the second training phase on: the first one is held, as its length is not
+yet known). The burst is the peak load seen in the previous generation phase, scaled by how many
+calls the trainer expects this time compared with then (before any history: the expected calls,
+capped by how many the trainer can have in flight).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from .spec_types import Spec
 
 PHASES = ("generating", "scoring", "training")
 
@@ -84,24 +85,16 @@ class Policy:
             raise PolicyError("the panic window must be positive and no longer than the stable window")
 
     @classmethod
-    def from_job_spec(cls, spec: Mapping[str, Any], **tuning: float) -> Policy:
-        """Reads a ToolRLJob spec (CRD defaults applied) into a policy."""
-        with _spec_fields("spec.toolPool"):
-            pool = spec["toolPool"]
-            replicas = pool["replicas"]
-            lo, hi = int(replicas["min"]), int(replicas["max"])
-            target = float(pool["targetConcurrencyPerReplica"])
-            delay = float(pool["scaleDownDelaySeconds"])
-            rollout_aware = bool(pool["rolloutAware"])  # no fallback of its own: the CRD's default
-        with _spec_fields("spec.algorithm or spec.rollout"):
-            cap = burst_cap(spec)
+    def from_job_spec(cls, spec: Spec, **tuning: float) -> Policy:
+        """Reads a ToolRLJob's typed spec (its defaults are the CRD's) into a policy."""
+        pool = spec.tool_pool
         return cls(
-            min_replicas=lo,
-            max_replicas=hi,
-            target_concurrency=target,
-            scale_down_delay_seconds=delay,
-            rollout_aware=rollout_aware,
-            burst_cap=cap,
+            min_replicas=pool.replicas.min,
+            max_replicas=pool.replicas.max,
+            target_concurrency=float(pool.target_concurrency_per_replica),
+            scale_down_delay_seconds=float(pool.scale_down_delay_seconds),
+            rollout_aware=pool.rollout_aware,
+            burst_cap=burst_cap(spec),
             **tuning,
         )
 
@@ -113,26 +106,12 @@ class Policy:
         return max(self.min_replicas, min(self.max_replicas, replicas))
 
 
-@contextlib.contextmanager
-def _spec_fields(where: str) -> Iterator[None]:
-    """Reading fields of `where`: a missing or non-numeric one is a PolicyError that names it."""
-    try:
-        yield
-    except KeyError as missing:
-        raise PolicyError(
-            f"{where} is missing {missing}; the CRD defaults it, so apply the job through the apiserver "
-            "or set it explicitly"
-        ) from None
-    except (TypeError, ValueError) as bad:
-        raise PolicyError(f"{where} has a non-numeric value: {bad}") from None
-
-
-def burst_cap(spec: Mapping[str, Any]) -> int:
+def burst_cap(spec: Spec) -> int:
     """The trainer can have at most this many tool calls in flight: its client's concurrency limit,
     and one call per parallel slot of every trajectory of the batch."""
-    algo, rollout = spec["algorithm"], spec["rollout"]
-    slots = int(algo["trainBatchSize"]) * int(algo["rolloutsPerPrompt"]) * int(rollout["maxParallelCalls"])
-    return min(int(rollout["toolCall"]["maxConcurrency"]), slots)
+    algo, rollout = spec.algorithm, spec.rollout
+    slots = algo.train_batch_size * algo.rollouts_per_prompt * rollout.max_parallel_calls
+    return min(rollout.tool_call.max_concurrency, slots)
 
 
 @dataclass(frozen=True)

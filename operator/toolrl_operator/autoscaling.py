@@ -1,4 +1,5 @@
-"""The native tool-pool autoscaler: one loop for every ToolRLJob the operator watches.
+"""The native tool-pool autoscaler's loop (it runs; autoscaler.py decides): one loop for every ToolRLJob
+the operator watches.
 
 Every `autoscaler_interval_seconds` the loop takes the jobs and their pool Deployments from the
 operator's in-memory indexes, and for each job (a bounded number at a time) reads the pool's
@@ -31,6 +32,7 @@ from prometheus_client import Counter, Gauge
 from . import autoscaler, events, signals
 from .apply import ApiError
 from .handlers import first, runtime
+from .job import Job, SpecError, parse_job
 from .keda import uses_keda
 from .naming import API_VERSION, AUTOSCALER_FIELD_MANAGER, KIND
 from .status import now, pool_stopped
@@ -58,9 +60,9 @@ DECISIONS = Counter("toolrl_autoscaler_decisions_total", "Autoscaling decisions 
 Key = tuple[str, str]
 
 
-def native(job: Mapping[str, Any]) -> bool:
+def native(job: Job) -> bool:
     """Whether the operator itself should size this job's pool right now."""
-    return not uses_keda(job) and not pool_stopped(job) and not job["metadata"].get("deletionTimestamp")
+    return not uses_keda(job) and not pool_stopped(job) and not job.metadata.get("deletionTimestamp")
 
 
 def condition(
@@ -138,8 +140,13 @@ class Autoscaler:
         for uid in self.scalers.keys() - live.keys():
             self.scalers.pop(uid).forget()
         due = []
-        for uid, job in live.items():
-            key = (job["metadata"]["namespace"], job["metadata"]["name"])
+        for uid, body in live.items():
+            key = (body["metadata"]["namespace"], body["metadata"]["name"])
+            try:
+                job = parse_job(body)
+            except SpecError as err:  # the sync reports it (an Event, the Reconciled condition)
+                log.debug("not autoscaling %s/%s: %s", *key, err)
+                continue
             deployment = first(self.deployments.get(key))
             if native(job) and deployment is not None:  # no pool yet: the reconcile handler makes it
                 due.append((uid, key, job, deployment))
@@ -147,7 +154,7 @@ class Autoscaler:
         pods = {} if url else await self.list_pods({key[0] for _, key, _, _ in due})
         bound = asyncio.Semaphore(self.concurrency)
 
-        async def one(uid: str, key: Key, job: dict[str, Any], deployment: dict[str, Any]) -> None:
+        async def one(uid: str, key: Key, job: Job, deployment: dict[str, Any]) -> None:
             async def read(current: int) -> signals.Reading:
                 if url:
                     return await signals.read_prometheus(session, url, *key, current)
@@ -212,8 +219,8 @@ class JobScaler:
             with contextlib.suppress(KeyError):
                 gauge.remove(self.namespace, self.name)
 
-    async def tick(self, job: dict[str, Any], deployment: dict[str, Any], read: Reader) -> None:
-        policy = autoscaler.Policy.from_job_spec(job["spec"])
+    async def tick(self, job: Job, deployment: dict[str, Any], read: Reader) -> None:
+        policy = autoscaler.Policy.from_job_spec(job.spec)
         current = int(deployment["spec"].get("replicas", 0))
         ready = int(deployment["status"].get("readyReplicas", 0))
         reading = await read(current)
@@ -234,7 +241,7 @@ class JobScaler:
         DESIRED.labels(self.namespace, self.name).set(decision.replicas)
         MAX_REPLICAS.labels(self.namespace, self.name).set(policy.max_replicas)
         DECISIONS.labels(decision.reason).inc()
-        await self.publish(job, decision, current, reading)
+        await self.publish(job.body, decision, current, reading)
 
     async def publish(
         self, job: dict[str, Any], decision: autoscaler.Decision, current: int, reading: signals.Reading

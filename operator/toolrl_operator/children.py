@@ -1,6 +1,7 @@
 """The one list of a job's child kinds: how each is built, where it lives in the API, whether the
 operator watches it and what RBAC that takes. The handlers' watches, apply's REST paths, the
-chart's RBAC (tests/unit/operator/test_child_kinds.py checks it) and the e2e helpers derive from it.
+chart's RBAC (tests/unit/chart/test_rbac_matches_child_kinds.py checks it), the harness's operator
+process (harness/operator_process.py), the operator benchmark and the e2e tests derive from it.
 
 Adding a child kind is one entry here (and its builder module).
 """
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .configmap import build_configmap
+from .job import Job
 from .keda import build_scaled_object, uses_keda
 from .rayjob import build_ray_network_policy, build_rayjob
 from .rbac import build_role, build_role_binding, build_service_account
@@ -19,7 +21,7 @@ from .settings import Settings
 from .status import finished
 from .toolpool import build_deployment, build_network_policy, build_pdb, build_service
 
-Builder = Callable[[dict[str, Any], Settings, "Live"], "list[dict[str, Any]]"]
+Builder = Callable[[Job, Settings, "Live"], "list[dict[str, Any]]"]
 WATCH_VERBS = ("list", "watch")
 APPLY_VERBS = ("create", "patch")  # server-side apply: patch, and create when absent
 
@@ -37,7 +39,7 @@ class ChildKind:
     kind: str
     api_version: str  # "v1" or "group/version"
     plural: str
-    build: Builder  # job (CRD defaults applied), settings, live -> manifests of this kind
+    build: Builder  # job (its spec typed, job.py), settings, live -> manifests of this kind
     watched: bool = True  # events of these objects re-sync their job (drift, deletion, status)
     # Applied after the others (which are applied in parallel), in list order: it refers to them.
     after_others: bool = False
@@ -61,24 +63,24 @@ class ChildKind:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
 
-def _one(build: Callable[[dict[str, Any]], dict[str, Any]]) -> Builder:
+def _one(build: Callable[[Job], dict[str, Any]]) -> Builder:
     return lambda job, settings, live: [build(job)]
 
 
-def _deployment(job: dict[str, Any], settings: Settings, live: Live) -> list[dict[str, Any]]:
+def _deployment(job: Job, settings: Settings, live: Live) -> list[dict[str, Any]]:
     return [build_deployment(job, settings)]
 
 
-def _rayjob(job: dict[str, Any], settings: Settings, live: Live) -> list[dict[str, Any]]:
+def _rayjob(job: Job, settings: Settings, live: Live) -> list[dict[str, Any]]:
     # A finished job has no RayJob to (re)create: its training must not run again.
     return [] if finished(job) else [build_rayjob(job, settings, live.rayjob_suspend)]
 
 
-def _scaled_object(job: dict[str, Any], settings: Settings, live: Live) -> list[dict[str, Any]]:
+def _scaled_object(job: Job, settings: Settings, live: Live) -> list[dict[str, Any]]:
     return [build_scaled_object(job, settings.prometheus_url)] if uses_keda(job) else []
 
 
-def _network_policies(job: dict[str, Any], settings: Settings, live: Live) -> list[dict[str, Any]]:
+def _network_policies(job: Job, settings: Settings, live: Live) -> list[dict[str, Any]]:
     return [build_network_policy(job, settings), build_ray_network_policy(job, settings)]
 
 
@@ -109,7 +111,7 @@ CHILD_KINDS: tuple[ChildKind, ...] = (
 BY_KIND = {child.kind: child for child in CHILD_KINDS}
 
 
-def build_children(job: dict[str, Any], settings: Settings, live: Live | None = None) -> list[dict[str, Any]]:
+def build_children(job: Job, settings: Settings, live: Live | None = None) -> list[dict[str, Any]]:
     """Plain manifests for all of `job`'s children, in apply order; pure, so it is tested without a
     cluster. With `toolPool.autoscaler: keda` a KEDA ScaledObject sizes the pool (KedaConfigError
     without a Prometheus URL)."""

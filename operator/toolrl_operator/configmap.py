@@ -1,13 +1,18 @@
-"""The job's ConfigMap: the job spec the trainer reads and the tool config the tool pool reads."""
+"""The job's ConfigMap: the job spec the trainer reads and the tool config the tool pool reads.
+
+Both are copies of the job's spec as the API server holds it (CRD defaults applied), not of the typed
+`Spec`: the trainer and the tool pool parse them with their own copies of the CRD's defaults."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
+from .job import Job
 from .naming import (
     API_VERSION,
     COMPONENT_CONFIG,
@@ -22,9 +27,9 @@ JOB_KEY = "job.json"
 TOOLS_KEY = "tools.yaml"
 
 
-def job_document(job: dict[str, Any]) -> dict[str, Any]:
+def job_document(job: Job) -> dict[str, Any]:
     """The trainer's view of the job: identity plus the spec with CRD defaults applied."""
-    meta = job["metadata"]
+    meta = job.metadata
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -34,7 +39,7 @@ def job_document(job: dict[str, Any]) -> dict[str, Any]:
             "uid": meta["uid"],
             "generation": meta.get("generation", 1),
         },
-        "spec": job["spec"],
+        "spec": job.body["spec"],
     }
 
 
@@ -43,9 +48,9 @@ def function_source(tool: str) -> str:
     return f"{FUNCTIONS_DIR}/{tool}.py"
 
 
-def tools_yaml(spec: dict[str, Any]) -> str:
-    """The job's `spec.tools` as the tool pool reads it: verbatim, plus where each function tool's
-    source is mounted (`source`, see toolpool.build_deployment)."""
+def tools_yaml(spec: Mapping[str, Any]) -> str:
+    """The job's `spec.tools` (`spec`: as the API server holds it) as the tool pool reads it: verbatim,
+    plus where each function tool's source is mounted (`source`, see toolpool.build_deployment)."""
     tools = [
         {**tool, "source": f"{CONFIG_MOUNT}/{function_source(tool['name'])}"}
         if tool["type"] == "function"
@@ -55,19 +60,19 @@ def tools_yaml(spec: dict[str, Any]) -> str:
     return yaml.safe_dump({"tools": tools}, sort_keys=True)
 
 
-def tools_checksum(spec: dict[str, Any]) -> str:
+def tools_checksum(spec: Mapping[str, Any]) -> str:
     """Changes whenever the tool config does, so the pool's pods roll to pick it up."""
     return hashlib.sha256(tools_yaml(spec).encode()).hexdigest()[:16]
 
 
-def build_configmap(job: dict[str, Any]) -> dict[str, Any]:
-    name = job["metadata"]["name"]
+def build_configmap(job: Job) -> dict[str, Any]:
+    name = job.name
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": child_metadata(job, config_name(name), COMPONENT_CONFIG),
+        "metadata": child_metadata(job.body, config_name(name), COMPONENT_CONFIG),
         "data": {
             JOB_KEY: json.dumps(job_document(job), indent=2, sort_keys=True),
-            TOOLS_KEY: tools_yaml(job["spec"]),
+            TOOLS_KEY: tools_yaml(job.body["spec"]),
         },
     }

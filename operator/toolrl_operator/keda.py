@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .autoscaler import Policy
+from .job import Job
 from .naming import COMPONENT_TOOL_POOL, child_metadata, tool_pool_name
 from .signals import pool_load_query
 from .status import pool_stopped
@@ -38,20 +39,20 @@ def explain_api_error(status: int) -> str:
     return ""
 
 
-def uses_keda(job: dict[str, Any]) -> bool:
-    return job["spec"]["toolPool"]["autoscaler"] == "keda"
+def uses_keda(job: Job) -> bool:
+    return job.spec.tool_pool.autoscaler == "keda"
 
 
-def build_scaled_object(job: dict[str, Any], prometheus_url: str) -> dict[str, Any]:
+def build_scaled_object(job: Job, prometheus_url: str) -> dict[str, Any]:
     """The job's ScaledObject (named like the pool's Deployment, which it targets)."""
     if not prometheus_url:
         raise KedaConfigError(
             "spec.toolPool.autoscaler is keda, but the operator has no Prometheus URL for the trigger: "
             "set TOOLRL_PROMETHEUS_URL on the operator, or use spec.toolPool.autoscaler: native"
         )
-    meta = job["metadata"]
-    policy = Policy.from_job_spec(job["spec"])
-    metadata = child_metadata(job, tool_pool_name(meta["name"]), COMPONENT_TOOL_POOL)
+    meta = job.metadata
+    policy = Policy.from_job_spec(job.spec)
+    metadata = child_metadata(job.body, tool_pool_name(meta["name"]), COMPONENT_TOOL_POOL)
     if pool_stopped(job):  # else KEDA keeps (or brings back) the pool
         metadata["annotations"] = {PAUSED_REPLICAS: "0"}
     return {

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .configmap import JOB_KEY
+from .job import Job
 from .naming import (
     CHECKPOINT_MOUNT,
     COMPONENT_TRAINER,
@@ -31,6 +32,7 @@ from .naming import (
     trainer_name,
 )
 from .settings import Settings
+from .spec_types import ClusterHead, ClusterRolloutWorkers, ClusterWorkers, Spec
 
 GPU_RESOURCE = "nvidia.com/gpu"
 WORKER_GROUP = "gpu-workers"
@@ -85,30 +87,30 @@ def trainer_env(name: str, namespace: str) -> list[dict[str, str]]:
     ]
 
 
-def ray_env(job: dict[str, Any]) -> list[dict[str, Any]]:
+def ray_env(job: Job) -> list[dict[str, Any]]:
     """The Ray containers' environment: the NCCL/Gloo defaults, then `cluster.env` (which may
     override them), then the operator's contract (TOOLRL_*, which the CRD keeps users from
     setting)."""
-    meta = job["metadata"]
-    user = [copy.deepcopy(e) for e in job["spec"]["cluster"].get("env") or []]
+    meta = job.metadata
+    user = [copy.deepcopy(e) for e in job.spec.cluster.env or []]
     named = {e["name"] for e in user}
     defaults = [{"name": k, "value": v} for k, v in NETWORK_ENV_DEFAULTS.items() if k not in named]
     return [*defaults, *user, *trainer_env(meta["name"], meta["namespace"])]
 
 
-def _volumes(job: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _volumes(job: Job) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Volumes of every Ray pod and where the container mounts them. /etc/toolrl is one projected
     volume: the job's ConfigMap, plus a custom reward's file under reward/."""
-    spec = job["spec"]
-    sources: list[dict[str, Any]] = [{"configMap": {"name": config_name(job["metadata"]["name"])}}]
-    reward = spec["reward"]
-    if reward["preset"] == "custom":
-        custom = reward["custom"]
-        key = custom["key"]
+    spec = job.spec
+    sources: list[dict[str, Any]] = [{"configMap": {"name": config_name(job.name)}}]
+    custom = spec.reward.custom
+    if spec.reward.preset == "custom":
+        assert custom is not None  # the CRD requires reward.custom with preset custom
+        key = custom.key
         sources.append(
             {
                 "configMap": {
-                    "name": custom["configMap"],
+                    "name": custom.config_map,
                     "items": [{"key": key, "path": f"{REWARD_DIR}/{key}"}],
                 }
             }
@@ -122,8 +124,8 @@ def _volumes(job: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, 
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
     for vol_name, source, path in (
-        ("data", spec["data"].get("volume"), DATA_MOUNT),
-        ("checkpoints", spec["checkpoint"].get("volume"), CHECKPOINT_MOUNT),
+        ("data", spec.data.volume, DATA_MOUNT),
+        ("checkpoints", spec.checkpoint.volume, CHECKPOINT_MOUNT),
     ):
         if source:
             volumes.append({"name": vol_name, **copy.deepcopy(source)})
@@ -131,49 +133,48 @@ def _volumes(job: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, 
     return volumes, mounts
 
 
-def _shm(spec: dict[str, Any]) -> dict[str, Any]:
-    size = spec["cluster"].get("shmSize")
+def _shm(spec: Spec) -> dict[str, Any]:
+    size = spec.cluster.shm_size
     return {"medium": "Memory", **({"sizeLimit": str(size)} if size else {})}
 
 
 def _pod_template(
-    job: dict[str, Any],
+    job: Job,
     container: dict[str, Any],
-    group: dict[str, Any],
+    group: ClusterHead | ClusterWorkers | ClusterRolloutWorkers,
     service_account: str | None,
 ) -> dict[str, Any]:
-    name = job["metadata"]["name"]
-    cluster = job["spec"]["cluster"]
+    name = job.name
+    cluster = job.spec.cluster
     volumes, mounts = _volumes(job)
     container = {**container, "volumeMounts": mounts, "securityContext": copy.deepcopy(CONTAINER_SECURITY)}
-    if cluster.get("envFrom"):
-        container["envFrom"] = copy.deepcopy(cluster["envFrom"])
+    if cluster.env_from:
+        container["envFrom"] = copy.deepcopy(cluster.env_from)
     pod_spec: dict[str, Any] = {
         "securityContext": copy.deepcopy(POD_SECURITY),
         "containers": [container],
         "volumes": volumes,
     }
-    service_account = cluster.get("serviceAccountName") or service_account
+    service_account = cluster.service_account_name or service_account
     if service_account:
         pod_spec["serviceAccountName"] = service_account
     else:
         pod_spec["automountServiceAccountToken"] = False
-    for field in ("imagePullSecrets", "priorityClassName"):
-        if cluster.get(field):
-            pod_spec[field] = copy.deepcopy(cluster[field])
-    if group.get("nodeSelector"):
-        pod_spec["nodeSelector"] = dict(group["nodeSelector"])
-    if group.get("tolerations"):
-        pod_spec["tolerations"] = copy.deepcopy(group["tolerations"])
-    metadata: dict[str, Any] = {
-        "labels": {**(cluster.get("podLabels") or {}), **labels(name, COMPONENT_TRAINER)}
-    }
-    if cluster.get("podAnnotations"):
-        metadata["annotations"] = dict(cluster["podAnnotations"])
+    if cluster.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = copy.deepcopy(cluster.image_pull_secrets)
+    if cluster.priority_class_name:
+        pod_spec["priorityClassName"] = cluster.priority_class_name
+    if group.node_selector:
+        pod_spec["nodeSelector"] = dict(group.node_selector)
+    if group.tolerations:
+        pod_spec["tolerations"] = copy.deepcopy(group.tolerations)
+    metadata: dict[str, Any] = {"labels": {**(cluster.pod_labels or {}), **labels(name, COMPONENT_TRAINER)}}
+    if cluster.pod_annotations:
+        metadata["annotations"] = dict(cluster.pod_annotations)
     return {"metadata": metadata, "spec": pod_spec}
 
 
-def _submitter_template(job: dict[str, Any], image: str, head: dict[str, Any]) -> dict[str, Any]:
+def _submitter_template(job: Job, image: str, head: ClusterHead) -> dict[str, Any]:
     """The pod of KubeRay's submitter Job: `ray job submit` in the trainer image, which follows the
     trainer's log to its end (so `kubectl logs job/<rayjob>` shows training), placed like the head,
     hardened like every Ray pod. KubeRay sets its command and the submission's address and id."""
@@ -199,24 +200,24 @@ def quantities(resources: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def _worker_resources(workers: dict[str, Any]) -> dict[str, Any]:
+def _worker_resources(workers: ClusterWorkers | ClusterRolloutWorkers) -> dict[str, Any]:
     """The user's resources plus the GPUs; a CPU worker (0 GPUs) asks for no `nvidia.com/gpu`."""
-    resources = quantities(workers.get("resources"))
-    if workers["gpusPerWorker"]:
+    resources = quantities(workers.resources)
+    if workers.gpus_per_worker:
         for kind in ("requests", "limits"):
-            resources.setdefault(kind, {})[GPU_RESOURCE] = str(workers["gpusPerWorker"])
+            resources.setdefault(kind, {})[GPU_RESOURCE] = str(workers.gpus_per_worker)
     return resources
 
 
-def _worker_start_params(workers: dict[str, Any]) -> dict[str, str]:
-    if workers["gpusPerWorker"]:
+def _worker_start_params(workers: ClusterWorkers | ClusterRolloutWorkers) -> dict[str, str]:
+    if workers.gpus_per_worker:
         return {}
     return {"num-gpus": str(LOGICAL_GPUS_PER_CPU_WORKER), "num-cpus": str(LOGICAL_CPUS_PER_CPU_WORKER)}
 
 
-def _head_start_params(workers: dict[str, Any]) -> dict[str, str]:
+def _head_start_params(workers: ClusterWorkers) -> dict[str, str]:
     params = {"dashboard-host": "0.0.0.0", "num-gpus": "0"}
-    if not workers["gpusPerWorker"]:
+    if not workers.gpus_per_worker:
         # The head of a CPU job hosts verl's TaskRunner and its data-queue controller and storage
         # unit (1 CPU each, the storage unit pinned round-robin from the head): with the logical
         # CPU that a small CPU request gives, the storage unit never scheduled and the run hung.
@@ -224,23 +225,20 @@ def _head_start_params(workers: dict[str, Any]) -> dict[str, str]:
     return params
 
 
-def build_rayjob(
-    job: dict[str, Any], settings: Settings, current_suspend: bool | None = None
-) -> dict[str, Any]:
+def build_rayjob(job: Job, settings: Settings, current_suspend: bool | None = None) -> dict[str, Any]:
     """The RayJob for `job`.
 
     `current_suspend` is the live RayJob's `spec.suspend` (None before it exists). With a Kueue
     queue, Kueue owns admission: the RayJob is created suspended and, unless the user suspends
     the job, the operator keeps whatever Kueue has set.
     """
-    meta = job["metadata"]
-    name = meta["name"]
-    spec = job["spec"]
-    cluster = spec["cluster"]
-    head = cluster["head"]
-    workers = cluster["workers"]
-    run_policy = spec["runPolicy"]
-    image = cluster.get("image") or settings.trainer_image
+    name = job.name
+    spec = job.spec
+    cluster = spec.cluster
+    head = cluster.head
+    workers = cluster.workers
+    run_policy = spec.run_policy
+    image = cluster.image or settings.trainer_image
     env = ray_env(job)
 
     head_container = {
@@ -253,17 +251,17 @@ def build_rayjob(
             {"name": "client", "containerPort": RAY_CLIENT_PORT},
             {"name": "trainer-metrics", "containerPort": TRAINER_METRICS_PORT},
         ],
-        "resources": quantities(head.get("resources")),
+        "resources": quantities(head.resources),
     }
 
-    def worker_group(group: str, group_workers: dict[str, Any]) -> dict[str, Any]:
+    def worker_group(group: str, group_workers: ClusterWorkers | ClusterRolloutWorkers) -> dict[str, Any]:
         container = {
             "name": "ray-worker",
             "image": image,
             "env": env,
             "resources": _worker_resources(group_workers),
         }
-        replicas = group_workers["replicas"]
+        replicas = group_workers.replicas
         return {
             "groupName": group,
             "replicas": replicas,
@@ -274,15 +272,15 @@ def build_rayjob(
         }
 
     groups = [worker_group(WORKER_GROUP, workers)]
-    if cluster.get("rolloutWorkers"):  # the CRD admits it with trainer.mode separate-async only
-        groups.append(worker_group(ROLLOUT_WORKER_GROUP, cluster["rolloutWorkers"]))
+    if cluster.rollout_workers:  # the CRD admits it with trainer.mode separate-async only
+        groups.append(worker_group(ROLLOUT_WORKER_GROUP, cluster.rollout_workers))
 
-    queue = cluster["queueName"]
-    suspend = bool(spec["suspend"])
+    queue = cluster.queue_name
+    suspend = spec.suspend
     if queue and not suspend:
         suspend = True if current_suspend is None else current_suspend
 
-    metadata = child_metadata(job, rayjob_name(name), COMPONENT_TRAINER)
+    metadata = child_metadata(job.body, rayjob_name(name), COMPONENT_TRAINER)
     if queue:
         metadata["labels"][LABEL_KUEUE_QUEUE] = queue
 
@@ -295,8 +293,8 @@ def build_rayjob(
         "submissionMode": "K8sJobMode",
         "submitterPodTemplate": _submitter_template(job, image, head),
         "shutdownAfterJobFinishes": True,
-        "ttlSecondsAfterFinished": run_policy["ttlSecondsAfterFinished"],
-        "backoffLimit": run_policy["backoffLimit"],
+        "ttlSecondsAfterFinished": run_policy.ttl_seconds_after_finished,
+        "backoffLimit": run_policy.backoff_limit,
         "suspend": suspend,
         "rayClusterSpec": {
             "headGroupSpec": {
@@ -306,11 +304,10 @@ def build_rayjob(
             "workerGroupSpecs": groups,
         },
     }
-    deadline = run_policy["activeDeadlineSeconds"]
-    if deadline:
-        rayjob_spec["activeDeadlineSeconds"] = deadline
-    if run_policy.get("pendingDeadlineSeconds"):
-        rayjob_spec["preRunningDeadlineSeconds"] = run_policy["pendingDeadlineSeconds"]
+    if run_policy.active_deadline_seconds:
+        rayjob_spec["activeDeadlineSeconds"] = run_policy.active_deadline_seconds
+    if run_policy.pending_deadline_seconds:
+        rayjob_spec["preRunningDeadlineSeconds"] = run_policy.pending_deadline_seconds
     return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": metadata, "spec": rayjob_spec}
 
 
@@ -329,13 +326,13 @@ def worker_groups(rayjob: Mapping[str, Any]) -> list[dict[str, Any]]:
     return groups
 
 
-def build_ray_network_policy(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
+def build_ray_network_policy(job: Job, settings: Settings) -> dict[str, Any]:
     """Who reaches the job's Ray pods: the dashboard (8265) is also Ray's unauthenticated job
     submission API, and GCS (6379) and the client port (10001) run code as well. Admitted: the
     job's own Ray pods (all ports); KubeRay, to the dashboard (its namespace, or namespaces
     labelled RAY_DASHBOARD_ACCESS_LABEL=true); the monitoring namespace and the operator's
     (its autoscaler reads the trainer's phase), to the trainer metrics (9400)."""
-    name = job["metadata"]["name"]
+    name = job.name
     pods = selector_labels(name, COMPONENT_TRAINER)
     kuberay = (
         namespace_selector(settings.kuberay_namespace)
@@ -346,7 +343,7 @@ def build_ray_network_policy(job: dict[str, Any], settings: Settings) -> dict[st
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": child_metadata(job, ray_network_policy_name(name), COMPONENT_TRAINER),
+        "metadata": child_metadata(job.body, ray_network_policy_name(name), COMPONENT_TRAINER),
         "spec": {
             "podSelector": {"matchLabels": pods},
             "policyTypes": ["Ingress"],

@@ -5,24 +5,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from .job import Job
 from .naming import COMPONENT_TRAINER, GROUP, PLURAL, child_metadata, trainer_name
 
 
-def build_service_account(job: dict[str, Any]) -> dict[str, Any]:
-    name = job["metadata"]["name"]
+def build_service_account(job: Job) -> dict[str, Any]:
+    name = job.name
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": child_metadata(job, trainer_name(name), COMPONENT_TRAINER),
+        "metadata": child_metadata(job.body, trainer_name(name), COMPONENT_TRAINER),
     }
 
 
-def build_role(job: dict[str, Any]) -> dict[str, Any]:
-    name = job["metadata"]["name"]
+def build_role(job: Job) -> dict[str, Any]:
+    name = job.name
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
-        "metadata": child_metadata(job, trainer_name(name), COMPONENT_TRAINER),
+        "metadata": child_metadata(job.body, trainer_name(name), COMPONENT_TRAINER),
         "rules": [
             {
                 "apiGroups": [GROUP],
@@ -36,13 +37,13 @@ def build_role(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def build_role_binding(job: dict[str, Any]) -> dict[str, Any]:
+def build_role_binding(job: Job) -> dict[str, Any]:
     """The Role for the operator's per-job account, and for `cluster.serviceAccountName` when the
     Ray pods run as the user's own account instead."""
-    name = job["metadata"]["name"]
-    meta = child_metadata(job, trainer_name(name), COMPONENT_TRAINER)
+    name = job.name
+    meta = child_metadata(job.body, trainer_name(name), COMPONENT_TRAINER)
     accounts = [trainer_name(name)]
-    workload = job["spec"].get("cluster", {}).get("serviceAccountName")
+    workload = job.spec.cluster.service_account_name
     if workload and workload != accounts[0]:
         accounts.append(workload)
     return {

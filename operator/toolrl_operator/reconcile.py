@@ -1,14 +1,15 @@
 """Level-based reconciliation, as controller-runtime (and so KubeRay) does it.
 
-Every watch event of a job, of any of its children or of its pods adds the job's key to one
-work queue (handlers.py). Workers take keys from it; for a key, `sync` does one idempotent pass:
-build every child from the job as it is now, server-side apply the ones that may differ from
-the cluster, compute the status from the children, and write it if it changed. Syncs of one key
-never overlap (the queue hands a key to one worker at a time). A transient failure (a conflict,
-throttling, a server error, a connection reset, a quota) requeues the key with exponential
-backoff; a permanent one (a manifest the API server rejects, KEDA not set up) sets the
-`Reconciled` condition once, posts one Event, and waits for a spec change (or the periodic
-resync, which also catches anything a watch missed).
+Every watch event of a job, of any of its children or of its pods adds the job's key to one work
+queue (handlers.py). Workers take keys from it; for a key, `sync` does one idempotent pass: parse
+the job's spec into its typed form (job.py; a spec that does not parse is reported once per
+generation, naming the field, and nothing is applied), build every child from the job as it is now,
+server-side apply the ones that may differ from the cluster, compute the status from the children,
+and write it if it changed. Syncs of one key never overlap (the queue hands a key to one worker at
+a time). A transient failure (a conflict, throttling, a server error, a connection reset, a quota)
+requeues the key with exponential backoff; a permanent one (a manifest the API server rejects, KEDA
+not set up) sets the `Reconciled` condition once, posts one Event, and waits for a spec change (or
+the periodic resync, which also catches anything a watch missed).
 
 What is cached, and why it is safe: for each child, the hash of the manifest last applied and
 the resourceVersion the API server answered with. Between resyncs a child is skipped while both
@@ -43,6 +44,7 @@ from typing import Any
 from . import events
 from .apply import RETRIABLE, ApiError, Kube
 from .children import BY_KIND, Live, build_children
+from .job import Job, SpecError, parse_job
 from .keda import KedaConfigError, explain_api_error
 from .metrics import PHASES, RECONCILE_DURATION, RECONCILE_ERRORS
 from .naming import API_VERSION, COMPONENT_TOOL_POOL, COMPONENT_TRAINER, KIND
@@ -66,6 +68,7 @@ Key = tuple[str, str]  # (namespace, job name)
 ChildId = tuple[str, str]  # (kind, name) within the job's namespace
 DELETED = ""  # a child's resourceVersion once its watch saw it deleted
 APPLY_THREADS = 16  # a job's independent children are applied in parallel
+INVALID_SPEC = "InvalidSpec"  # the reason of a spec that does not parse (job.SpecError)
 
 
 class PermanentError(Exception):
@@ -258,7 +261,11 @@ class Reconciler:
         state = self.state.setdefault(key, JobState())
         generation = int(job["metadata"].get("generation") or 1)
         rayjob = first(self.rayjobs.get(key))
-        job = {**job, "status": overlay(job.get("status") or {}, state.status)}
+        try:
+            parsed = parse_job({**job, "status": overlay(job.get("status") or {}, state.status)})
+        except SpecError as err:
+            self._report_invalid_spec(key, job, state, generation, str(err))
+            return
         error: tuple[str, str] | None = None
         announcements: list[tuple[str, str, str]] = []
         waiting_on_spec = (
@@ -271,9 +278,9 @@ class Reconciler:
             error = state.permanent[1:3]
         else:
             try:
-                announcements = self._apply_children(job, rayjob, state)
+                announcements = self._apply_children(parsed, rayjob, state)
                 state.permanent = None
-                observed = int(job["status"].get("observedGeneration") or 0)
+                observed = int(parsed.status.get("observedGeneration") or 0)
                 if not observed:
                     announcements.insert(0, (events.NORMAL, events.CREATED, "created the job's children"))
                 elif generation > observed:
@@ -295,11 +302,24 @@ class Reconciler:
             pool_waiting=_first_cause(state, COMPONENT_TOOL_POOL),
             lost_trainers=_lost_trainers(state),
         )
-        self._write_status(key, job, state, generation, problems, _ready_workers(state), announcements)
+        self._write_status(key, parsed, state, generation, problems, _ready_workers(state), announcements)
         RECONCILE_DURATION.observe(time.monotonic() - started)
 
+    def _report_invalid_spec(
+        self, key: Key, job: dict[str, Any], state: JobState, generation: int, message: str
+    ) -> None:
+        """A spec that does not parse (the API server validates what it admits; an object stored
+        under an older CRD may not fit): one Warning Event per generation naming the fields, the
+        children and the status left as they are until the spec changes."""
+        if state.permanent is not None and state.permanent[:3] == (generation, INVALID_SPEC, message):
+            return
+        log.warning("sync of %s/%s: %s (waits for a spec change)", *key, message)
+        RECONCILE_ERRORS.labels(INVALID_SPEC).inc()
+        state.permanent = (generation, INVALID_SPEC, message, time.monotonic())
+        self._post(key, events.WARNING, events.RECONCILE_ERROR, message, job)
+
     def _apply_children(
-        self, job: dict[str, Any], rayjob: dict[str, Any] | None, state: JobState
+        self, job: Job, rayjob: dict[str, Any] | None, state: JobState
     ) -> list[tuple[str, str, str]]:
         """Apply the children that may differ from the cluster; what to announce."""
         suspend = rayjob["spec"]["suspend"] if rayjob else None
@@ -325,7 +345,7 @@ class Reconciler:
 
     def _apply_due(
         self,
-        job: dict[str, Any],
+        job: Job,
         rayjob: dict[str, Any] | None,
         state: JobState,
         due: list[tuple[ChildId, str, dict[str, Any]]],
@@ -349,7 +369,7 @@ class Reconciler:
                 continue
             wanted = bool(manifest["spec"].get("suspend"))
             changed = previous is None or previous.digest != digest
-            kueue = bool(job["spec"]["cluster"]["queueName"])  # then Kueue suspends and resumes
+            kueue = bool(job.spec.cluster.queue_name)  # then Kueue suspends and resumes
             if changed and not kueue and rayjob is not None and bool(rayjob["spec"]["suspend"]) != wanted:
                 announcements.append(_suspension(wanted))
         return announcements
@@ -367,14 +387,14 @@ class Reconciler:
     def _write_status(
         self,
         key: Key,
-        job: dict[str, Any],
+        job: Job,
         state: JobState,
         generation: int,
         problems: Problems,
         ready_workers: Mapping[str, int],
         announcements: list[tuple[str, str, str]],
     ) -> None:
-        old = job["status"]
+        old = job.status
         rayjob, deployment = first(self.rayjobs.get(key)), first(self.deployments.get(key))
         new = compute_status(job, rayjob, deployment, generation, now(), problems, ready_workers)
         PHASES.record(key[0], key[1], new["phase"])
@@ -388,7 +408,7 @@ class Reconciler:
             state.status = new
         announcements += status_announcements(old, new)
         for type_, reason, message in announcements:
-            self._post(key, type_, reason, message, job)
+            self._post(key, type_, reason, message, job.body)
 
     def _post(
         self, key: Key, type_: str, reason: str, message: str, job: dict[str, Any] | None = None

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .job import Job
 from .naming import SUBMITTER_CONTAINER, tool_pool_url
 
 PENDING, PROVISIONING, RUNNING = "Pending", "Provisioning", "Running"
@@ -30,14 +31,14 @@ STUCK_CONTAINER_REASONS = frozenset(
 PHASE_CONDITIONS = {RUNNING: "Running", SUCCEEDED: "Succeeded", FAILED: "Failed", SUSPENDED: "Suspended"}
 
 
-def finished(job: Mapping[str, Any]) -> bool:
+def finished(job: Job) -> bool:
     """Whether the job has ended (Succeeded or Failed): its training must never run again."""
-    return (job.get("status") or {}).get("phase") in TERMINAL_PHASES
+    return job.status.get("phase") in TERMINAL_PHASES
 
 
-def pool_stopped(job: Mapping[str, Any]) -> bool:
+def pool_stopped(job: Job) -> bool:
     """Suspended or finished: no trainer is left for the tool pool to serve, so it runs 0 pods."""
-    return bool(job["spec"]["suspend"]) or finished(job)
+    return job.spec.suspend or finished(job)
 
 
 def now() -> str:
@@ -180,10 +181,9 @@ def worker_groups_summary(groups: list[dict[str, Any]]) -> str:
     return ", ".join(f"{g['name']} {g['readyReplicas']}/{g['replicas']}" for g in groups) + " ready"
 
 
-def waiting_queue(job: dict[str, Any]) -> str:
+def waiting_queue(job: Job) -> str:
     """The Kueue queue the job waits in for admission when not suspended by the user, else ''."""
-    spec = job["spec"]
-    return "" if spec["suspend"] else spec["cluster"]["queueName"]
+    return "" if job.spec.suspend else job.spec.cluster.queue_name
 
 
 def queued(rayjob: dict[str, Any] | None, queue: str) -> bool:
@@ -291,15 +291,15 @@ def attempt(rayjob: dict[str, Any] | None) -> int:
     return max(ended, 1) if rj.get("jobDeploymentStatus") in ("Complete", "Failed") else ended + 1
 
 
-def judge(job: dict[str, Any], rayjob: dict[str, Any] | None, phase: Phase) -> Phase:
+def judge(job: Job, rayjob: dict[str, Any] | None, phase: Phase) -> Phase:
     """The RayJob's phase, checked against what the trainer reported and the retry budget:
     a Ray job that exits 0 short of `totalSteps` did not succeed (a resume that trains 0 steps
     does exactly that); a failure with attempts left is a retry; the last failure says so."""
     rj = (rayjob or {}).get("status") or {}
-    limit = int(job["spec"]["runPolicy"]["backoffLimit"])
+    limit = job.spec.run_policy.backoff_limit
     failed = int(rj.get("failed") or 0)
     if phase.phase == SUCCEEDED:
-        progress = (job.get("status") or {}).get("progress") or {}
+        progress = job.status.get("progress") or {}
         step, total = progress.get("step"), progress.get("totalSteps")
         if not progress:
             return Phase(
@@ -326,7 +326,7 @@ def judge(job: dict[str, Any], rayjob: dict[str, Any] | None, phase: Phase) -> P
 
 
 def compute_status(
-    job: dict[str, Any],
+    job: Job,
     rayjob: dict[str, Any] | None,
     deployment: dict[str, Any] | None,
     observed_generation: int,
@@ -337,8 +337,8 @@ def compute_status(
     """The operator-owned part of `job.status` (never `progress`, never `toolPool.desiredReplicas`).
     `ready_workers`: the job's Ready Ray pods by group (KubeRay's `ray.io/group` label)."""
     problems = problems or Problems()
-    meta = job["metadata"]
-    old = job.get("status") or {}
+    meta = job.metadata
+    old = job.status
     queue = waiting_queue(job)
     if rayjob is None and old.get("phase") in TERMINAL_PHASES:
         # The finished job's RayJob is gone (its TTL, or deleted): the outcome stays.

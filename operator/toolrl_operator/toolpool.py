@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from .autoscaler import Policy
 from .configmap import TOOLS_KEY, function_source, tools_checksum
+from .job import Job
 from .keda import uses_keda
 from .naming import (
     COMPONENT_TOOL_POOL,
@@ -24,6 +25,7 @@ from .naming import (
     tool_pool_name,
 )
 from .settings import Settings
+from .spec_types import Spec, ToolMcp
 from .status import pool_stopped
 
 SANDBOX_UID = 10001  # the tool-sandbox image's user (images/tool-sandbox/Dockerfile)
@@ -41,85 +43,86 @@ TERMINATION_GRACE_SECONDS = DRAIN_SECONDS + 10
 SANDBOXED = ("python", "function")  # tool types whose calls run code in the pool's sandbox
 
 
-def tmp_size_mib(spec: dict[str, Any]) -> int:
+def tmp_size_mib(spec: Spec) -> int:
     """The pool's /tmp: every call and session may keep its python tool's diskLimitMiB (the
     server kills it past that), so the volume holds them all and the kubelet never evicts the pod
     for a tool call's files."""
-    pool = spec["toolPool"]  # CRD defaults applied, as everywhere in the builders
-    budget = max((t["diskLimitMiB"] for t in spec["tools"] if t["type"] in SANDBOXED), default=0)
-    return budget * (pool["capacityPerReplica"] + pool["maxSessionsPerReplica"]) + TMP_HEADROOM_MIB
+    pool = spec.tool_pool
+    budget = max((t.disk_limit_mib for t in spec.tools if t.type in SANDBOXED), default=0)
+    return budget * (pool.capacity_per_replica + pool.max_sessions_per_replica) + TMP_HEADROOM_MIB
 
 
-def pool_tasks(spec: dict[str, Any]) -> int:
+def pool_tasks(spec: Spec) -> int:
     """Processes and threads a pool pod's sandboxed code may run at once (its pids budget)."""
-    pool = spec["toolPool"]
-    return min(TASKS_PER_SLOT * (pool["capacityPerReplica"] + pool["maxSessionsPerReplica"]), MAX_POOL_TASKS)
+    pool = spec.tool_pool
+    return min(TASKS_PER_SLOT * (pool.capacity_per_replica + pool.max_sessions_per_replica), MAX_POOL_TASKS)
 
 
-def server_args(spec: dict[str, Any]) -> list[str]:
+def server_args(spec: Spec) -> list[str]:
     """tool_sandbox's command line (after the image's entrypoint) for this job's pool."""
-    pool = spec["toolPool"]
+    pool = spec.tool_pool
     args = [
         "--config", f"{CONFIG_MOUNT}/{TOOLS_KEY}",
-        "--capacity", str(pool["capacityPerReplica"]),
-        "--max-sessions", str(pool["maxSessionsPerReplica"]),
+        "--capacity", str(pool.capacity_per_replica),
+        "--max-sessions", str(pool.max_sessions_per_replica),
         "--max-tasks", str(pool_tasks(spec)),
         "--drain-seconds", str(DRAIN_SECONDS),
     ]  # fmt: skip
-    if not pool["requireLandlock"]:
+    if not pool.require_landlock:
         args.append("--allow-no-landlock")
     return args
 
 
-def desired_replicas(job: dict[str, Any]) -> int:
+def desired_replicas(job: Job) -> int:
     """Replicas the pool should run: 0 when suspended or finished (no trainer left to serve),
     else the autoscaler's choice clamped to [min, max], else min. The autoscaler owns
     `status.toolPool.desiredReplicas`."""
     if pool_stopped(job):
         return 0
-    policy = Policy.from_job_spec(job["spec"])  # the bounds, as the CRD defaults them
-    wanted = (job.get("status") or {}).get("toolPool", {}).get("desiredReplicas")
+    policy = Policy.from_job_spec(job.spec)
+    wanted = job.status.get("toolPool", {}).get("desiredReplicas")
     if wanted is None:
         return policy.min_replicas
     return policy.clamp(int(wanted))
 
 
-def _needs_data(spec: dict[str, Any]) -> bool:
-    return bool(spec["data"].get("volume")) and any(t["type"] == "search" for t in spec["tools"])
+def _needs_data(spec: Spec) -> bool:
+    return bool(spec.data.volume) and any(t.type == "search" for t in spec.tools)
 
 
-def config_sources(job: dict[str, Any]) -> list[dict[str, Any]]:
+def config_sources(job: Job) -> list[dict[str, Any]]:
     """The pool's read-only config volume: tools.yaml from the job's ConfigMap, and each function
     tool's source from the user's ConfigMap (where tools.yaml says it is)."""
     sources: list[dict[str, Any]] = [
         {
             "configMap": {
-                "name": config_name(job["metadata"]["name"]),
+                "name": config_name(job.name),
                 "items": [{"key": TOOLS_KEY, "path": TOOLS_KEY}],
             }
         }
     ]
-    for tool in job["spec"]["tools"]:
-        if tool["type"] == "function":
-            ref = tool["function"]["configMap"]
-            item = {"key": ref["key"], "path": function_source(tool["name"])}
-            sources.append({"configMap": {"name": ref["name"], "items": [item]}})
+    for tool in job.spec.tools:
+        if tool.type == "function":
+            assert tool.function is not None  # the CRD requires it of a function tool
+            ref = tool.function.config_map
+            item = {"key": ref.key, "path": function_source(tool.name)}
+            sources.append({"configMap": {"name": ref.name, "items": [item]}})
     return sources
 
 
-def build_deployment(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    name = job["metadata"]["name"]
-    spec = job["spec"]
-    pool = spec["toolPool"]
+def build_deployment(job: Job, settings: Settings) -> dict[str, Any]:
+    name = job.name
+    spec = job.spec
+    pool = spec.tool_pool
     probe = {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5, "failureThreshold": 3}
     container: dict[str, Any] = {
         "name": "tool-sandbox",
-        "image": pool.get("image") or settings.tool_sandbox_image,
+        "image": pool.image or settings.tool_sandbox_image,
         "args": server_args(spec),
         "ports": [{"name": "http", "containerPort": TOOL_POOL_PORT}],
         "readinessProbe": probe,
         "livenessProbe": {**probe, "httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10},
-        "resources": copy.deepcopy(pool.get("resources") or {}),
+        "resources": copy.deepcopy(pool.resources or {}),
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
@@ -137,7 +140,7 @@ def build_deployment(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
         {"name": "tmp", "emptyDir": {"sizeLimit": f"{tmp_size_mib(spec)}Mi"}},
     ]
     if _needs_data(spec):
-        volumes.append({"name": "data", **copy.deepcopy(spec["data"]["volume"])})
+        volumes.append({"name": "data", **copy.deepcopy(spec.data.volume or {})})
         container["volumeMounts"].append({"name": "data", "mountPath": DATA_MOUNT, "readOnly": True})
 
     pod_spec: dict[str, Any] = {
@@ -155,22 +158,27 @@ def build_deployment(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
         "volumes": volumes,
     }
     # Placement: pool pods need no GPU; without these they may land on (and crowd) GPU nodes.
-    placement = ("nodeSelector", "tolerations", "affinity", "topologySpreadConstraints")
-    for field in ("runtimeClassName", "imagePullSecrets", *placement):
-        if pool.get(field):
-            pod_spec[field] = copy.deepcopy(pool[field])
+    placement = {
+        "runtimeClassName": pool.runtime_class_name,
+        "imagePullSecrets": pool.image_pull_secrets,
+        "nodeSelector": pool.node_selector,
+        "tolerations": pool.tolerations,
+        "affinity": pool.affinity,
+        "topologySpreadConstraints": pool.topology_spread_constraints,
+    }
+    pod_spec.update({field: copy.deepcopy(value) for field, value in placement.items() if value})
 
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": child_metadata(job, tool_pool_name(name), COMPONENT_TOOL_POOL),
+        "metadata": child_metadata(job.body, tool_pool_name(name), COMPONENT_TOOL_POOL),
         "spec": {
             "replicas": desired_replicas(job),
             "selector": {"matchLabels": selector_labels(name, COMPONENT_TOOL_POOL)},
             "template": {
                 "metadata": {
                     "labels": labels(name, COMPONENT_TOOL_POOL),
-                    "annotations": {CHECKSUM_ANNOTATION: tools_checksum(spec)},
+                    "annotations": {CHECKSUM_ANNOTATION: tools_checksum(job.body["spec"])},
                 },
                 "spec": pod_spec,
             },
@@ -181,12 +189,12 @@ def build_deployment(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
     return deployment
 
 
-def build_service(job: dict[str, Any]) -> dict[str, Any]:
-    name = job["metadata"]["name"]
+def build_service(job: Job) -> dict[str, Any]:
+    name = job.name
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": child_metadata(job, tool_pool_name(name), COMPONENT_TOOL_POOL),
+        "metadata": child_metadata(job.body, tool_pool_name(name), COMPONENT_TOOL_POOL),
         "spec": {
             "selector": selector_labels(name, COMPONENT_TOOL_POOL),
             "ports": [{"name": "http", "port": TOOL_POOL_PORT, "targetPort": "http", "protocol": "TCP"}],
@@ -194,12 +202,12 @@ def build_service(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def build_pdb(job: dict[str, Any]) -> dict[str, Any]:
-    name = job["metadata"]["name"]
+def build_pdb(job: Job) -> dict[str, Any]:
+    name = job.name
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": child_metadata(job, tool_pool_name(name), COMPONENT_TOOL_POOL),
+        "metadata": child_metadata(job.body, tool_pool_name(name), COMPONENT_TOOL_POOL),
         "spec": {
             "maxUnavailable": 1,
             "selector": {"matchLabels": selector_labels(name, COMPONENT_TOOL_POOL)},
@@ -241,43 +249,43 @@ def service_namespace(host: str, namespace: str) -> str | None:
     return None
 
 
-def _mcp_egress(server: dict[str, Any], namespace: str) -> dict[str, Any]:
+def _mcp_egress(server: ToolMcp, namespace: str) -> dict[str, Any]:
     """Egress to one MCP server (an mcp tool's `mcp`). A Service's host name admits the server's
     pods in the Service's namespace, those of mcp.podSelector (else every pod there), on
     mcp.targetPort or the URL's port: NetworkPolicy matches the traffic after the Service has
     mapped it to a pod's port. An IP literal or an outside host name: as an http tool's endpoint."""
-    parts = urlsplit(server["url"])
+    parts = urlsplit(server.url)
     home = service_namespace(parts.hostname or "", namespace)
     if home is None:
-        return _http_egress(server["url"])
-    port = server.get("targetPort") or parts.port or (443 if parts.scheme == "https" else 80)
+        return _http_egress(server.url)
+    port = server.target_port or parts.port or (443 if parts.scheme == "https" else 80)
     peer = namespace_selector(home)
-    if server.get("podSelector"):
-        peer["podSelector"] = {"matchLabels": dict(server["podSelector"])}
+    if server.pod_selector:
+        peer["podSelector"] = {"matchLabels": dict(server.pod_selector)}
     return {"ports": [{"protocol": "TCP", "port": port}], "to": [peer]}
 
 
-def build_network_policy(job: dict[str, Any], settings: Settings) -> dict[str, Any]:
+def build_network_policy(job: Job, settings: Settings) -> dict[str, Any]:
     """Only this job's Ray pods reach the pool, and, for /metrics, the monitoring namespace and
     the operator's (its autoscaler scrapes the pods without Prometheus); the pool's egress is
     denied except DNS, the endpoints of `http` tools and the servers of `mcp` tools."""
-    name = job["metadata"]["name"]
+    name = job.name
     port = [{"protocol": "TCP", "port": TOOL_POOL_PORT}]
-    tools = job["spec"]["tools"]
-    http_urls = sorted({t["url"] for t in tools if t["type"] == "http" and t.get("url")})
-    servers = [t["mcp"] for t in tools if t["type"] == "mcp" and t.get("mcp")]
+    tools = job.spec.tools
+    http_urls = sorted({t.url for t in tools if t.type == "http" and t.url})
+    servers = [t.mcp for t in tools if t.type == "mcp" and t.mcp]
     egress: list[dict[str, Any]] = []
     if http_urls or servers:
         egress.append({"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]})
         egress.extend(_http_egress(url) for url in http_urls)
-        for rule in (_mcp_egress(server, job["metadata"]["namespace"]) for server in servers):
+        for rule in (_mcp_egress(server, job.namespace) for server in servers):
             if rule not in egress:
                 egress.append(rule)
     metrics_from = [namespace_selector(ns) for ns in settings.metrics_namespaces()]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": child_metadata(job, tool_pool_name(name), COMPONENT_TOOL_POOL),
+        "metadata": child_metadata(job.body, tool_pool_name(name), COMPONENT_TOOL_POOL),
         "spec": {
             "podSelector": {"matchLabels": selector_labels(name, COMPONENT_TOOL_POOL)},
             "policyTypes": ["Ingress", "Egress"],

@@ -16,10 +16,13 @@ from chartgen.crd_defaults import apply_defaults, spec_schema
 from chartgen.outputs import CRD_SOURCE
 from prometheus_client import REGISTRY
 from toolrl_operator import autoscaling, handlers
+from toolrl_operator.job import parse_job
 from toolrl_operator.naming import AUTOSCALER_FIELD_MANAGER
 from toolrl_operator.settings import Settings
 
 SPEC_SCHEMA = spec_schema(yaml.safe_load(CRD_SOURCE.read_text()))
+REQUIRED = {"model": {"path": "m"}, "data": {"trainFiles": ["t"]}, "tools": [{"name": "p", "type": "python"}]}
+
 
 
 def job(phase="Running", name="j", uid="", **spec):
@@ -30,6 +33,7 @@ def job(phase="Running", name="j", uid="", **spec):
         "spec": apply_defaults(  # as the apiserver gives it
             SPEC_SCHEMA,
             {
+                **REQUIRED,
                 "toolPool": {
                     "replicas": {"min": 1, "max": 4},
                     "targetConcurrencyPerReplica": 8,
@@ -48,13 +52,13 @@ def deployment(replicas=0):
 
 
 def test_acts_only_on_live_native_jobs():
-    assert autoscaling.native(job())
-    assert not autoscaling.native(job(suspend=True))
-    assert not autoscaling.native(job(phase="Succeeded"))
-    assert not autoscaling.native(job(toolPool={"autoscaler": "keda"}))
+    assert autoscaling.native(parse_job(job()))
+    assert not autoscaling.native(parse_job(job(suspend=True)))
+    assert not autoscaling.native(parse_job(job(phase="Succeeded")))
+    assert not autoscaling.native(parse_job(job(toolPool={"autoscaler": "keda"})))
     deleting = job()
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    assert not autoscaling.native(deleting)
+    assert not autoscaling.native(parse_job(deleting))
 
 
 def test_condition_says_why_it_holds_and_keeps_the_transition_time():
@@ -186,7 +190,9 @@ async def test_jobs_are_read_concurrently_within_the_bound(kube, events):
 
 async def test_skips_jobs_it_must_not_size_and_survives_a_bad_one(kube, events):
     broken = job(name="broken", toolPool={"replicas": {"min": 5, "max": 2}})
+    unparsed = job(name="unparsed", toolPool={"replicas": {"min": 0, "max": 2}})  # a stored job of no CRD
     jobs = {
+        ("n", "unparsed"): [unparsed],
         ("n", "suspended"): [job(name="suspended", suspend=True)],
         ("n", "done"): [job(name="done", phase="Succeeded")],
         ("n", "no-pool-yet"): [job(name="no-pool-yet")],

@@ -3,7 +3,20 @@
 import itertools
 
 import pytest
+import yaml
+from chartgen.crd_defaults import spec_schema
+from chartgen.outputs import CRD_SOURCE
 from toolrl_operator import autoscaler as a
+from toolrl_operator.job import SpecError, parse_spec
+
+SPEC_SCHEMA = spec_schema(yaml.safe_load(CRD_SOURCE.read_text()))
+REQUIRED = {"model": {"path": "m"}, "data": {"trainFiles": ["t"]}, "tools": [{"name": "p", "type": "python"}]}
+
+
+
+def typed(spec):
+    """A job's spec as the operator reads it: parsed into the typed spec (the CRD's defaults filled in)."""
+    return parse_spec({**REQUIRED, **spec})
 
 
 def policy(**over):
@@ -170,16 +183,18 @@ def test_message_names_the_inputs():
 
 
 def test_policy_from_job_spec_reads_crd_fields_and_caps_the_burst():
-    spec = {
-        "toolPool": {
-            "replicas": {"min": 2, "max": 64},
-            "targetConcurrencyPerReplica": 16,
-            "scaleDownDelaySeconds": 120,
-            "rolloutAware": True,
-        },
-        "algorithm": {"trainBatchSize": 16, "rolloutsPerPrompt": 4},
-        "rollout": {"maxParallelCalls": 2, "toolCall": {"maxConcurrency": 256}},
-    }
+    spec = typed(
+        {
+            "toolPool": {
+                "replicas": {"min": 2, "max": 64},
+                "targetConcurrencyPerReplica": 16,
+                "scaleDownDelaySeconds": 120,
+                "rolloutAware": True,
+            },
+            "algorithm": {"trainBatchSize": 16, "rolloutsPerPrompt": 4},
+            "rollout": {"maxParallelCalls": 2, "toolCall": {"maxConcurrency": 256}},
+        }
+    )
     pol = a.Policy.from_job_spec(spec)
     assert (pol.min_replicas, pol.max_replicas, pol.target_concurrency) == (2, 64, 16)
     assert pol.scale_down_delay_seconds == 120 and pol.rollout_aware
@@ -202,28 +217,15 @@ def test_burst_is_learnt_from_the_previous_generation_and_follows_the_expected_c
 @pytest.mark.parametrize(
     ("pool", "error"),
     [
-        ({"replicas": {"min": 2}, "targetConcurrencyPerReplica": 1, "scaleDownDelaySeconds": 0}, "max"),
-        (
-            {"replicas": {"min": 5, "max": 2}, "targetConcurrencyPerReplica": 1, "scaleDownDelaySeconds": 0},
-            "min <= max",
-        ),
-        (
-            {"replicas": {"min": 1, "max": 2}, "targetConcurrencyPerReplica": 0, "scaleDownDelaySeconds": 0},
-            "targetConcurrencyPerReplica",
-        ),
-        (
-            {
-                "replicas": {"min": 1, "max": 2},
-                "targetConcurrencyPerReplica": "x",
-                "scaleDownDelaySeconds": 0,
-            },
-            "non-numeric",
-        ),
+        ({"replicas": {"min": 2, "max": 0}}, r"spec\.toolPool\.replicas\.max: Input should be greater"),
+        ({"replicas": {"min": 5, "max": 2}}, "min <= max"),  # a CEL rule of the CRD: the policy checks it
+        ({"targetConcurrencyPerReplica": 0}, r"spec\.toolPool\.targetConcurrencyPerReplica: Input should be"),
+        ({"targetConcurrencyPerReplica": "x"}, r"targetConcurrencyPerReplica: Input should be a valid int"),
     ],
 )
 def test_bad_policy_says_what_to_fix(pool, error):
-    with pytest.raises(a.PolicyError, match=error):
-        a.Policy.from_job_spec({"toolPool": {"rolloutAware": False, **pool}, **TRAINER_SIDE})
+    with pytest.raises((a.PolicyError, SpecError), match=error):
+        a.Policy.from_job_spec(typed({"toolPool": {"rolloutAware": False, **pool}, **TRAINER_SIDE}))
 
 
 TRAINER_SIDE = {
@@ -233,18 +235,21 @@ TRAINER_SIDE = {
 
 
 def test_rollout_aware_has_no_fallback_of_its_own():
-    """The CRD defaults rolloutAware to true; a second default (false) in the policy contradicted it."""
+    """The CRD defaults rolloutAware to true; a second default (false) in the policy contradicted it.
+    The policy reads the typed spec, whose only default is the CRD's."""
     pool = {"replicas": {"min": 1, "max": 2}, "targetConcurrencyPerReplica": 4, "scaleDownDelaySeconds": 0}
-    with pytest.raises(a.PolicyError, match="rolloutAware"):
-        a.Policy.from_job_spec({"toolPool": pool, **TRAINER_SIDE})
-    assert a.Policy.from_job_spec({"toolPool": {**pool, "rolloutAware": True}, **TRAINER_SIDE}).rollout_aware
+    crd_default = SPEC_SCHEMA["properties"]["toolPool"]["properties"]["rolloutAware"]["default"]
+    unset = typed({"toolPool": pool, **TRAINER_SIDE})
+    assert a.Policy.from_job_spec(unset).rollout_aware is crd_default is True
+    off = typed({"toolPool": {**pool, "rolloutAware": False}, **TRAINER_SIDE})
+    assert not a.Policy.from_job_spec(off).rollout_aware
 
 
 def test_the_burst_cap_has_no_fallbacks_of_its_own():
-    """maxParallelCalls and the rest are the CRD's defaults: a spec without them is refused, not guessed."""
+    """maxParallelCalls and the rest are the CRD's defaults: a spec without them gets the CRD's."""
     pool = {"replicas": {"min": 1, "max": 2}, "targetConcurrencyPerReplica": 4, "scaleDownDelaySeconds": 0,
             "rolloutAware": True}
     rollout = {"toolCall": {"maxConcurrency": 256}}
-    missing = r"spec\.algorithm or spec\.rollout is missing 'maxParallelCalls'"
-    with pytest.raises(a.PolicyError, match=missing):
-        a.Policy.from_job_spec({"toolPool": pool, "algorithm": TRAINER_SIDE["algorithm"], "rollout": rollout})
+    parallel = SPEC_SCHEMA["properties"]["rollout"]["properties"]["maxParallelCalls"]["default"]
+    spec = typed({"toolPool": pool, "algorithm": TRAINER_SIDE["algorithm"], "rollout": rollout})
+    assert a.Policy.from_job_spec(spec).burst_cap == min(256, 16 * 4 * parallel)

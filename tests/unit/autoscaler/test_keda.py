@@ -5,11 +5,15 @@ import yaml
 from chartgen.crd_defaults import apply_defaults, spec_schema
 from chartgen.outputs import CRD_SOURCE
 from toolrl_operator import keda
+from toolrl_operator.job import parse_job
 
 SPEC_SCHEMA = spec_schema(yaml.safe_load(CRD_SOURCE.read_text()))
+REQUIRED = {"model": {"path": "m"}, "data": {"trainFiles": ["t"]}, "tools": [{"name": "p", "type": "python"}]}
 
 
-def job(**pool):
+
+def job(status=None, suspend=False, **pool):
+    """The job as the sync hands it to the builders: defaulted by the apiserver, then parsed."""
     tool_pool = {
         "replicas": {"min": 2, "max": 40},
         "targetConcurrencyPerReplica": 16,
@@ -18,12 +22,14 @@ def job(**pool):
         "autoscaler": "keda",
         **pool,
     }
-    return {
+    body = {
         "apiVersion": "toolrl.dev/v1alpha1",
         "kind": "ToolRLJob",
         "metadata": {"name": "gsm8k", "namespace": "rl", "uid": "u-1"},
-        "spec": apply_defaults(SPEC_SCHEMA, {"toolPool": tool_pool}),  # as the apiserver gives it
+        "spec": apply_defaults(SPEC_SCHEMA, {**REQUIRED, "suspend": suspend, "toolPool": tool_pool}),
+        **({"status": status} if status else {}),
     }
+    return parse_job(body)
 
 
 def test_scaled_object_targets_the_pool_with_a_prometheus_trigger():
@@ -51,8 +57,7 @@ def test_scaled_object_targets_the_pool_with_a_prometheus_trigger():
 
 
 def test_suspended_job_pauses_keda_at_zero():
-    suspended = job()
-    suspended["spec"]["suspend"] = True
+    suspended = job(suspend=True)
     so = keda.build_scaled_object(suspended, "http://p:9090")
     assert so["metadata"]["annotations"] == {"autoscaling.keda.sh/paused-replicas": "0"}
 
@@ -64,12 +69,10 @@ def test_keda_without_prometheus_says_what_to_set():
 
 @pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
 def test_finished_job_pauses_keda_at_zero(phase):
-    done = job()
-    done["status"] = {"phase": phase}
+    done = job(status={"phase": phase})
     so = keda.build_scaled_object(done, "http://p:9090")
     assert so["metadata"]["annotations"] == {"autoscaling.keda.sh/paused-replicas": "0"}
-    running = job()
-    running["status"] = {"phase": "Running"}
+    running = job(status={"phase": "Running"})
     assert "annotations" not in keda.build_scaled_object(running, "http://p:9090")["metadata"]
 
 

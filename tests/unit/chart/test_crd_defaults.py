@@ -110,3 +110,36 @@ def test_a_default_without_a_python_literal_is_an_error(bad: object) -> None:
 
     with pytest.raises(TypeError, match="has no Python literal"):
         python_literal({"x": bad})
+
+
+def test_a_changed_crd_default_reaches_the_operators_typed_spec(tmp_path: Path) -> None:
+    """The operator reads jobs through spec_types.py (generated from the CRD): a default changed in a
+    copy of the CRD is the generated classes' default, and so what a job that omits it builds with."""
+    from chartgen import spec_types
+    from chartgen.outputs import SPEC_TYPES_MODULES, write_outputs
+
+    crd = yaml.safe_load(CRD_SOURCE.read_text())
+    spec = spec_schema(crd)
+    pool = spec["properties"]["toolPool"]["properties"]
+    tool = spec["properties"]["tools"]["items"]["properties"]
+    assert (pool["capacityPerReplica"]["default"], tool["diskLimitMiB"]["default"]) == (32, 32)
+    pool["capacityPerReplica"]["default"] = 48
+    tool["diskLimitMiB"]["default"] = 40
+    changed = tmp_path / "changed-crd.yaml"
+    changed.write_text(yaml.safe_dump(crd, sort_keys=False))
+    out = tmp_path / "repo"
+
+    written = write_outputs(out, changed)
+
+    (module,) = [out / d / spec_types.MODULE for d in spec_types.DISTRIBUTIONS]
+    assert module in written and len(SPEC_TYPES_MODULES) == 1
+    job = {"model": {"path": "m"}, "data": {"trainFiles": ["t"]}, "tools": [{"name": "p", "type": "python"}]}
+    generated = load(module).Spec.model_validate(job)
+    assert (generated.tool_pool.capacity_per_replica, generated.tools[0].disk_limit_mib) == (48, 40)
+    committed = load(SPEC_TYPES_MODULES[0]).Spec.model_validate(job)
+    assert committed.tool_pool.capacity_per_replica == 32  # the repository's untouched
+    # and what the operator builds follows: the pool's /tmp holds every slot's disk budget
+    from toolrl_operator.toolpool import TMP_HEADROOM_MIB, tmp_size_mib
+
+    sessions = generated.tool_pool.max_sessions_per_replica
+    assert tmp_size_mib(generated) == 40 * (48 + sessions) + TMP_HEADROOM_MIB

@@ -1,4 +1,5 @@
-"""Fixtures: the CRD as shipped, and jobs with the CRD's defaults applied as the apiserver would."""
+"""Fixtures: the CRD as shipped, and jobs with the CRD's defaults applied as the apiserver would, parsed
+as the operator's sync parses them (toolrl_operator.job: the object plus its typed spec)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 from chartgen.crd_defaults import apply_defaults
+from toolrl_operator.job import Job, parse_job
 
 ROOT = Path(__file__).resolve().parents[3]
 CRD_PATH = ROOT / "crds" / "toolrl.dev_toolrljobs.yaml"
@@ -32,8 +34,9 @@ def example() -> dict[str, Any]:
 
 
 @pytest.fixture
-def make_job(schema: dict[str, Any], example: dict[str, Any]) -> Callable[..., dict[str, Any]]:
-    """`make_job(**spec_changes)`: the example job, changed, defaulted, with server metadata."""
+def make_job_object(schema: dict[str, Any], example: dict[str, Any]) -> Callable[..., dict[str, Any]]:
+    """`make_job_object(**spec_changes)`: the example job, changed, defaulted, with server metadata,
+    as the API server returns it (a dict)."""
 
     def make(status: dict[str, Any] | None = None, **changes: Any) -> dict[str, Any]:
         job = copy.deepcopy(example)
@@ -48,7 +51,13 @@ def make_job(schema: dict[str, Any], example: dict[str, Any]) -> Callable[..., d
 
 
 @pytest.fixture
-def separate_async_cpu_job(make_job: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+def make_job(make_job_object: Callable[..., dict[str, Any]]) -> Callable[..., Job]:
+    """`make_job(**spec_changes)`: `make_job_object`'s job, parsed (as the sync hands it to builders)."""
+    return lambda status=None, **changes: parse_job(make_job_object(status, **changes))
+
+
+@pytest.fixture
+def separate_async_cpu_job(make_job: Callable[..., Job]) -> Job:
     """A separate-async job on CPU workers: one trainer worker, one rollout worker (engine hf)."""
     return make_job(
         rollout={"engine": "hf"},

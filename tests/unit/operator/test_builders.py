@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
 import pytest
 import yaml
-from toolrl_operator.autoscaler import PolicyError
+from chartgen.crd_defaults import apply_defaults
 from toolrl_operator.children import build_children
 from toolrl_operator.configmap import build_configmap
+from toolrl_operator.job import parse_job
 from toolrl_operator.keda import uses_keda
 from toolrl_operator.rayjob import (
     ENTRYPOINT,
@@ -83,9 +85,9 @@ def test_configmap_carries_the_defaulted_spec_and_the_tools_verbatim(make_job) -
     assert doc["apiVersion"] == "toolrl.dev/v1alpha1"
     assert doc["kind"] == "ToolRLJob"
     assert doc["metadata"] == {"name": "gsm8k-python", "namespace": "rl", "uid": "uid-1234", "generation": 3}
-    assert doc["spec"] == job["spec"]
+    assert doc["spec"] == job.body["spec"]
     assert doc["spec"]["rollout"]["toolCall"]["maxConcurrency"] == 256
-    assert yaml.safe_load(cm["data"]["tools.yaml"]) == {"tools": job["spec"]["tools"]}
+    assert yaml.safe_load(cm["data"]["tools.yaml"]) == {"tools": job.body["spec"]["tools"]}
     assert cm["metadata"]["labels"]["app.kubernetes.io/component"] == "config"
 
 
@@ -503,21 +505,11 @@ def test_pool_admits_the_operators_namespace_for_direct_scraping(make_job) -> No
     assert Settings.from_env({"TOOLRL_KUBERAY_NAMESPACE": "kr"}).kuberay_namespace == "kr"
 
 
-def test_crd_defaults_are_not_repeated_in_the_builders(make_job) -> None:
-    """The builders read what the CRD defaults; a job without them is refused, not guessed."""
-    job = make_job()
-    del job["spec"]["toolPool"]["replicas"]["min"]
-    with pytest.raises(Exception, match="min"):
-        desired_replicas(job)
-    job = make_job()
-    del job["spec"]["runPolicy"]["ttlSecondsAfterFinished"]
-    with pytest.raises(KeyError):
-        build_rayjob(job, SETTINGS)
-
-
 @pytest.mark.parametrize(
     ("path", "build"),
     [
+        (("toolPool", "replicas", "min"), lambda job: desired_replicas(job)),
+        (("runPolicy", "ttlSecondsAfterFinished"), lambda job: build_rayjob(job, SETTINGS)),
         (("toolPool", "autoscaler"), uses_keda),
         (("suspend",), lambda job: build_rayjob(job, SETTINGS)),
         (("cluster", "queueName"), lambda job: build_rayjob(job, SETTINGS)),
@@ -529,17 +521,20 @@ def test_crd_defaults_are_not_repeated_in_the_builders(make_job) -> None:
         (("cluster", "queueName"), waiting_queue),
     ],
 )
-def test_the_operator_restates_no_crd_default(make_job, path, build) -> None:
-    """Each of these once had a fallback repeating the CRD's default (dead: the apiserver defaults every
-    job the operator sees). Without the field the builder fails, naming it, instead of guessing."""
-    job = make_job(reward={"preset": "custom", "custom": {"configMap": "my-reward"}})
-    build(job)  # the defaulted job builds
-    parent = job["spec"]
+def test_the_operator_restates_no_crd_default(make_job_object, schema, path, build) -> None:
+    """Each of these once had a fallback repeating the CRD's default. The builders now read the typed
+    spec, whose only defaults are the CRD's (spec_types.py, generated from it; tests/unit/chart/
+    test_crd_defaults.py changes one and sees the operator follow): a job stored without the field
+    builds exactly as that job defaulted by the API server (the CRD's structural defaulting) does."""
+    stored = make_job_object(reward={"preset": "custom", "custom": {"configMap": "my-reward"}})
+    parent = stored["spec"]
     for part in path[:-1]:
         parent = parent[part]
     del parent[path[-1]]
-    with pytest.raises((KeyError, PolicyError), match=path[-1]):
-        build(job)
+    defaulted = copy.deepcopy(stored)
+    apply_defaults(schema["properties"]["spec"], defaulted["spec"])
+    assert path[-1] in json.dumps(defaulted["spec"]), "the CRD defaults the field"
+    assert build(parse_job(stored)) == build(parse_job(defaulted))
 
 
 def test_cpu_workers_ask_for_no_gpu_and_advertise_one_logical_ray_gpu(make_job) -> None:
@@ -685,8 +680,8 @@ def test_function_tools_source_is_mounted_read_only_where_the_pools_config_says(
     mount = {"name": "tools-config", "mountPath": "/etc/toolrl", "readOnly": True}
     assert mount in pod["containers"][0]["volumeMounts"]
     tools = yaml.safe_load(build_configmap(job)["data"]["tools.yaml"])["tools"]
-    assert tools[0] == job["spec"]["tools"][0]
-    assert tools[1] == {**job["spec"]["tools"][1], "source": "/etc/toolrl/functions/lookup.py"}
+    assert tools[0] == job.body["spec"]["tools"][0]
+    assert tools[1] == {**job.body["spec"]["tools"][1], "source": "/etc/toolrl/functions/lookup.py"}
     # a function call keeps files in the sandbox like a python call: /tmp holds its disk budget
     tmp = next(v["emptyDir"]["sizeLimit"] for v in pod["volumes"] if v["name"] == "tmp")
     assert tmp == f"{50 * (32 + 64) + 256}Mi"
@@ -723,7 +718,7 @@ def test_network_policy_admits_exactly_the_mcp_servers(make_job) -> None:
         "ports": [{"protocol": "TCP", "port": 8000}],
         "to": [{"namespaceSelector": tools_ns, "podSelector": {"matchLabels": {"app": "docs-mcp"}}}],
     }
-    own_ns = {"matchLabels": {"kubernetes.io/metadata.name": job["metadata"]["namespace"]}}
+    own_ns = {"matchLabels": {"kubernetes.io/metadata.name": job.namespace}}
     assert egress[2] == {"ports": [{"protocol": "TCP", "port": 9000}], "to": [{"namespaceSelector": own_ns}]}
     assert egress[3] == {
         "ports": [{"protocol": "TCP", "port": 443}],

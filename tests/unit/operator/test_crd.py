@@ -81,8 +81,8 @@ def test_status_enums_match_the_operator(schema: dict[str, Any]) -> None:
     assert set(phases) == {"Pending", "Provisioning", "Running", "Succeeded", "Failed", "Suspended"}
 
 
-def test_example_is_defaulted_like_the_apiserver_does(make_job) -> None:
-    job = make_job()
+def test_example_is_defaulted_like_the_apiserver_does(make_job_object) -> None:
+    job = make_job_object()
     spec = job["spec"]
     assert spec["suspend"] is False
     assert spec["toolPool"]["scaleDownDelaySeconds"] == 120

@@ -56,11 +56,11 @@ class FakeKube:
 
 
 @pytest.fixture
-def world(make_job):
+def world(make_job_object):
     """A reconciler over in-memory indexes holding one job (the example)."""
     kube = FakeKube()
     indexes: dict[str, dict[Any, list[dict[str, Any]]]] = {"jobs": {}, "rayjobs": {}, "deployments": {}}
-    job = make_job()
+    job = make_job_object()
     job.update({"apiVersion": "toolrl.dev/v1alpha1", "kind": "ToolRLJob"})
     indexes["jobs"][KEY] = [job_view(job)]
     rec = Reconciler(Settings(), kube, indexes["jobs"], indexes["rayjobs"], indexes["deployments"])  # type: ignore[arg-type]
@@ -147,6 +147,28 @@ def test_a_permanent_error_sets_the_condition_once_and_waits_for_a_spec_change(w
     assert "Deployment" in kinds(kube)[attempts:]
 
 
+def test_a_spec_that_does_not_parse_is_one_event_naming_the_fields_and_nothing_applied(world) -> None:
+    """A stored job that does not fit the CRD (e.g. kept from an older CRD): no traceback, no child
+    applied, one Warning per generation naming each field; the fixed spec reconciles."""
+    rec, kube, indexes = world
+    job = indexes["jobs"][KEY][0]
+    good = copy.deepcopy(job["spec"])
+    job["spec"]["toolPool"]["replicas"]["min"] = 0
+    job["spec"]["tools"][0]["type"] = "shell"
+    for _ in range(3):
+        rec.sync(KEY)
+    assert kube.applied == [] and kube.statuses == []
+    [(type_, reason, message)] = kube.events
+    assert (type_, reason) == ("Warning", events.RECONCILE_ERROR)
+    assert "spec.toolPool.replicas.min: Input should be greater than or equal to 1" in message
+    assert "spec.tools[0].type: Input should be 'python'" in message and "apply the job again" in message
+
+    job["spec"] = good
+    job["metadata"]["generation"] = 4
+    rec.sync(KEY)
+    assert "RayJob" in kinds(kube) and kube.statuses[-1]["observedGeneration"] == 4
+
+
 def test_transient_errors_raise_for_a_retry(world) -> None:
     rec, kube, _ = world
     for err in (
@@ -169,9 +191,11 @@ def test_transient_errors_raise_for_a_retry(world) -> None:
 
 
 @pytest.mark.parametrize(("status", "advice"), [(403, "keda.enabled=true"), (404, "install KEDA")])
-def test_a_refused_scaled_object_is_reported_with_the_keda_setup(make_job, world, status, advice) -> None:
+def test_a_refused_scaled_object_is_reported_with_the_keda_setup(
+    make_job_object, world, status, advice
+) -> None:
     rec, kube, indexes = world
-    job = make_job(toolPool={"autoscaler": "keda"})
+    job = make_job_object(toolPool={"autoscaler": "keda"})
     job.update({"apiVersion": "toolrl.dev/v1alpha1", "kind": "ToolRLJob"})
     indexes["jobs"][KEY] = [job_view(job)]
     rec.settings = Settings(prometheus_url="http://p:9090")
@@ -244,8 +268,8 @@ def test_overlay_keeps_others_fields_inside_shared_objects() -> None:
     assert merged["progress"] == {"step": 3} and merged["phase"] == "Running"
 
 
-def test_the_jobs_index_keeps_no_managed_fields_or_annotations(make_job) -> None:
-    job = make_job()
+def test_the_jobs_index_keeps_no_managed_fields_or_annotations(make_job_object) -> None:
+    job = make_job_object()
     job["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
     job["metadata"]["annotations"] = {"toolrl.dev/last-handled-configuration": "{...the whole spec...}"}
     kept = job_view(job)
@@ -323,8 +347,9 @@ def test_a_resync_pass_that_fails_is_made_again_in_full(world) -> None:
 
 def rec_children(rec: Reconciler) -> list[dict[str, Any]]:
     from toolrl_operator.children import build_children
+    from toolrl_operator.job import parse_job
 
-    return build_children(rec.jobs[KEY][0], rec.settings)
+    return build_children(parse_job(rec.jobs[KEY][0]), rec.settings)
 
 
 def test_watch_events_during_syncs_never_break_a_sync(world) -> None:

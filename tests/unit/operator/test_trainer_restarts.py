@@ -52,8 +52,7 @@ def test_only_a_failed_submitter_pod_shows_a_lost_trainer() -> None:
 
 
 def _status(make_job, old: dict[str, Any], lost: tuple[LostTrainer, ...]) -> dict[str, Any]:
-    job = make_job()
-    job["status"] = old
+    job = make_job(status=old)
     problems = Problems(lost_trainers=lost)
     return compute_status(job, rayjob("Running", "RUNNING"), deployment(), 3, T2, problems)
 
