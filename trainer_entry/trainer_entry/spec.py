@@ -18,7 +18,11 @@ from .crd_defaults import DEFAULTS_WHEN_PRESENT, SPEC_DEFAULTS
 from .crd_schema import SPEC_SCHEMA
 
 ENGINES = ("vllm", "hf")  # both run without GPUs too (gpusPerWorker 0): vllm as vLLM's CPU build
-TRAINER_MODES = ("sync", "colocate-async", "separate-async")
+# spec.trainer.mode: the CRD's enum. The code names the modes it branches on (each checked against the enum
+# by tests/unit/trainer_entry/test_spec.py; verl_entry_points.TRAINER_MODES maps each to our trainer).
+TRAINER_MODES: tuple[str, ...] = tuple(SPEC_SCHEMA["properties"]["trainer"]["properties"]["mode"]["enum"])
+SYNC_TRAINER_MODE = "sync"
+COLOCATE_TRAINER_MODE = "colocate-async"
 SEPARATE_TRAINER_MODE = "separate-async"
 # The estimators of verl's AdvantageEstimator that need no extra config: the CRD's enum (tested against
 # verl's enum).
