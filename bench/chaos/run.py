@@ -18,7 +18,6 @@ import argparse
 import contextlib
 import itertools
 import json
-import re
 import tempfile
 import time
 from collections import Counter
@@ -40,11 +39,11 @@ from harness.training_cluster import (
     stage_toy_data,
     training_cluster,
 )
+from trainer_entry.metrics import console_steps
 
 NAMESPACE = "bench-chaos"
 NAME = "chaos"
 WAIT = 2400  # seconds, each wait's default bound: verl's start-up in new pods is 2-8 min here
-STEP_LINE = re.compile(r"step:(\d+) - ")
 
 
 def _pods(selector: str) -> Callable[[TrainingCluster], list[str]]:
@@ -124,8 +123,7 @@ def first_step_of_newest_trainer(tc: TrainingCluster) -> int | None:
     if newest is None:
         return None
     log = tc.kubectl("logs", newest["metadata"]["name"], "-n", tc.namespace, check=False).stdout
-    match = STEP_LINE.search(log)
-    return int(match.group(1)) if match else None
+    return next(iter(console_steps(log)), None)  # steps in the order the log first shows them
 
 
 def event_keys(tc: TrainingCluster) -> dict[str, int]:

@@ -41,7 +41,7 @@ from harness.sandbox_process import SandboxProcess
 from measures import mode_measures
 from trainer_entry.metrics import STEP_LINE, console_steps
 from trainer_entry.protocols import get_protocol
-from trainer_entry.spec import TRAINER_MODES
+from trainer_entry.spec import SEPARATE_TRAINER_MODE, SYNC_TRAINER_MODE, TRAINER_MODES
 from trainer_entry.tiny_model import build_tiny_model, warm_up, write_toy_data
 
 WINDOW = 5  # steps averaged at the start and at the end
@@ -55,7 +55,7 @@ HIDDEN = 64
 PROTOCOL = "python-tags"
 
 
-def job(model: Path, data: Path, steps: int, engine: str, mode: str = "sync") -> dict:
+def job(model: Path, data: Path, steps: int, engine: str, mode: str = SYNC_TRAINER_MODE) -> dict:
     out = {
         "apiVersion": "toolrl.dev/v1alpha1",
         "kind": "ToolRLJob",
@@ -79,7 +79,7 @@ def job(model: Path, data: Path, steps: int, engine: str, mode: str = "sync") ->
             "trainer": {"mode": mode, "async": {"maxPolicyVersions": POLICY_VERSIONS}},
         },
     }
-    if mode == "separate-async":  # one more CPU worker (a logical GPU) that only generates
+    if mode == SEPARATE_TRAINER_MODE:  # one more CPU worker (a logical GPU) that only generates
         out["spec"]["cluster"]["rolloutWorkers"] = {"replicas": 1, "gpusPerWorker": 0}
     return out
 
@@ -117,7 +117,7 @@ class PeakMemory:
 
 
 def run_engine(
-    engine: str, root: Path, model: Path, data: Path, steps_wanted: int, mode: str = "sync"
+    engine: str, root: Path, model: Path, data: Path, steps_wanted: int, mode: str = SYNC_TRAINER_MODE
 ) -> dict | None:
     """One training run with `engine` in trainer `mode`; its measures, or None (with the log's path) if
     it failed."""
@@ -213,7 +213,7 @@ ROWS = (
 
 
 def run_name(engine: str, mode: str) -> str:
-    return engine if mode == "sync" else f"{engine}-{mode}"
+    return engine if mode == SYNC_TRAINER_MODE else f"{engine}-{mode}"
 
 
 def main() -> int:
@@ -224,7 +224,7 @@ def main() -> int:
         "--modes",
         nargs="+",
         choices=MODES,
-        default=["sync"],
+        default=[SYNC_TRAINER_MODE],
         help="trainer modes to compare, each with every engine (separate-async adds a rollout worker)",
     )
     parser.add_argument("--warm-up-seconds", type=float, default=300)

@@ -1,84 +1,35 @@
-"""The CRD's defaults as a small pure-data Python module, one copy per distribution that reads job specs.
+"""The CRD's defaults as a small pure-data Python module, for the tool pool, which reads job-spec fields
+without the apiserver in between.
 
 The CRD's openAPIV3Schema is the one home of each default. The operator gets every job from the
-apiserver with them applied; the trainer (a hand-written `job.json`) and the tool pool (a hand-written
-`tools.yaml`) apply them themselves, from the module written here. The distributions never import one
-another, so each gets its own file; `make chart-check` fails when one is stale.
+apiserver with them applied; the tool pool (a hand-written `tools.yaml`) applies them itself, from the
+module written here; the trainer derives them when it starts from its copy of the CRD's schema
+(crd_schema.py). Both with the same rules of defaulting, `trainer_entry.crd_defaulting`'s (this
+generator runs in the workspace, where every distribution is installed). `make chart-check` fails when
+the module is stale.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
 import yaml
+from trainer_entry.crd_defaulting import apply_defaults, defaults_when_present, object_defaults
+
+__all__ = ["DISTRIBUTIONS", "MODULE", "apply_defaults", "python_literal", "render_module", "spec_schema"]
 
 MODULE = "crd_defaults.py"
-DISTRIBUTIONS = ("trainer_entry/trainer_entry", "tool_sandbox/tool_sandbox")
-"""Where a copy goes (relative to the repository root): the packages that read job-spec fields without
-the apiserver in between. The operator is not among them: it reads jobs from the apiserver, defaulted."""
-
-ITEMS = "[]"
+DISTRIBUTIONS = ("tool_sandbox/tool_sandbox",)
+"""Where a copy goes (relative to the repository root): the packages that read job-spec defaults without
+the apiserver in between and have no copy of the CRD's schema. The trainer derives its defaults from its
+crd_schema.py (crd_schema.DISTRIBUTIONS); the operator reads jobs from the apiserver, defaulted."""
 
 
 def spec_schema(crd: dict[str, Any]) -> dict[str, Any]:
     """The storage version's schema of `spec`."""
     (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
     return version["schema"]["openAPIV3Schema"]["properties"]["spec"]
-
-
-def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
-    """Structural defaulting as the apiserver does it: each missing property that has a `default` gets a
-    copy of it, then defaulting goes on inside every property present (a filled-in default included)."""
-    if isinstance(value, dict):
-        for key, prop in schema.get("properties", {}).items():
-            if key not in value and "default" in prop:
-                value[key] = copy.deepcopy(prop["default"])
-            if key in value:
-                apply_defaults(prop, value[key])
-    elif isinstance(value, list) and "items" in schema:
-        for item in value:
-            apply_defaults(schema["items"], item)
-    return value
-
-
-def _always_present(schema: dict[str, Any], key: str, prop: dict[str, Any]) -> bool:
-    return "default" in prop or (prop.get("type") == "object" and key in schema.get("required", []))
-
-
-def object_defaults(schema: dict[str, Any]) -> dict[str, Any]:
-    """What defaulting adds to an object given empty, in the schema's order: its defaults, and those
-    inside each object property that is required (so present in every valid job)."""
-    out: dict[str, Any] = {}
-    for key, prop in schema.get("properties", {}).items():
-        if "default" in prop:
-            out[key] = apply_defaults(prop, copy.deepcopy(prop["default"]))
-        elif _always_present(schema, key, prop):
-            inner = object_defaults(prop)
-            if inner:
-                out[key] = inner
-    return out
-
-
-def defaults_when_present(schema: dict[str, Any], path: str = "") -> dict[str, dict[str, Any]]:
-    """path -> defaults of each object that is not always there: an array's items (`tools[]`) and an
-    optional object without a default of its own (`reward.custom`). Applied only where one is given."""
-    out: dict[str, dict[str, Any]] = {}
-    for key, prop in schema.get("properties", {}).items():
-        where = f"{path}.{key}" if path else key
-        if prop.get("type") == "array" and prop.get("items", {}).get("type") == "object":
-            items = object_defaults(prop["items"])
-            if items:
-                out[where + ITEMS] = items
-            out.update(defaults_when_present(prop["items"], where + ITEMS))
-        elif prop.get("type") == "object":
-            if not _always_present(schema, key, prop):
-                inner = object_defaults(prop)
-                if inner:
-                    out[where] = inner
-            out.update(defaults_when_present(prop, where))
-    return out
 
 
 def python_literal(value: Any, indent: int = 0) -> str:

@@ -30,6 +30,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainer_entry.metrics import console_steps
+
 # trainer_entry.runner's task runner class, as Ray names the actor in the lines it forwards
 TASK_RUNNER = "_ToolRLTaskRunner"
 STEP_LINE = re.compile(
@@ -57,8 +59,10 @@ class Check:
 
 
 def parse_steps(log: str) -> dict[int, dict[str, float]]:
-    """verl's per-step metrics from the console log; a step printed twice is an error."""
-    steps: dict[int, dict[str, float]] = {}
+    """verl's per-step metrics from the console log (trainer_entry.metrics.console_steps reads the task
+    runner's step lines); a step printed twice is an error."""
+    lines: list[str] = []
+    logged: set[int] = set()
     runners = set()
     for line in log.splitlines():
         match = STEP_LINE.match(COLOR.sub("", line).rstrip("\r"))
@@ -66,21 +70,13 @@ def parse_steps(log: str) -> dict[int, dict[str, float]]:
             continue
         step = int(match["step"])
         runners.add(match["pid"])
-        if step in steps or len(runners) > 1:
+        if step in logged or len(runners) > 1:
             raise InputError(
                 f"step {step} is logged twice (task runners {sorted(runners)}): the log is not one run's"
             )
-        values = {}
-        for item in match["rest"].split(" - "):
-            key, sep, raw = item.partition(":")
-            if not sep:
-                continue
-            try:
-                values[key] = float(raw)
-            except ValueError:
-                continue
-        steps[step] = values
-    return steps
+        logged.add(step)
+        lines.append(match.group(0))
+    return console_steps("\n".join(lines))
 
 
 def pool_calls(metrics: str) -> dict[str, float]:

@@ -242,7 +242,7 @@ class TrainerAsync(_Object):
 class Trainer(_Object):
     """`spec.trainer`."""
 
-    mode: str = Field(default="sync", alias="mode", max_length=32)
+    mode: Literal["sync", "colocate-async", "separate-async"] = Field(default="sync", alias="mode", max_length=32)
     async_: TrainerAsync = Field(default_factory=TrainerAsync, alias="async")
     loggers: list[Literal["console", "wandb", "mlflow", "tensorboard"]] = Field(default_factory=lambda: ["console"], alias="loggers")
     extra_args: list[str] | None = Field(default=None, alias="extraArgs")

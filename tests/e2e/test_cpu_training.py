@@ -32,16 +32,15 @@ from harness.localcluster.cluster import free_port
 from harness.operator_process import get_json, mount_service_account, wait_until
 from harness.sandbox_process import SandboxProcess
 from toolrl_operator import naming
+from trainer_entry.metrics import console_steps
 from trainer_entry.tiny_model import build_tiny_model, warm_up, write_toy_data
 
 STEPS = 3
 # verl's start-up dominates a run (4-8 min on a loaded 2-core machine: imports, Ray, ~30 actors);
 # pytest's default of 900 s is for the rest of the suite.
 pytestmark = pytest.mark.timeout(3600)
-GRAD_NORM = re.compile(r"actor/grad_norm:(-?[\d.eE+-]+)")
+GRAD_NORM = "actor/grad_norm"
 WEIGHTS = re.compile(r"L2 distance from the initial weights ([\d.eE+-]+)")
-STEP_LINE = re.compile(r"step:(\d+) - (.*)")
-NUMPY_SCALAR = re.compile(r"^np\.\w+\((.*)\)$")
 # verl's rollout-vs-actor log-prob metrics (calculate_log_probs, on by default): the rollout engine's
 # log-probs of the sampled tokens against the actor's, recomputed on the actor's current weights.
 # Measured with vLLM's CPU build (bf16) on the tiny model: |diff| max 0.005-0.016, Pearson > 0.9999
@@ -182,24 +181,11 @@ class MetricsWatch:
         return max(values) if values else None
 
 
-def step_metrics(output: str) -> dict[int, dict[str, float]]:
-    """verl's console logger: one `step:N - key:value - ...` line per step (numeric values only)."""
-    steps: dict[int, dict[str, float]] = {}
-    for match in STEP_LINE.finditer(output):
-        values = {}
-        for item in match.group(2).split(" - "):
-            key, _, value = item.partition(":")
-            with contextlib.suppress(ValueError):  # verl prints some as numpy scalars: np.int64(1)
-                values[key.strip()] = float(NUMPY_SCALAR.sub(r"\1", value.strip()))
-        steps[int(match.group(1))] = values
-    return steps
-
-
 def check_rollouts_use_the_actors_weights(output: str, steps: int) -> None:
     """At every step the rollout engine's log-probs agree with the actor's (so it generated with the
     actor's weights), and an update moved the actor before the last step (so a later step's agreement
     shows the moved weights reached the engine)."""
-    logged = step_metrics(output)
+    logged = console_steps(output)
     assert sorted(logged) == list(range(1, steps + 1)), f"steps logged: {sorted(logged)}"
     for step, values in logged.items():
         diff = values.get("training/rollout_probs_diff_max", float("nan"))
@@ -209,7 +195,7 @@ def check_rollouts_use_the_actors_weights(output: str, steps: int) -> None:
             f"step {step}: the rollout engine's log-probs differ from the actor's (max |diff| {diff}, "
             f"Pearson {pearson}): it did not generate with the actor's current weights"
         )
-    moved = [step for step, values in logged.items() if values.get("actor/grad_norm", 0) > 0]
+    moved = [step for step, values in logged.items() if values.get(GRAD_NORM, 0) > 0]
     assert moved and moved[0] < steps, f"no update before the last step moved the actor: {logged}"
 
 
@@ -319,7 +305,7 @@ def train(
             if tool["type"] == "function":
                 assert pool_calls(pool, "ok", tool["name"]) > 0, f"the pool ran no call of {tool['name']}"
 
-    grad_norms = [float(v) for v in GRAD_NORM.findall(output)]
+    grad_norms = [values[GRAD_NORM] for values in console_steps(output).values() if GRAD_NORM in values]
     assert len(grad_norms) >= steps, f"verl logged {len(grad_norms)} actor updates:\n{output[-3000:]}"
     assert max(grad_norms) > 0, f"no step moved the actor: grad_norm {grad_norms}"
     if engine == "hf":  # its server logs how far the weights it received are from the initial ones
@@ -435,8 +421,8 @@ def check_rejected_calls_were_excluded(
     # last scrape: the status is written once more at the end)
     scraped = watch.max_value('toolrl_trajectories_excluded_total{reason="rejected"}') or 0
     assert 0 < scraped <= excluded["rejected"], f"scraped {scraped}, status {excluded}"
-    trained = [int(float(v)) for v in TRAINED.findall(output)]
-    tainted = [int(float(v)) for v in TAINTED.findall(output)]
+    trained = per_step(output, TRAINED)
+    tainted = per_step(output, TAINTED)
     assert len(trained) == len(tainted) == steps, f"updates logged: {trained}, {tainted}"
     assert tainted == [0] * steps, f"trajectories with an infrastructure failure were trained on: {tainted}"
     lost = sum(BATCH - count for count in trained)
@@ -473,7 +459,7 @@ def test_colocate_async_overlaps_rollouts_with_updates_within_the_staleness_boun
     assert "Added 2 warmup prompts" in output, "verl sent no warm-up batch (trainBatchSize 2)"
     pauses = output.count("hf rollout: generation paused")
     assert pauses >= ASYNC_STEPS, f"verl paused generation {pauses} times for {ASYNC_STEPS} updates"
-    logged = step_metrics(output)
+    logged = console_steps(output)
     assert sorted(logged) == list(range(1, ASYNC_STEPS + 1)), f"steps logged: {sorted(logged)}"
     spans = [values["training/off_policy/trajectory_spans/max"] for values in logged.values()]
     # policy versions between the weights that began a trained sample and the trainer's
@@ -530,7 +516,7 @@ def test_separate_async_generates_on_its_own_worker_group_and_syncs_weights_to_i
     assert "rollout served by 1 standalone replicas only" in output, "verl colocated a rollout on the trainer"
     synced = [int(s) for s in SYNCED.findall(output)]
     assert synced == list(range(SEPARATE_STEPS + 1)), f"weight syncs to the rollout worker, by step: {synced}"
-    logged = step_metrics(output)
+    logged = console_steps(output)
     assert sorted(logged) == list(range(1, SEPARATE_STEPS + 1)), f"steps logged: {sorted(logged)}"
     lag = [values["training/off_policy/trajectory_staleness_worst/max"] for values in logged.values()]
     assert max(lag) <= POLICY_VERSIONS - 1, lag
@@ -610,9 +596,14 @@ class FirstStepHog(Hog):
             watcher.join()
 
 
-TRAINED = re.compile(r"toolrl/trajectories_trained:([\d.]+)")
-TAINTED = re.compile(r"toolrl/infra_failures_in_update:([\d.]+)")
-REGENERATED = re.compile(r"toolrl/batches_regenerated:([\d.]+)")
+TRAINED = "toolrl/trajectories_trained"  # runner.TRAINED_METRIC (runner imports verl)
+TAINTED = "toolrl/infra_failures_in_update"  # runner.TAINTED_METRIC
+REGENERATED = "toolrl/batches_regenerated"  # breaker.REGENERATIONS_METRIC
+
+
+def per_step(output: str, key: str) -> list[int]:
+    """`key`'s value at each step whose console line has it (metrics.console_steps), by step."""
+    return [int(values[key]) for _, values in sorted(console_steps(output).items()) if key in values]
 FAULT_STEPS = 5
 
 
@@ -756,9 +747,9 @@ def test_infrastructure_failures_are_excluded_and_a_degraded_pool_pauses_trainin
     assert all(e["involvedObject"].get("uid") for e in events)
 
     # no excluded trajectory in any update; every generated trajectory is accounted for
-    trained = [int(float(v)) for v in TRAINED.findall(output)]
-    tainted = [int(float(v)) for v in TAINTED.findall(output)]
-    regenerated = sum(int(float(v)) for v in REGENERATED.findall(output))
+    trained = per_step(output, TRAINED)
+    tainted = per_step(output, TAINTED)
+    regenerated = sum(per_step(output, REGENERATED))
     assert len(trained) == len(tainted) == FAULT_STEPS, f"updates logged: {trained}, {tainted}"
     assert tainted == [0] * FAULT_STEPS, (
         f"trajectories with an infrastructure failure were trained on: {tainted}"
@@ -825,7 +816,8 @@ def test_a_reward_that_raises_on_a_generated_answer_fails_the_run_with_what_to_d
     )
     assert re.search(r"on the generated answer '.+' \(\d+ characters\)", message), message
     assert message.endswith("fix the function and apply the job again"), message
-    assert not GRAD_NORM.findall(output), "a step trained although the reward raised"
+    updates = [values for values in console_steps(output).values() if GRAD_NORM in values]
+    assert not updates, "a step trained although the reward raised"
 
     events = json.loads(
         cluster.kubectl(

@@ -137,6 +137,7 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
         {"trainer.mode": "colocate-async", "trainer.async": {"maxPolicyVersions": 1}},
         "set maxPolicyVersions to 2 or more, or use trainer.mode sync",
     ),
+    ("mode-enum", {"trainer.mode": "async"}, 'Unsupported value: "async"'),
     ("on-stale-enum", {"trainer.async": {"onStale": "keep"}}, 'Unsupported value: "keep"'),
     ("resume-value", {"checkpoint": {"resume": "sometimes"}}, "checkpoint.resume must be auto, disable"),
     ("extra-args-hydra", {"trainer": {"extraArgs": ["--lr 1"]}}, "must be a Hydra override"),

@@ -1119,13 +1119,10 @@ SPEC_SCHEMA: dict[str, Any] = {
             "properties": {
                 "mode": {
                     "type": "string",
+                    "enum": ["sync", "colocate-async", "separate-async"],
                     "maxLength": 32,
                     "default": "sync",
                     "description": "sync: every step generates its batch, then trains on it. colocate-async: the rollouts of the next steps go on while a step trains (on the same workers; generation pauses for the update and resumes on the new weights), so a step may train on samples from older weights, up to trainer.async.maxPolicyVersions. separate-async: rollouts run all the time on their own workers (cluster.rolloutWorkers), which take the new weights every trainer.async.parameterSyncStep mini-batches (partial rollouts continue on them).",
-                    "x-kubernetes-validations": [{
-                        "rule": "self in ['sync', 'colocate-async', 'separate-async']",
-                        "message": "trainer.mode must be sync, colocate-async or separate-async",
-                    }],
                 },
                 "async": {
                     "type": "object",

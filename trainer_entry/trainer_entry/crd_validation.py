@@ -69,7 +69,8 @@ class Rule:
         return ROOT + "".join(s if s in ("[]", "{}") else f".{s}" for s in self.where)
 
 
-def _subschemas(schema: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+def _steps(schema: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(step, subschema) one level down: each property by name, `[]` (the items) and `{}` (a map's values)."""
     yield from schema.get("properties", {}).items()
     if isinstance(schema.get("items"), dict):
         yield "[]", schema["items"]
@@ -77,21 +78,34 @@ def _subschemas(schema: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         yield "{}", schema["additionalProperties"]
 
 
+def schema_places(
+    schema: dict[str, Any], where: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], dict[str, Any]]]:
+    """(place, subschema) of the schema and of every schema under it, each place before those under it;
+    a place is the steps from the schema's root (see `Rule.where`)."""
+    yield where, schema
+    for step, sub in _steps(schema):
+        yield from schema_places(sub, (*where, step))
+
+
+def _rules_with_schemas(
+    schema: dict[str, Any], where: tuple[str, ...] = ()
+) -> Iterator[tuple[Rule, dict[str, Any]]]:
+    for place, sub in schema_places(schema, where):
+        for entry in sub.get(VALIDATIONS, []):
+            rule = Rule(
+                where=place,
+                rule=entry["rule"],
+                message=entry.get("message", ""),
+                field_path=entry.get("fieldPath", ""),
+                message_expression=entry.get("messageExpression", ""),
+            )
+            yield rule, sub
+
+
 def rules(schema: dict[str, Any] = SPEC_SCHEMA, where: tuple[str, ...] = ()) -> list[Rule]:
     """Every CEL rule of the schema, in the schema's order (a place's own rules before its children's)."""
-    out = [
-        Rule(
-            where=where,
-            rule=entry["rule"],
-            message=entry.get("message", ""),
-            field_path=entry.get("fieldPath", ""),
-            message_expression=entry.get("messageExpression", ""),
-        )
-        for entry in schema.get(VALIDATIONS, [])
-    ]
-    for step, sub in _subschemas(schema):
-        out += rules(sub, (*where, step))
-    return out
+    return [rule for rule, _ in _rules_with_schemas(schema, where)]
 
 
 def _places(
@@ -102,16 +116,17 @@ def _places(
         yield path, value
         return
     step, rest = where[0], where[1:]
+    sub = dict(_steps(schema))[step]
     if step == "[]":
         if isinstance(value, list):
             for i, item in enumerate(value):
-                yield from _places(schema["items"], item, rest, f"{path}[{i}]")
+                yield from _places(sub, item, rest, f"{path}[{i}]")
     elif step == "{}":
         if isinstance(value, dict):
             for key, item in value.items():
-                yield from _places(schema["additionalProperties"], item, rest, f"{path}[{key!r}]")
+                yield from _places(sub, item, rest, f"{path}[{key!r}]")
     elif isinstance(value, dict) and step in value:
-        yield from _places(schema["properties"][step], value[step], rest, f"{path}.{step}")
+        yield from _places(sub, value[step], rest, f"{path}.{step}")
 
 
 # ---- the structural schema (jsonschema) -----------------------------------------------------------------
@@ -314,23 +329,12 @@ class CompiledRule:
     message_program: celpy.Runner | None
 
 
-def _schema_at(schema: dict[str, Any], where: tuple[str, ...]) -> dict[str, Any]:
-    for step in where:
-        if step == "[]":
-            schema = schema["items"]
-        elif step == "{}":
-            schema = schema["additionalProperties"]
-        else:
-            schema = schema["properties"][step]
-    return schema
-
-
 def compile_rules(schema: dict[str, Any]) -> list[CompiledRule]:
     """Every rule of the schema but the transition ones, compiled; a rule cel-python cannot compile is
     an error here (tests/unit/trainer_entry/test_crd_validation.py compiles the CRD's)."""
     env = celpy.Environment()
     out = []
-    for rule in rules(schema):
+    for rule, at in _rules_with_schemas(schema):
         if rule.transition:
             continue
         program = env.program(env.compile(rule.rule), functions=FUNCTIONS)
@@ -339,7 +343,7 @@ def compile_rules(schema: dict[str, Any]) -> list[CompiledRule]:
             if rule.message_expression
             else None
         )
-        out.append(CompiledRule(rule, _schema_at(schema, rule.where), program, message))
+        out.append(CompiledRule(rule, at, program, message))
     return out
 
 

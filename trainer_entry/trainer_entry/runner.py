@@ -39,7 +39,7 @@ from verl.trainer.ppo.v1 import (
 from trainer_entry.hub import TrackingBackend, sink
 from trainer_entry.metrics import idle_fractions
 from trainer_entry.pool_client import FAULT_INFRA
-from trainer_entry.spec import SEPARATE_TRAINER_MODE
+from trainer_entry.spec import COLOCATE_TRAINER_MODE, SEPARATE_TRAINER_MODE, SYNC_TRAINER_MODE
 from trainer_entry.tools import TOOL_FAULTS
 from trainer_entry.verl_entry_points import (
     COLOCATE_ASYNC_TRAINER_MODE,
@@ -102,7 +102,7 @@ class ToolRLHooks(TrainerStepHooks):
     infrastructure failure, the step's idle fractions, and a clear error for a checkpoint that cannot be
     written; mixed into a verl v1 trainer (before it, so `super()` is verl's)."""
 
-    mode = "sync"  # spec.trainer.mode of the trainer class (its idle fractions depend on it)
+    mode = SYNC_TRAINER_MODE  # spec.trainer.mode of the trainer class (its idle fractions depend on it)
 
     def on_train_begin(self) -> None:
         super().on_train_begin()
@@ -163,7 +163,7 @@ class ToolRLTrainer(ToolRLHooks, PPOTrainerSync):
 class ToolRLColocateAsyncTrainer(ToolRLHooks, PPOTrainerColocateAsync):
     """verl's colocated asynchronous trainer with our hooks (spec.trainer.mode colocate-async)."""
 
-    mode = "colocate-async"
+    mode = COLOCATE_TRAINER_MODE
 
 
 @register_trainer(SEPARATE_ASYNC_TRAINER_MODE)

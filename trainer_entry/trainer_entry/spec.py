@@ -1,9 +1,10 @@
 """The ToolRLJob spec as the trainer reads it: loading, defaults, and the value checks verl does not do.
 
 The CRD (crds/toolrl.dev_toolrljobs.yaml) is the one home of defaults: the operator writes `job.json`
-with them applied. `DEFAULTS` are the CRD's, from the module generated from it (crd_defaults.py, by
-`make chart-generate`), applied the way the apiserver would, so a hand-written spec means the same as
-one that went through the cluster. A field without a CRD default must be in the spec.
+with them applied. `DEFAULTS` are the CRD's, derived at import from the copy of its schema generated
+from it (crd_schema.py, by `make chart-generate`; crd_defaulting.py), applied the way the apiserver
+would, so a hand-written spec means the same as one that went through the cluster. A field without a
+CRD default must be in the spec.
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .crd_defaults import DEFAULTS_WHEN_PRESENT, SPEC_DEFAULTS
+from .crd_defaulting import defaults_when_present, object_defaults
 from .crd_schema import SPEC_SCHEMA
 
 ENGINES = ("vllm", "hf")  # both run without GPUs too (gpusPerWorker 0): vllm as vLLM's CPU build
-TRAINER_MODES = ("sync", "colocate-async", "separate-async")
+# spec.trainer.mode: the CRD's enum. The code names the modes it branches on (each checked against the enum
+# by tests/unit/trainer_entry/test_spec.py; verl_entry_points.TRAINER_MODES maps each to our trainer).
+TRAINER_MODES: tuple[str, ...] = tuple(SPEC_SCHEMA["properties"]["trainer"]["properties"]["mode"]["enum"])
+SYNC_TRAINER_MODE = "sync"
+COLOCATE_TRAINER_MODE = "colocate-async"
 SEPARATE_TRAINER_MODE = "separate-async"
 # The estimators of verl's AdvantageEstimator that need no extra config: the CRD's enum (tested against
 # verl's enum).
@@ -28,7 +33,11 @@ ESTIMATORS: tuple[str, ...] = tuple(
 # The tool types: the CRD's enum.
 TOOL_TYPES: tuple[str, ...] = tuple(SPEC_SCHEMA["properties"]["tools"]["items"]["properties"]["type"]["enum"])
 
-DEFAULTS: dict[str, Any] = SPEC_DEFAULTS
+DEFAULTS: dict[str, Any] = object_defaults(SPEC_SCHEMA)
+"""`spec` as defaulting fills it: every default outside arrays and optional objects."""
+DEFAULTS_WHEN_PRESENT: dict[str, dict[str, Any]] = defaults_when_present(SPEC_SCHEMA)
+"""Defaults of an array's items (`tools[]`) and of an optional object (`reward.custom`), by path in spec:
+applied to each one given."""
 SAVE_FREQ_WITH_VOLUME = 20
 """`checkpoint.saveFreq` when unset and a checkpoint volume is given (the CRD has no default: without a
 volume nothing is saved, as /checkpoints is then neither writable nor kept)."""

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from trainer_entry.spec import SEPARATE_TRAINER_MODE, Job, cpu_only, mini_batch_size
+from trainer_entry.spec import COLOCATE_TRAINER_MODE, SEPARATE_TRAINER_MODE, Job, cpu_only, mini_batch_size
 
 # Our classes as verl's extension points name them (the table of every door: verl_entry_points)
 from trainer_entry.verl_entry_points import (
@@ -229,7 +229,7 @@ def trainer_mode_overrides(job: Job) -> list[str]:
     trainer = job.spec["trainer"]
     mode = trainer["mode"]
     out = [f"trainer.v1.trainer_mode={TRAINER_MODES[mode]}"]
-    if mode in ("colocate-async", SEPARATE_TRAINER_MODE):
+    if mode in (COLOCATE_TRAINER_MODE, SEPARATE_TRAINER_MODE):
         knobs = trainer["async"]
         section = mode.replace("-", "_")  # verl's trainer.v1.colocate_async / .separate_async
         out += [

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from trainer_entry.spec import COLOCATE_TRAINER_MODE, SEPARATE_TRAINER_MODE, SYNC_TRAINER_MODE
+
 
 @dataclass(frozen=True)
 class ConfigClass:
@@ -45,10 +47,12 @@ TRAINER_MODE = "toolrl-sync"
 COLOCATE_ASYNC_TRAINER_MODE = "toolrl-colocate-async"
 SEPARATE_ASYNC_TRAINER_MODE = "toolrl-separate-async"
 TRAINER_MODES = {
-    "sync": TRAINER_MODE,
-    "colocate-async": COLOCATE_ASYNC_TRAINER_MODE,
-    "separate-async": SEPARATE_ASYNC_TRAINER_MODE,
+    SYNC_TRAINER_MODE: TRAINER_MODE,
+    COLOCATE_TRAINER_MODE: COLOCATE_ASYNC_TRAINER_MODE,
+    SEPARATE_TRAINER_MODE: SEPARATE_ASYNC_TRAINER_MODE,
 }
+"""By spec.trainer.mode (the CRD's enum, spec.TRAINER_MODES: tests/unit/trainer_entry/test_run.py checks that
+each has a trainer here)."""
 # separate-async moves the actor's weights to the rollout workers through a verl checkpoint engine: on
 # CPUs ours (`cpu_checkpoint_engine`, gloo). GPUs would take verl's nccl one, which needs cupy (not in
 # the trainer image): the CRD refuses separate-async on GPUs for now (its rule at spec.trainer.mode).

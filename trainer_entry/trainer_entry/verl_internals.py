@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
+from trainer_entry.spec import SEPARATE_TRAINER_MODE
+
 # What the run uses an internal for: every run, the cpu platform, vLLM's CPU build (engine vllm on CPUs).
 ALWAYS, CPU, VLLM_CPU = "always", "cpu", "vllm-cpu"
-SEPARATE = "separate-async"  # trainer.mode separate-async
+SEPARATE = SEPARATE_TRAINER_MODE  # trainer.mode separate-async
 SUPPORTED = {"verl": "0.9.1", "vllm": "0.24.0"}  # what INTERNALS were written against (pyproject pins)
 
 

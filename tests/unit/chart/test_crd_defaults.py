@@ -1,5 +1,6 @@
-"""The generated modules of the CRD's defaults: each distribution's copy follows a changed CRD, and the
-committed copies are the CRD's (`make chart-check`)."""
+"""The CRD's defaults in each distribution: the tool pool's generated module and the defaults the trainer
+derives from its generated schema both follow a changed CRD, and the committed copies are the CRD's
+(`make chart-check`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import tool_sandbox.config
+import trainer_entry.spec
 import yaml
+from chartgen import crd_schema
 from chartgen.crd_defaults import DISTRIBUTIONS, MODULE, apply_defaults, spec_schema
-from chartgen.outputs import CRD_DEFAULTS_MODULES, CRD_SOURCE, REPO, stale_outputs
+from chartgen.outputs import CRD_DEFAULTS_MODULES, CRD_SOURCE, stale_outputs
 
 
 def load(path: Path) -> ModuleType:
@@ -23,16 +27,35 @@ def load(path: Path) -> ModuleType:
     return module
 
 
-def test_a_changed_crd_default_reaches_every_distribution(tmp_path: Path) -> None:
+def load_against(module: ModuleType, generated: dict[str, ModuleType], monkeypatch: pytest.MonkeyPatch):
+    """A fresh copy of a distribution's `module` whose imports of its generated modules (name -> module,
+    by the name its package imports) get the ones given: what the distribution is after regenerating."""
+    package = module.__name__.rpartition(".")[0]
+    for name, replacement in generated.items():
+        monkeypatch.setitem(sys.modules, f"{package}.{name}", replacement)
+    name = f"{package}.changed_{module.__name__.rpartition('.')[2]}"
+    spec = importlib.util.spec_from_file_location(name, module.__file__)
+    assert spec is not None and spec.loader is not None, module
+    changed = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, changed)  # dataclasses look their module up
+    spec.loader.exec_module(changed)
+    return changed
+
+
+def test_a_changed_crd_default_reaches_every_distribution(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     crd = yaml.safe_load(CRD_SOURCE.read_text())
     spec = spec_schema(crd)
     tool_call = spec["properties"]["rollout"]["properties"]["toolCall"]["properties"]
     tool = spec["properties"]["tools"]["items"]["properties"]
     custom = spec["properties"]["reward"]["properties"]["custom"]["properties"]
+    pool = spec["properties"]["toolPool"]["properties"]
     assert (tool_call["maxRetries"]["default"], tool["timeoutSeconds"]["default"]) == (3, 10)
     tool_call["maxRetries"]["default"] = 7
     tool["timeoutSeconds"]["default"] = 11
     custom["key"]["default"] = "score.py"
+    pool["capacityPerReplica"]["default"] += 1
     changed = tmp_path / "changed-crd.yaml"
     changed.write_text(yaml.safe_dump(crd, sort_keys=False))
     out = tmp_path / "repo"
@@ -45,16 +68,25 @@ def test_a_changed_crd_default_reaches_every_distribution(tmp_path: Path) -> Non
         timeout=120,
     )
 
-    modules = sorted((out / d / MODULE for d in DISTRIBUTIONS), key=str)
-    assert len(modules) >= 2 and all(m.is_file() for m in modules), modules
-    for path in modules:
-        generated = load(path)
-        where = path.relative_to(out)
-        assert generated.SPEC_DEFAULTS["rollout"]["toolCall"]["maxRetries"] == 7, where
-        assert generated.DEFAULTS_WHEN_PRESENT["tools[]"]["timeoutSeconds"] == 11, where
-        assert generated.DEFAULTS_WHEN_PRESENT["reward.custom"]["key"] == "score.py", where
-    committed = load(REPO / DISTRIBUTIONS[0] / MODULE)
-    assert committed.SPEC_DEFAULTS["rollout"]["toolCall"]["maxRetries"] == 3  # the repository's untouched
+    # the tool pool: its generated module, and the config that reads it
+    (pool_defaults,) = (load(out / d / MODULE) for d in DISTRIBUTIONS)
+    assert pool_defaults.DEFAULTS_WHEN_PRESENT["tools[]"]["timeoutSeconds"] == 11
+    config = load_against(tool_sandbox.config, {"crd_defaults": pool_defaults}, monkeypatch)
+    assert config.ToolConfig(name="python", type="python").timeout_seconds == 11
+    assert config.ServerSettings().capacity == pool["capacityPerReplica"]["default"]
+    # the trainer: the defaults its spec module derives from the generated schema
+    (schema,) = (load(out / d / crd_schema.MODULE) for d in crd_schema.DISTRIBUTIONS)
+    changed_spec = load_against(trainer_entry.spec, {"crd_schema": schema}, monkeypatch)
+    assert changed_spec.DEFAULTS["rollout"]["toolCall"]["maxRetries"] == 7
+    assert changed_spec.TOOL_DEFAULTS["timeoutSeconds"] == 11
+    assert changed_spec.CUSTOM_REWARD_DEFAULTS["key"] == "score.py"
+    bare = {"tools": [{"name": "python", "type": "python"}], "reward": {"custom": {"configMap": "r"}}}
+    defaulted = changed_spec.with_defaults(bare)
+    assert defaulted["tools"][0]["timeoutSeconds"] == 11
+    assert defaulted["reward"]["custom"]["key"] == "score.py"
+    # the repository's own are untouched
+    assert trainer_entry.spec.DEFAULTS["rollout"]["toolCall"]["maxRetries"] == 3
+    assert tool_sandbox.config.ToolConfig(name="python", type="python").timeout_seconds == 10
 
 
 def test_the_committed_modules_are_current() -> None:
@@ -69,6 +101,8 @@ def test_the_module_is_the_schemas_defaulting() -> None:
     per-item defaults are what it adds to a bare tool, a bare custom reward and bare rollout workers."""
     schema = spec_schema(yaml.safe_load(CRD_SOURCE.read_text()))
     generated = load(CRD_DEFAULTS_MODULES[0])
+    assert generated.SPEC_DEFAULTS == trainer_entry.spec.DEFAULTS  # the trainer derives the same
+    assert generated.DEFAULTS_WHEN_PRESENT == trainer_entry.spec.DEFAULTS_WHEN_PRESENT
     bare = {
         "model": {},
         "data": {},

@@ -127,6 +127,14 @@ def test_no_tool_call_and_a_failed_exit_are_failures(tmp_path, capsys):
     assert "FAIL  exit: the trainer exited 1" in out and "FAIL  tool calls: the pool ran 0 calls" in out
 
 
+def test_step_values_printed_as_numpy_scalars_are_read(tmp_path, capsys):
+    """verl's console prints some values as numpy scalars (`np.float64(0.25)`): trainer_entry's reading of
+    a step line (metrics.console_steps) is the verdict's."""
+    numpy_line = _replace(_step_line(2), acceptance.GRAD_NORM, "np.float64(0.25)")
+    assert run_acceptance(tmp_path, log=LOG.replace(_step_line(2), numpy_line)) == 0, capsys.readouterr().out
+    assert acceptance.parse_steps(numpy_line)[2][acceptance.GRAD_NORM] == 0.25
+
+
 def test_a_step_logged_twice_is_not_one_runs_log(tmp_path, capsys):
     assert run_acceptance(tmp_path, log=LOG + "\n" + _step_line(1) + "\n") == 2
     assert "step 1 is logged twice" in capsys.readouterr().err

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 from chartgen.crd_defaults import apply_defaults
-from trainer_entry.crd_defaults import DEFAULTS_WHEN_PRESENT, SPEC_DEFAULTS
 from trainer_entry.rewards.toolbench import DEFAULT_WEIGHTS
 from trainer_entry.spec import (
     CUSTOM_REWARD_DEFAULTS,
     DEFAULTS,
+    DEFAULTS_WHEN_PRESENT,
     ENGINES,
     ROLLOUT_WORKERS_DEFAULTS,
     TOOL_DEFAULTS,
@@ -141,9 +141,8 @@ def crd_spec_schema() -> dict:
 
 
 def test_the_trainer_defaults_a_spec_as_the_apiserver_does():
-    """The trainer's merge of the generated defaults gives what the CRD's structural defaulting gives
-    (tests/unit/chart/test_crd_defaults.py: the generated module follows the CRD)."""
-    assert DEFAULTS is SPEC_DEFAULTS
+    """The trainer's merge of the defaults it derives from the generated schema gives what the CRD's
+    structural defaulting gives (tests/unit/chart/test_crd_defaults.py: they follow a changed CRD)."""
     assert TOOL_DEFAULTS is DEFAULTS_WHEN_PRESENT["tools[]"]
     assert CUSTOM_REWARD_DEFAULTS is DEFAULTS_WHEN_PRESENT["reward.custom"]
     assert ROLLOUT_WORKERS_DEFAULTS is DEFAULTS_WHEN_PRESENT["cluster.rolloutWorkers"]
@@ -355,7 +354,7 @@ def test_separate_async_mini_batch_defaults_to_one_sync_interval():
     [
         (
             {"mode": "async"},
-            r"spec\.trainer\.mode: trainer\.mode must be sync, colocate-async or separate-async",
+            r"spec\.trainer\.mode: unknown value 'async'; use one of sync, colocate-async, separate-async",
         ),
         (
             {"mode": "colocate-async", "async": {"maxPolicyVersions": 1}},
@@ -378,12 +377,22 @@ def test_async_settings_that_cannot_run_name_what_to_change(trainer, message):
         parse_job(doc(trainer=trainer))
 
 
-def test_the_crd_admits_the_trainers_modes_only():
-    from trainer_entry.spec import TRAINER_MODES
+def test_the_trainer_modes_are_the_crds_enum_and_each_mode_the_code_names_is_in_it():
+    from trainer_entry.spec import (
+        COLOCATE_TRAINER_MODE,
+        SEPARATE_TRAINER_MODE,
+        SYNC_TRAINER_MODE,
+        TRAINER_MODES,
+    )
+
+    from trainer_entry import verl_entry_points
 
     trainer = crd_spec_schema()["properties"]["trainer"]["properties"]
-    (rule,) = trainer["mode"]["x-kubernetes-validations"]
-    assert rule["rule"] == "self in [" + ", ".join(f"'{m}'" for m in TRAINER_MODES) + "]"
+    assert tuple(trainer["mode"]["enum"]) == TRAINER_MODES  # the list lives in the CRD only
+    assert "x-kubernetes-validations" not in trainer["mode"]  # no rule restating the enum
+    assert trainer["mode"]["default"] == SYNC_TRAINER_MODE == DEFAULTS["trainer"]["mode"]
+    assert {SYNC_TRAINER_MODE, COLOCATE_TRAINER_MODE, SEPARATE_TRAINER_MODE} == set(TRAINER_MODES)
+    assert set(verl_entry_points.TRAINER_MODES) == set(TRAINER_MODES), "each mode has our trainer"
     assert trainer["async"]["properties"]["parameterSyncStep"]["default"] == 1
     rules = {r["fieldPath"]: r for r in crd_spec_schema()["x-kubernetes-validations"] if "fieldPath" in r}
     assert "verl's rule" in rules[".trainer.async.parameterSyncStep"]["message"]
