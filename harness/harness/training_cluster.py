@@ -115,7 +115,8 @@ class TrainingCluster:
 
 def checkpointed(tc: TrainingCluster, job: dict[str, Any], save_freq: int) -> Path:
     """Gives `job` a checkpoint volume (a local PersistentVolume in the namespace, writable by the
-    trainer) saved every `save_freq` steps and resumed from automatically; its directory on the host."""
+    trainer) saved every `save_freq` steps and resumed from automatically; the directory on the host
+    where the job's checkpoints go (the trainer makes it: /checkpoints/<namespace>/<job> in the pod)."""
     host_dir = tc.workdir / "volumes" / tc.namespace / CHECKPOINT_CLAIM
     host_dir.mkdir(parents=True, exist_ok=True)
     os.chown(host_dir, TRAINER_UID, TRAINER_UID)
@@ -125,13 +126,23 @@ def checkpointed(tc: TrainingCluster, job: dict[str, Any], save_freq: int) -> Pa
         "resume": "auto",
         "volume": {"persistentVolumeClaim": {"claimName": CHECKPOINT_CLAIM}},
     }
-    return host_dir
+    return host_dir / tc.namespace / job["metadata"]["name"]
 
 
 def newest_checkpoint(checkpoints: Path) -> int:
     """The step of the newest complete checkpoint under `checkpoints` (verl writes its marker last)."""
     marker = next(checkpoints.rglob("latest_checkpointed_iteration.txt"), None)
     return int(marker.read_text().strip()) if marker else 0
+
+
+def kill_container_process(tc: TrainingCluster, namespace: str, selector: str) -> str:
+    """SIGKILLs the main process of the first container of the one pod `selector` picks, through the real
+    node's containerd (as the kernel's OOM killer would: the pod stays, kubelet restarts the container);
+    the pod's name."""
+    (pod,) = get_json(tc.cluster, "pods", "-n", namespace, "-l", selector)["items"]
+    container_id = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
+    tc.cluster.node.ctr("tasks", "kill", "--signal", "SIGKILL", container_id)
+    return pod["metadata"]["name"]
 
 
 def delete_pods(tc: TrainingCluster, namespace: str, selector: str) -> list[str]:

@@ -33,6 +33,7 @@ from harness.training_cluster import (
     delete_pods,
     finite,
     finite_over,
+    kill_container_process,
     newest_checkpoint,
     plot_run,
     stage_toy_data,
@@ -40,6 +41,7 @@ from harness.training_cluster import (
 )
 from toolrl_operator.autoscaler import ROLLOUT_PRESCALE, ROLLOUT_PREWARM, ROLLOUT_TRAINING
 from toolrl_operator.children import CHILD_KINDS
+from trainer_entry.metrics import console_steps
 
 pytestmark = pytest.mark.timeout(5400)
 
@@ -249,11 +251,15 @@ class FaultedRun:
         )
 
 
+OPERATOR_POD = "app.kubernetes.io/name=toolrl-operator"
+
+
 @pytest.fixture(scope="module")
 def faulted(tc: TrainingCluster) -> FaultedRun:
-    """The CPU example with checkpoints every SAVE_FREQ steps. Once a checkpoint is saved and the
+    """The CPU example with checkpoints every SAVE_FREQ steps. The operator's pod is killed as soon as
+    the job is applied (mid-sync: it is creating the job's children). Once a checkpoint is saved and the
     trainer has gone past it, at one moment: the Ray head and worker pods are deleted (no grace),
-    every tool-pool pod is deleted, the operator's pod is killed, and the node's kubelet and
+    every tool-pool pod is deleted, the operator's pod is killed again, and the node's kubelet and
     containerd are restarted (their processes; the containers live on in their shims)."""
     name = "faults"
     job = yaml.safe_load(CPU_EXAMPLE.read_text())
@@ -261,6 +267,8 @@ def faulted(tc: TrainingCluster) -> FaultedRun:
     host_dir = checkpointed(tc, job, SAVE_FREQ)
     applied = time.time()
     tc.cluster.apply(job, "-n", tc.namespace)
+    # the operator's first kill: while it syncs the new job (creates its children, posts Created)
+    assert delete_pods(tc, OPERATOR_NAMESPACE, OPERATOR_POD), "no operator pod to kill"
     with Sampler(lambda: tc.state(name), interval=2) as sampler:
 
         def past_a_checkpoint() -> int | None:
@@ -275,7 +283,7 @@ def faulted(tc: TrainingCluster) -> FaultedRun:
         assert delete_pods(tc, tc.namespace, f"{job_pods},ray.io/node-type=head"), "no head pod to delete"
         assert delete_pods(tc, tc.namespace, f"{job_pods},ray.io/node-type=worker"), "no worker to delete"
         assert delete_pods(tc, tc.namespace, f"{job_pods},app.kubernetes.io/component=tool-pool")
-        assert delete_pods(tc, OPERATOR_NAMESPACE, "app.kubernetes.io/name=toolrl-operator")
+        assert delete_pods(tc, OPERATOR_NAMESPACE, OPERATOR_POD)  # its second kill
         tc.cluster.restart_node_runtime()
         wait_until(
             lambda: tc.job(name).get("status", {}).get("phase") in ("Succeeded", "Failed"),
@@ -357,6 +365,149 @@ def test_nothing_of_the_faulted_run_is_left_behind(tc: TrainingCluster, faulted:
         return [i["metadata"]["name"] for i in clusters["items"] + pods["items"]]
 
     wait_until(lambda: not leftovers(), 300, "the faulted run's Ray cluster and pods to go")
+
+
+# ----- separate-async on the real node: two worker groups, a refused checkpoint, a killed head ------
+
+SEPARATE_STEPS = 16  # async steps are short: room for two faults after the first checkpoints
+SEPARATE_GROUPS = 2  # the trainer's workers and the rollout workers
+
+
+@dataclass
+class SeparateRun:
+    run: Run
+    groups: list[dict[str, Any]]  # status.workerGroups once every group's pods were Ready
+    good: int  # the newest checkpoint when the volume turned read-only
+    retrying: dict[str, Any]  # the job's status while KubeRay retried the refused attempt
+    killed_after: int  # the newest checkpoint when the head's process was killed
+    logs: list[str]  # the submitter pods' logs of the last attempt, oldest first
+
+
+@pytest.fixture(scope="module")
+def separate(tc: TrainingCluster) -> SeparateRun:
+    """The CPU example as `trainer.mode: separate-async` (a rollout worker group beside the trainer's),
+    checkpoints every SAVE_FREQ steps, `runPolicy.backoffLimit: 1`, applied with kubectl. Once both
+    groups' pods are Ready and a checkpoint is saved, the checkpoint volume turns read-only: the
+    attempt's next save fails; the volume is made writable again while KubeRay retries, and the next
+    attempt resumes from the good checkpoint. Once that attempt has saved a checkpoint of its own, the
+    Ray head's container process is SIGKILLed (the pod stays; kubelet restarts the container)."""
+    name = "separate"
+    job = yaml.safe_load(CPU_EXAMPLE.read_text())
+    job["metadata"]["name"] = name
+    spec = job["spec"]
+    spec["algorithm"]["totalTrainingSteps"] = SEPARATE_STEPS
+    spec["trainer"] = {"mode": "separate-async", "async": {"maxPolicyVersions": 2}}
+    spec["cluster"]["rolloutWorkers"] = {
+        "replicas": 1,
+        "gpusPerWorker": 0,
+        "resources": {"requests": {"cpu": "500m", "memory": "4Gi"}},
+    }
+    spec["runPolicy"]["backoffLimit"] = 1
+    job_dir = checkpointed(tc, job, SAVE_FREQ)
+    applied = time.time()
+    tc.cluster.apply(job, "-n", tc.namespace)
+    with Sampler(lambda: tc.state(name), interval=2) as sampler:
+
+        def all_groups_ready() -> list[dict[str, Any]] | None:
+            groups = tc.job(name).get("status", {}).get("workerGroups") or []
+            ready = len(groups) == SEPARATE_GROUPS and all(
+                g["readyReplicas"] == g["replicas"] for g in groups
+            )
+            return groups if ready else None
+
+        groups = wait_until(all_groups_ready, TRAINING_TIMEOUT, f"{name}'s two worker groups to be Ready")
+
+        def past_a_checkpoint() -> int | None:
+            step, saved = tc.state(name).step, newest_checkpoint(job_dir)
+            return saved if saved and step and step > saved else None
+
+        wait_until(past_a_checkpoint, TRAINING_TIMEOUT, f"{name} past a checkpoint", interval=1)
+        job_dir.chmod(0o555)  # the trainer (uid 1000, the directory's owner) can write nothing in it
+        try:
+
+            def retrying() -> dict[str, Any] | None:
+                status = tc.job(name).get("status", {})
+                return status if status.get("reason") == "Retrying" else None
+
+            retrying_status = wait_until(
+                retrying, TRAINING_TIMEOUT, f"{name}'s refused attempt to be retried"
+            )
+        finally:
+            job_dir.chmod(0o755)
+        good = newest_checkpoint(job_dir)  # the refused attempt's last (a save under way went through)
+
+        # the job's shown step lags the trainer by a few of these short async steps: the checkpoints
+        # on the volume say where the second attempt stands
+        def own_checkpoint() -> int | None:
+            saved = newest_checkpoint(job_dir)
+            return saved if saved > good and tc.state(name).phase == "Running" else None
+
+        killed_after = wait_until(
+            own_checkpoint, TRAINING_TIMEOUT, f"{name}'s second attempt to save a checkpoint", interval=1
+        )
+        kill_container_process(tc, tc.namespace, f"toolrl.dev/job={name},ray.io/node-type=head")
+        wait_until(
+            lambda: tc.job(name).get("status", {}).get("phase") in ("Succeeded", "Failed"),
+            TRAINING_TIMEOUT,
+            f"{name} to end",
+            interval=5,
+        )
+    final = (time.monotonic(), tc.state(name))
+    run = Run(tc.job(name), [*sampler.samples, final], applied, time.time())
+    print(f"\n{name}: {run.job['status']}")
+    selector = f"batch.kubernetes.io/job-name={name}"
+    pods = get_json(tc.cluster, "pods", "-n", tc.namespace, "-l", selector)["items"]
+    pods.sort(key=lambda p: p["metadata"]["creationTimestamp"])
+    logs = [tc.kubectl("logs", p["metadata"]["name"], "-n", tc.namespace, check=False).stdout for p in pods]
+    return SeparateRun(run, groups, good, retrying_status, killed_after, logs)
+
+
+def test_a_separate_async_job_runs_both_worker_groups_and_succeeds(
+    tc: TrainingCluster, separate: SeparateRun
+) -> None:
+    status = separate.run.job["status"]
+    assert status["phase"] == "Succeeded", status
+    assert status["progress"]["step"] == SEPARATE_STEPS, status["progress"]
+    names = [g["name"] for g in separate.groups]
+    assert len(set(names)) == SEPARATE_GROUPS and all(g["readyReplicas"] == 1 for g in separate.groups), names
+    lag = [
+        values["training/off_policy/trajectory_staleness_worst/max"]
+        for log in separate.logs
+        for values in console_steps(log).values()
+        if "training/off_policy/trajectory_staleness_worst/max" in values
+    ]
+    assert lag and max(lag) <= 1, f"off-policy lag past maxPolicyVersions 2: {lag}"
+    # the rollout-aware autoscaler reads the async trainer's phases too (README: what it reads there)
+    events = tc.events("separate")
+    rollout_aware = (ROLLOUT_TRAINING, ROLLOUT_PRESCALE, ROLLOUT_PREWARM)
+    scaled = [e["message"] for e in events if any(f"({r})" in e["message"] for r in rollout_aware)]
+    print("\nseparate: the autoscaler's rollout-aware decisions:\n" + "\n".join(scaled))
+    assert scaled, [f"{e['reason']}: {e['message']}" for e in events]
+
+
+def test_a_checkpoint_that_cannot_be_written_fails_the_attempt_and_the_retry_resumes_from_the_good_one(
+    separate: SeparateRun,
+) -> None:
+    message = separate.retrying["message"]
+    assert "attempt 1 failed" in message and "KubeRay retries" in message, message
+    # the trainer's own words, whole (KubeRay quotes the end of its log): the step, the directory, the
+    # cause, what to do — not a worker's traceback in place of the cause
+    said = f"could not be written to /checkpoints/{NAMESPACE}/separate: Permission denied; free space on"
+    assert said in message and "spec.checkpoint.volume" in message, message
+    status = separate.run.job["status"]
+    assert status["attempt"] == 2, status
+    # the retried attempt's first step follows the good checkpoint (a step saved past it was refused)
+    first = min(console_steps(separate.logs[0]))
+    assert first == separate.good + 1, (first, separate.good)
+
+
+def test_a_killed_head_process_costs_at_most_a_checkpoint_interval(separate: SeparateRun) -> None:
+    status = separate.run.job["status"]
+    assert status["restarts"] >= 1, status
+    after_kill = console_steps(separate.logs[-1])
+    assert len(separate.logs) >= 2 and after_kill, "no trainer ran after the head's process was killed"
+    first = min(after_kill)  # the step after the checkpoint it resumed from: one saved before the kill
+    assert first > separate.killed_after, (first, separate.killed_after)
 
 
 # ----- a job deleted mid-training ------------------------------------------------------------------
