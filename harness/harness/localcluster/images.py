@@ -12,6 +12,13 @@ here with mmdebstrap (no container registry is reachable), keyed by their inputs
 - The result is an OCI archive named as the chart and the operator name the images by default
   (`toolrl-<name>:<appVersion>`), which `RealNode.import_image` loads into the node's containerd:
   kubelet then finds it and pulls nothing.
+- buildah's storage stays bounded: after a build, each non-final stage is tagged beside the image
+  (its layers are the cache the next rebuild needs, e.g. the trainer's venv), older tags and
+  archives of the same image go, and then every untagged image no tagged one builds on.
+- A build stops (the process is killed) when the disk's free space falls under MIN_FREE: at a full
+  disk the real node's kubelet evicts pods and collects images.
+- Variants (VARIANTS, e.g. `trainer-gpu`: the trainer's Dockerfile with VARIANT=gpu) build only when
+  named, never with `make images`.
 
 `python -m harness.localcluster images [NAME...]` builds them (make images).
 """
@@ -22,6 +29,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -59,11 +67,25 @@ HOST_UV_CACHE = Path(os.environ.get("UV_CACHE_DIR", Path.home() / ".cache" / "uv
 # Debian packages the builds need (named in the error when one is missing)
 TOOLS = {"buildah": "buildah", "mmdebstrap": "mmdebstrap"}
 ALL_IMAGES = sorted(p.parent.name for p in IMAGES_DIR.glob("*/Dockerfile"))
+# Images built from another image's Dockerfile with other build arguments, only when named
+# (`python -m harness.localcluster images trainer-gpu`, `make gpu-image-check`): not in ALL_IMAGES.
+VARIANTS = {"trainer-gpu": "trainer"}
 # Build arguments beyond BASE_IMAGE ({base}: the base's archive). The trainer's CPU variant (the
-# hf engine) builds on the same Debian base and installs through uv with the host's cache.
+# hf engine) builds on the same Debian base and installs through uv with the host's cache. The GPU
+# variant does not mount that cache: its ~4 GB of CUDA wheels would stay in it unpacked (~10 GB).
 EXTRA_BUILD_ARGS = {
     "trainer": {"VARIANT": "cpu", "UV_NO_CACHE": "0"},
+    "trainer-gpu": {"VARIANT": "gpu", "UV_NO_CACHE": "1"},
 }
+GiB = 1 << 30
+# A build is killed when the free space of the cache's file system falls under this: the real node's
+# kubelet collects images and evicts pods near a full disk, failing whatever the cluster runs.
+MIN_FREE = 15 * GiB
+# What a build needs free beyond MIN_FREE before it starts, where it is large: the GPU trainer's venv
+# (~4 GB of wheels from the lock, ~10 GB unpacked) is written by uv's temporary cache and install, then
+# copied into the runtime stage, then into an uncompressed archive.
+DISK_NEEDED = {"trainer-gpu": 40 * GiB}
+DISK_POLL_S = 5.0
 # uncompressed layers: containerd imports them without gunzip, and the trainer's ~6 GB of torch
 # and CUDA libraries compress little for minutes of the 2 cores
 PUSH_FLAGS = ["--disable-compression"]
@@ -89,6 +111,14 @@ def app_version() -> str:
     return yaml.safe_load((REPO / "charts" / "toolrl-operator" / "Chart.yaml").read_text())["appVersion"]
 
 
+def dockerfile_of(name: str) -> Path:
+    dockerfile = IMAGES_DIR / VARIANTS.get(name, name) / "Dockerfile"
+    if not dockerfile.is_file():
+        known = ", ".join(sorted([p.parent.name for p in IMAGES_DIR.glob("*/Dockerfile")] + list(VARIANTS)))
+        raise ImageError(f"no image named {name!r}: images/ has {known}")
+    return dockerfile
+
+
 def image_ref(name: str) -> str:
     """docker.io/library/... is how containerd's CRI names `toolrl-<name>:<tag>`."""
     return f"docker.io/library/toolrl-{name}:{app_version()}"
@@ -100,11 +130,37 @@ def _check_tools() -> None:
         raise ImageError(f"cannot build images: missing {', '.join(missing)}; `make setup` installs them")
 
 
+def _free() -> int:
+    images_cache().mkdir(parents=True, exist_ok=True)
+    return shutil.disk_usage(images_cache()).free
+
+
 def _run(cmd: list[str], log: Path) -> None:
+    """Run a build step into `log`; kill it if the disk's free space falls under MIN_FREE."""
     with log.open("a") as fh:
         fh.write(f"$ {' '.join(cmd)}\n")
         fh.flush()
-        rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        while True:
+            try:
+                rc = proc.wait(timeout=DISK_POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            free = _free()
+            if free >= MIN_FREE:
+                continue
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise ImageError(
+                f"`{' '.join(cmd[:3])} ...` stopped: {free / GiB:.1f} GiB free on the disk of "
+                f"{images_cache()}, under the {MIN_FREE // GiB} GiB a build must leave (a full disk "
+                "makes the real node's kubelet evict pods); free space and build again"
+            )
     if rc:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
         raise ImageError(f"`{' '.join(cmd[:3])} ...` failed (exit {rc}); last lines of {log}:\n{tail}")
@@ -174,7 +230,7 @@ def _tree_digest(paths: list[Path]) -> str:
 
 
 def image_key(name: str, base: Path, build_args: dict[str, str]) -> str:
-    dockerfile = IMAGES_DIR / name / "Dockerfile"
+    dockerfile = dockerfile_of(name)
     spec = {
         "dockerfile": dockerfile.read_text(),
         "sources": _tree_digest(_copy_sources(dockerfile)),
@@ -190,23 +246,81 @@ def _buildah(*args: str) -> list[str]:
     return ["buildah", "--root", str(store), "--runroot", str(images_cache() / "run"), *args]
 
 
-def _remove_older(name: str, archive: Path, tag: str) -> None:
-    """Drop what earlier inputs of `name` left: their archives and their images in buildah's
-    storage (the trainer's final layer is a 6.5 GB copy of its venv per build; storage reached
-    46 GB after a day of builds here). The untagged build-stage layers stay: they are the cache."""
-    for old in images_cache().glob(f"{name}-*.tar"):
-        if old != archive:
-            old.unlink()
+def stages(dockerfile: Path) -> list[str]:
+    """The named stages before the last one (`FROM ... AS name`): what COPY --from takes, whose
+    layers the next build of the image reuses."""
+    named = []
+    for line in dockerfile.read_text().splitlines():
+        parts = line.split()
+        if parts[:1] == ["FROM"]:
+            named.append(parts[3] if len(parts) == 4 and parts[2].upper() == "AS" else None)
+    return [n for n in named[:-1] if n]
+
+
+def stage_tag(tag: str, stage: str) -> str:
+    return f"{tag}.{stage}"
+
+
+def stale_tags(listed: list[str], tag: str, keep: set[str]) -> list[str]:
+    """Tags of earlier builds of the image tagged `tag` (`<ref>-<key>`, its stages `<ref>-<key>.<stage>`):
+    every `<ref>-...` but those in `keep`; another image's (`toolrl-trainer-gpu` beside `toolrl-trainer`)
+    never, their names differ before the `:`."""
+    stem = tag.rsplit("-", 1)[0] + "-"
+    return [ref for ref in listed if ref.startswith(stem) and ref not in keep]
+
+
+def stale_archives(files: list[str], name: str, current: str) -> list[str]:
+    """Archives of earlier keys of `name` (`<name>-<key>.tar`), not another image's whose name it
+    begins (`trainer-gpu-<key>.tar` is not the trainer's)."""
+    pattern = re.compile(re.escape(name) + r"-[0-9a-f]{12}\.tar")
+    return [f for f in files if pattern.fullmatch(f) and f != current]
+
+
+def _remove_older(name: str, archive: Path, tag: str, keep: set[str]) -> None:
+    """Drop what earlier inputs of `name` left: their archives and their tags in buildah's storage
+    (the trainer's final layer is a 6.5 GB copy of its venv per build; storage reached 46 GB after a
+    day of builds here)."""
+    for old in stale_archives([p.name for p in images_cache().glob("*.tar")], name, archive.name):
+        (images_cache() / old).unlink()
     names = _buildah("images", "--format", "{{.Name}}:{{.Tag}}")
     listed = subprocess.run(names, capture_output=True, text=True)
-    stem = tag.rsplit("-", 1)[0] + "-"
-    for ref in listed.stdout.split():
-        if ref.startswith(stem) and ref != tag:
-            subprocess.run(_buildah("rmi", ref), capture_output=True)
+    for ref in stale_tags(listed.stdout.split(), tag, keep):
+        subprocess.run(_buildah("rmi", ref), capture_output=True)
+
+
+def prune_untagged(max_rounds: int = 100) -> int:
+    """Remove every untagged image that no tagged image builds on (stale stages, layers of earlier
+    inputs, what a failed build left). `rmi --prune` removes the untagged images without children, so
+    a chain goes one image per round; returns how many went."""
+    removed = 0
+    for _ in range(max_rounds):
+        res = subprocess.run(_buildah("rmi", "--prune"), capture_output=True, text=True)
+        gone = res.stdout.split()
+        if res.returncode or not gone:
+            break
+        removed += len(gone)
+    return removed
+
+
+def _build_cmd(name: str, build_args: dict[str, str]) -> list[str]:
+    volumes = [f"{HOST_CA}:{HOST_CA}:ro"]
+    if build_args.get("UV_NO_CACHE") == "0":
+        HOST_UV_CACHE.mkdir(parents=True, exist_ok=True)
+        volumes.append(f"{HOST_UV_CACHE}:/root/.cache/uv")
+    # --force-rm: a failed build's working containers would otherwise pin their layers (GBs)
+    cmd = _buildah("bud", "--isolation", "chroot", "--layers", "--force-rm", "--pull-never", "-f")
+    cmd.append(str(dockerfile_of(name)))
+    for k, v in build_args.items():
+        cmd += ["--build-arg", f"{k}={v}"]
+    for v in volumes:
+        cmd += ["-v", v]
+    return cmd
 
 
 def ensure_image(name: str, log=print) -> Image:
-    """The image `name` (a directory of images/) as an OCI archive, built if its key changed."""
+    """The image `name` (a directory of images/, or a VARIANTS name) as an OCI archive, built if its
+    key changed."""
+    dockerfile = dockerfile_of(name)
     log_dir = images_cache() / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     base = ensure_base(log_dir)
@@ -217,28 +331,35 @@ def ensure_image(name: str, log=print) -> Image:
     out = images_cache() / f"{name}-{key}.tar"
     if out.is_file():
         return Image(name, ref, out, key)
+    need = DISK_NEEDED.get(name, 0) + MIN_FREE
+    if _free() < need:
+        raise ImageError(
+            f"not building {name}: needs about {need / GiB:.0f} GiB free on the disk of {images_cache()} "
+            f"({DISK_NEEDED.get(name, 0) // GiB} GiB for the build, {MIN_FREE // GiB} GiB left over), "
+            f"{_free() / GiB:.1f} GiB are; free space first"
+        )
     log(f"images: building {name} (key {key}; log {log_dir / (name + '.log')})")
     started = time.monotonic()
-    volumes = [f"{HOST_CA}:{HOST_CA}:ro"]
-    if build_args.get("UV_NO_CACHE") == "0":
-        HOST_UV_CACHE.mkdir(parents=True, exist_ok=True)
-        volumes.append(f"{HOST_UV_CACHE}:/root/.cache/uv")
-    # --force-rm: a failed build's working containers would otherwise pin their layers (GBs)
-    cmd = _buildah("bud", "--isolation", "chroot", "--layers", "--force-rm", "--pull-never", "-f")
-    cmd += [str(IMAGES_DIR / name / "Dockerfile"), "-t", f"{ref}-{key}"]
-    for k, v in build_args.items():
-        cmd += ["--build-arg", f"{k}={v}"]
-    for v in volumes:
-        cmd += ["-v", v]
-    cmd.append(str(REPO))
+    tag = f"{ref}-{key}"
+    cmd = _build_cmd(name, build_args)
     logfile = log_dir / f"{name}.log"
     logfile.write_text("")
-    _run(cmd, logfile)
+    _run([*cmd, "-t", tag, str(REPO)], logfile)
     partial = out.with_suffix(".partial")
     partial.unlink(missing_ok=True)
-    _run(_buildah("push", *PUSH_FLAGS, f"{ref}-{key}", f"oci-archive:{partial}:{ref}"), logfile)
+    _run(_buildah("push", *PUSH_FLAGS, tag, f"oci-archive:{partial}:{ref}"), logfile)
     partial.rename(out)
-    _remove_older(name, out, f"{ref}-{key}")
-
-    log(f"images: {name} built in {time.monotonic() - started:.0f}s, {out.stat().st_size >> 20} MiB")
+    built = time.monotonic() - started
+    # the stages again, all from the layer cache: a tag keeps their layers for the next build
+    keep = {tag}
+    for stage in stages(dockerfile):
+        keep.add(stage_tag(tag, stage))
+        _run([*cmd, "--target", stage, "-t", stage_tag(tag, stage), str(REPO)], logfile)
+    _remove_older(name, out, tag, keep)
+    before = _free()
+    pruned = prune_untagged()
+    log(
+        f"images: {name} built in {built:.0f}s, {out.stat().st_size >> 20} MiB; pruned {pruned} untagged "
+        f"images of earlier builds ({(_free() - before) / GiB:+.1f} GiB free)"
+    )
     return Image(name, ref, out, key)
