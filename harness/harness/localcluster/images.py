@@ -25,6 +25,8 @@ here with mmdebstrap (no container registry is reachable), keyed by their inputs
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import fnmatch
 import hashlib
 import json
@@ -71,20 +73,26 @@ ALL_IMAGES = sorted(p.parent.name for p in IMAGES_DIR.glob("*/Dockerfile"))
 # (`python -m harness.localcluster images trainer-gpu`, `make gpu-image-check`): not in ALL_IMAGES.
 VARIANTS = {"trainer-gpu": "trainer"}
 # Build arguments beyond BASE_IMAGE ({base}: the base's archive). The trainer's CPU variant (the
-# hf engine) builds on the same Debian base and installs through uv with the host's cache. The GPU
-# variant does not mount that cache: its ~4 GB of CUDA wheels would stay in it unpacked (~10 GB).
+# hf engine) builds on the same Debian base and installs through uv with the host's cache; so does
+# the GPU variant, whose lock shares torch and 15 nvidia-* packages with the CPU one (it downloads ~1.5
+# GB of wheels beyond them: vLLM, flashinfer, the CUDA compiler, ...).
 EXTRA_BUILD_ARGS = {
     "trainer": {"VARIANT": "cpu", "UV_NO_CACHE": "0"},
-    "trainer-gpu": {"VARIANT": "gpu", "UV_NO_CACHE": "1"},
+    "trainer-gpu": {"VARIANT": "gpu", "UV_NO_CACHE": "0"},
 }
 GiB = 1 << 30
 # A build is killed when the free space of the cache's file system falls under this: the real node's
 # kubelet collects images and evicts pods near a full disk, failing whatever the cluster runs.
 MIN_FREE = 15 * GiB
-# What a build needs free beyond MIN_FREE before it starts, where it is large: the GPU trainer's venv
-# (~4 GB of wheels from the lock, ~10 GB unpacked) is written by uv's temporary cache and install, then
-# copied into the runtime stage, then into an uncompressed archive.
+# What a build needs free beyond MIN_FREE before it starts, where it is large. The GPU trainer's venv
+# (~4 GB of wheels, ~10 GB unpacked; the CPU one's is 6 GB) is at its peak in four copies: the build
+# stage's layer, the runtime stage's copy and its commit, the archive (buildah writes it through a
+# temporary directory); after the archive, NO_LAYER_CACHE leaves one.
 DISK_NEEDED = {"trainer-gpu": 40 * GiB}
+# Images whose layers are not kept as cache after their archive is written (a rebuild is cold): the
+# GPU trainer's build stage and runtime stage would hold ~20 GB of buildah's storage for a check
+# that runs rarely.
+NO_LAYER_CACHE = {"trainer-gpu"}
 DISK_POLL_S = 5.0
 # uncompressed layers: containerd imports them without gunzip, and the trainer's ~6 GB of torch
 # and CUDA libraries compress little for minutes of the 2 cores
@@ -269,11 +277,29 @@ def stale_tags(listed: list[str], tag: str, keep: set[str]) -> list[str]:
     return [ref for ref in listed if ref.startswith(stem) and ref not in keep]
 
 
+def kept_tags(name: str, tag: str, stages: list[str]) -> set[str]:
+    """What stays tagged in buildah's storage after `name` was built as `tag`: the image and its stages
+    (the next build's cache), or nothing for NO_LAYER_CACHE (its archive is what is used)."""
+    if name in NO_LAYER_CACHE:
+        return set()
+    return {tag, *(stage_tag(tag, s) for s in stages)}
+
+
 def stale_archives(files: list[str], name: str, current: str) -> list[str]:
     """Archives of earlier keys of `name` (`<name>-<key>.tar`), not another image's whose name it
     begins (`trainer-gpu-<key>.tar` is not the trainer's)."""
     pattern = re.compile(re.escape(name) + r"-[0-9a-f]{12}\.tar")
     return [f for f in files if pattern.fullmatch(f) and f != current]
+
+
+@contextlib.contextmanager
+def _storage_lock():
+    """One build (and prune) at a time in buildah's storage: a prune beside another process's build
+    could remove the untagged image its next step starts from."""
+    images_cache().mkdir(parents=True, exist_ok=True)
+    with (images_cache() / "build.lock").open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
 
 
 def _remove_older(name: str, archive: Path, tag: str, keep: set[str]) -> None:
@@ -331,6 +357,15 @@ def ensure_image(name: str, log=print) -> Image:
     out = images_cache() / f"{name}-{key}.tar"
     if out.is_file():
         return Image(name, ref, out, key)
+    with _storage_lock():
+        if out.is_file():  # built by another process while this one waited
+            return Image(name, ref, out, key)
+        return _build(name, dockerfile, build_args, key, out, log)
+
+
+def _build(name: str, dockerfile: Path, build_args: dict[str, str], key: str, out: Path, log=print) -> Image:
+    ref = image_ref(name)
+    log_dir = images_cache() / "logs"
     need = DISK_NEEDED.get(name, 0) + MIN_FREE
     if _free() < need:
         raise ImageError(
@@ -351,10 +386,10 @@ def ensure_image(name: str, log=print) -> Image:
     partial.rename(out)
     built = time.monotonic() - started
     # the stages again, all from the layer cache: a tag keeps their layers for the next build
-    keep = {tag}
+    keep = kept_tags(name, tag, stages(dockerfile))
     for stage in stages(dockerfile):
-        keep.add(stage_tag(tag, stage))
-        _run([*cmd, "--target", stage, "-t", stage_tag(tag, stage), str(REPO)], logfile)
+        if stage_tag(tag, stage) in keep:
+            _run([*cmd, "--target", stage, "-t", stage_tag(tag, stage), str(REPO)], logfile)
     _remove_older(name, out, tag, keep)
     before = _free()
     pruned = prune_untagged()

@@ -111,3 +111,15 @@ def test_the_gpu_variant_is_not_started_without_room(cache: Path, monkeypatch: p
     monkeypatch.setattr(images, "_run", lambda *a: pytest.fail("a build started"))
     with pytest.raises(images.ImageError, match=r"not building trainer-gpu: needs about 55 GiB .* 30\.0 GiB"):
         images.ensure_image("trainer-gpu")
+
+
+def test_kept_tags_are_the_image_and_its_stages_but_none_of_the_gpu_variant() -> None:
+    tag = f"{REF}-{NEW}"
+    assert images.kept_tags("trainer", tag, ["build"]) == {tag, images.stage_tag(tag, "build")}
+    gpu_tag = f"{GPU_REF}-{NEW}"
+    assert images.kept_tags("trainer-gpu", gpu_tag, ["build"]) == set()
+    # so every tag of the GPU variant goes once its archive is written, the current one too
+    assert images.stale_tags([gpu_tag, images.stage_tag(gpu_tag, "build"), tag], gpu_tag, set()) == [
+        gpu_tag,
+        images.stage_tag(gpu_tag, "build"),
+    ]
