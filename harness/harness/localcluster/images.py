@@ -74,8 +74,8 @@ ALL_IMAGES = sorted(p.parent.name for p in IMAGES_DIR.glob("*/Dockerfile"))
 VARIANTS = {"trainer-gpu": "trainer"}
 # Build arguments beyond BASE_IMAGE ({base}: the base's archive). The trainer's CPU variant (the
 # hf engine) builds on the same Debian base and installs through uv with the host's cache; so does
-# the GPU variant, whose lock shares torch and 15 nvidia-* packages with the CPU one (it downloads ~1.5
-# GB of wheels beyond them: vLLM, flashinfer, the CUDA compiler, ...).
+# the GPU variant, whose lock shares torch and 15 nvidia-* packages with the CPU one (it downloads 29
+# wheels beyond them, ~1.2 GB: vLLM, flashinfer, the CUDA compiler, ...).
 EXTRA_BUILD_ARGS = {
     "trainer": {"VARIANT": "cpu", "UV_NO_CACHE": "0"},
     "trainer-gpu": {"VARIANT": "gpu", "UV_NO_CACHE": "0"},
@@ -85,7 +85,7 @@ GiB = 1 << 30
 # kubelet collects images and evicts pods near a full disk, failing whatever the cluster runs.
 MIN_FREE = 15 * GiB
 # What a build needs free beyond MIN_FREE before it starts, where it is large. The GPU trainer's venv
-# (~4 GB of wheels, ~10 GB unpacked; the CPU one's is 6 GB) is at its peak in four copies: the build
+# (9.5 GB: its lock installed on this host; the CPU one's is 6 GB) is at its peak in four copies: the build
 # stage's layer, the runtime stage's copy and its commit, the archive (buildah writes it through a
 # temporary directory); after the archive, NO_LAYER_CACHE leaves one.
 DISK_NEEDED = {"trainer-gpu": 40 * GiB}
