@@ -16,7 +16,9 @@ REF="$("$PY" -c 'from harness.localcluster.images import image_ref; print(image_
 
 cleanup() { "${LC[@]}" --root "$ROOT" down || true; rm -rf "$ROOT"; }
 trap cleanup EXIT
-"${LC[@]}" --root "$ROOT" up
+# up without the operator's and tool sandbox's images (`localcluster up` imports them): the pod needs none
+"$PY" -c 'import sys; from pathlib import Path; from harness.localcluster.cluster import LocalCluster
+LocalCluster(Path(sys.argv[1]), real_node=True).up()' "$ROOT"
 "${LC[@]}" --root "$ROOT" images trainer-gpu  # the archive is built: imports it into the real node
 KUBECTL="$("$PY" -c 'from harness.localcluster.build import ensure_built; print(ensure_built(False).path("kubectl"))')"
 k() { "$KUBECTL" --kubeconfig "$ROOT/kubeconfig" "$@"; }
