@@ -14,7 +14,8 @@ here with mmdebstrap (no container registry is reachable), keyed by their inputs
   kubelet then finds it and pulls nothing.
 - buildah's storage stays bounded: after a build, each non-final stage is tagged beside the image
   (its layers are the cache the next rebuild needs, e.g. the trainer's venv), older tags and
-  archives of the same image go, and then every untagged image no tagged one builds on.
+  archives of the same image go, and then every untagged image no tagged one builds on. Before a
+  build, the working containers of killed builds go. One build at a time (a file lock).
 - A build stops (the process is killed) when the disk's free space falls under MIN_FREE: at a full
   disk the real node's kubelet evicts pods and collects images.
 - Variants (VARIANTS, e.g. `trainer-gpu`: the trainer's Dockerfile with VARIANT=gpu) build only when
@@ -314,6 +315,14 @@ def _remove_older(name: str, archive: Path, tag: str, keep: set[str]) -> None:
         subprocess.run(_buildah("rmi", ref), capture_output=True)
 
 
+def remove_working_containers() -> int:
+    """Remove the working containers a killed build left (`--force-rm` cleans up only after a build
+    that failed, not one that was killed): each pins its image and whatever its step wrote (16 of
+    them held 14 GB here). Called under _storage_lock, where no other build of this code runs."""
+    res = subprocess.run(_buildah("rm", "--all"), capture_output=True, text=True)
+    return len(res.stdout.split()) if res.returncode == 0 else 0
+
+
 def prune_untagged(max_rounds: int = 100) -> int:
     """Remove every untagged image that no tagged image builds on (stale stages, layers of earlier
     inputs, what a failed build left). `rmi --prune` removes the untagged images without children, so
@@ -366,6 +375,7 @@ def ensure_image(name: str, log=print) -> Image:
 def _build(name: str, dockerfile: Path, build_args: dict[str, str], key: str, out: Path, log=print) -> Image:
     ref = image_ref(name)
     log_dir = images_cache() / "logs"
+    remove_working_containers()
     need = DISK_NEEDED.get(name, 0) + MIN_FREE
     if _free() < need:
         raise ImageError(

@@ -123,3 +123,47 @@ def test_kept_tags_are_the_image_and_its_stages_but_none_of_the_gpu_variant() ->
         gpu_tag,
         images.stage_tag(gpu_tag, "build"),
     ]
+
+
+def test_a_build_frees_what_killed_builds_left_first_and_prunes_after(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The order of the storage steps around a build (buildah faked): working containers of killed
+    builds go before the room is checked; the stage is tagged, older tags go, then the prune."""
+    steps: list[str] = []
+    tag = f"{REF}-{NEW}"
+    listed = f"{tag}\n{REF}-{OLD}\n{images.stage_tag(REF + '-' + OLD, 'build')}\n"
+
+    def fake_run(cmd, **kwargs):
+        args = cmd[cmd.index("--runroot") + 2 :]
+        steps.append(" ".join(args[:2]) if args[0] != "rmi" else f"rmi {args[1]}")
+        outputs = {"rm": "c1\nc2\n", "images": listed, "rmi": ""}
+        return subprocess.CompletedProcess(cmd, 0, stdout=outputs.get(args[0], ""), stderr="")
+
+    def fake_build_step(cmd, log):
+        if cmd[cmd.index("--runroot") + 2] == "push":
+            Path(cmd[-1].split(":")[1]).write_bytes(b"archive")
+            steps.append("push")
+        else:
+            steps.append("bud --target " + cmd[cmd.index("--target") + 1] if "--target" in cmd else "bud")
+
+    frees = iter([100 * images.GiB] * 10)
+    monkeypatch.setattr(images.subprocess, "run", fake_run)
+    monkeypatch.setattr(images, "_run", fake_build_step)
+    monkeypatch.setattr(images, "_free", lambda: next(frees))
+    cache.mkdir(parents=True)
+    (cache / f"trainer-{OLD}.tar").write_bytes(b"old")
+    (cache / "logs").mkdir()
+    out = cache / f"trainer-{NEW}.tar"
+    images._build("trainer", images.dockerfile_of("trainer"), {}, NEW, out, log=lambda msg: None)
+    assert steps == [
+        "rm --all",
+        "bud",
+        "push",
+        "bud --target build",
+        "images --format",
+        f"rmi {REF}-{OLD}",
+        f"rmi {images.stage_tag(REF + '-' + OLD, 'build')}",
+        "rmi --prune",
+    ]
+    assert out.read_bytes() == b"archive" and not (cache / f"trainer-{OLD}.tar").exists()
