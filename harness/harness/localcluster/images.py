@@ -392,7 +392,11 @@ def _build(name: str, dockerfile: Path, build_args: dict[str, str], key: str, ou
     _run([*cmd, "-t", tag, str(REPO)], logfile)
     partial = out.with_suffix(".partial")
     partial.unlink(missing_ok=True)
-    _run(_buildah("push", *PUSH_FLAGS, tag, f"oci-archive:{partial}:{ref}"), logfile)
+    try:
+        _run(_buildah("push", *PUSH_FLAGS, tag, f"oci-archive:{partial}:{ref}"), logfile)
+    except ImageError:
+        partial.unlink(missing_ok=True)  # the size of the image, of no use
+        raise
     partial.rename(out)
     built = time.monotonic() - started
     # the stages again, all from the layer cache: a tag keeps their layers for the next build
