@@ -5,7 +5,7 @@ LOCALCLUSTER := $(PY) -m harness.localcluster
 # `make bench BENCH="tool_sandbox operator"` runs only those (directories of bench/)
 BENCH ?=
 
-.PHONY: setup cluster-up cluster-down images demo test test-fast test-process test-unit test-e2e bench lint chart-generate chart-check
+.PHONY: setup cluster-up cluster-down images demo test test-fast test-process test-unit test-e2e bench lint chart-generate chart-check gpu-image-check
 
 setup:
 	@scripts/setup.sh
@@ -19,6 +19,12 @@ cluster-down:
 # build the three images (images/) with buildah on a locally made Debian base; cached by input
 images: setup
 	@$(LOCALCLUSTER) images
+
+# build the trainer's GPU variant (~4 GB of CUDA wheels, ~55 GB free disk) and check it in a pod on a
+# local cluster's real node: vLLM, verl and torch import, the GPU example's dry run passes (no GPU
+# needed; not part of `make test`)
+gpu-image-check: setup
+	@images/trainer/gpu-image-check.sh
 
 demo: setup
 	$(PY) scripts/demo.py

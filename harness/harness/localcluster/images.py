@@ -12,16 +12,27 @@ here with mmdebstrap (no container registry is reachable), keyed by their inputs
 - The result is an OCI archive named as the chart and the operator name the images by default
   (`toolrl-<name>:<appVersion>`), which `RealNode.import_image` loads into the node's containerd:
   kubelet then finds it and pulls nothing.
+- buildah's storage stays bounded: after a build, each non-final stage is tagged beside the image
+  (its layers are the cache the next rebuild needs, e.g. the trainer's venv), older tags and
+  archives of the same image go, and then every untagged image no tagged one builds on. Before a
+  build, the working containers of killed builds go. One build at a time (a file lock).
+- A build stops (the process is killed) when the disk's free space falls under MIN_FREE: at a full
+  disk the real node's kubelet evicts pods and collects images.
+- Variants (VARIANTS, e.g. `trainer-gpu`: the trainer's Dockerfile with VARIANT=gpu) build only when
+  named, never with `make images`.
 
 `python -m harness.localcluster images [NAME...]` builds them (make images).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import fnmatch
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -59,11 +70,31 @@ HOST_UV_CACHE = Path(os.environ.get("UV_CACHE_DIR", Path.home() / ".cache" / "uv
 # Debian packages the builds need (named in the error when one is missing)
 TOOLS = {"buildah": "buildah", "mmdebstrap": "mmdebstrap"}
 ALL_IMAGES = sorted(p.parent.name for p in IMAGES_DIR.glob("*/Dockerfile"))
+# Images built from another image's Dockerfile with other build arguments, only when named
+# (`python -m harness.localcluster images trainer-gpu`, `make gpu-image-check`): not in ALL_IMAGES.
+VARIANTS = {"trainer-gpu": "trainer"}
 # Build arguments beyond BASE_IMAGE ({base}: the base's archive). The trainer's CPU variant (the
-# hf engine) builds on the same Debian base and installs through uv with the host's cache.
+# hf engine) builds on the same Debian base and installs through uv with the host's cache; so does
+# the GPU variant, whose lock shares torch and 15 nvidia-* packages with the CPU one (it downloads 29
+# wheels beyond them, ~1.2 GB: vLLM, flashinfer, the CUDA compiler, ...).
 EXTRA_BUILD_ARGS = {
     "trainer": {"VARIANT": "cpu", "UV_NO_CACHE": "0"},
+    "trainer-gpu": {"VARIANT": "gpu", "UV_NO_CACHE": "0"},
 }
+GiB = 1 << 30
+# A build is killed when the free space of the cache's file system falls under this: the real node's
+# kubelet collects images and evicts pods near a full disk, failing whatever the cluster runs.
+MIN_FREE = 15 * GiB
+# What a build needs free beyond MIN_FREE before it starts, where it is large. The GPU trainer's venv
+# (9.5 GB: its lock installed on this host; the CPU one's is 6 GB) is at its peak in four copies: the build
+# stage's layer, the runtime stage's copy and its commit, the archive (buildah writes it through a
+# temporary directory); after the archive, NO_LAYER_CACHE leaves one.
+DISK_NEEDED = {"trainer-gpu": 40 * GiB}
+# Images whose layers are not kept as cache after their archive is written (a rebuild is cold): the
+# GPU trainer's build stage and runtime stage would hold ~20 GB of buildah's storage for a check
+# that runs rarely.
+NO_LAYER_CACHE = {"trainer-gpu"}
+DISK_POLL_S = 5.0
 # uncompressed layers: containerd imports them without gunzip, and the trainer's ~6 GB of torch
 # and CUDA libraries compress little for minutes of the 2 cores
 PUSH_FLAGS = ["--disable-compression"]
@@ -89,6 +120,14 @@ def app_version() -> str:
     return yaml.safe_load((REPO / "charts" / "toolrl-operator" / "Chart.yaml").read_text())["appVersion"]
 
 
+def dockerfile_of(name: str) -> Path:
+    dockerfile = IMAGES_DIR / VARIANTS.get(name, name) / "Dockerfile"
+    if not dockerfile.is_file():
+        known = ", ".join(sorted([p.parent.name for p in IMAGES_DIR.glob("*/Dockerfile")] + list(VARIANTS)))
+        raise ImageError(f"no image named {name!r}: images/ has {known}")
+    return dockerfile
+
+
 def image_ref(name: str) -> str:
     """docker.io/library/... is how containerd's CRI names `toolrl-<name>:<tag>`."""
     return f"docker.io/library/toolrl-{name}:{app_version()}"
@@ -100,11 +139,37 @@ def _check_tools() -> None:
         raise ImageError(f"cannot build images: missing {', '.join(missing)}; `make setup` installs them")
 
 
+def _free() -> int:
+    images_cache().mkdir(parents=True, exist_ok=True)
+    return shutil.disk_usage(images_cache()).free
+
+
 def _run(cmd: list[str], log: Path) -> None:
+    """Run a build step into `log`; kill it if the disk's free space falls under MIN_FREE."""
     with log.open("a") as fh:
         fh.write(f"$ {' '.join(cmd)}\n")
         fh.flush()
-        rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        while True:
+            try:
+                rc = proc.wait(timeout=DISK_POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            free = _free()
+            if free >= MIN_FREE:
+                continue
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise ImageError(
+                f"`{' '.join(cmd[:3])} ...` stopped: {free / GiB:.1f} GiB free on the disk of "
+                f"{images_cache()}, under the {MIN_FREE // GiB} GiB a build must leave (a full disk "
+                "makes the real node's kubelet evict pods); free space and build again"
+            )
     if rc:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
         raise ImageError(f"`{' '.join(cmd[:3])} ...` failed (exit {rc}); last lines of {log}:\n{tail}")
@@ -174,7 +239,7 @@ def _tree_digest(paths: list[Path]) -> str:
 
 
 def image_key(name: str, base: Path, build_args: dict[str, str]) -> str:
-    dockerfile = IMAGES_DIR / name / "Dockerfile"
+    dockerfile = dockerfile_of(name)
     spec = {
         "dockerfile": dockerfile.read_text(),
         "sources": _tree_digest(_copy_sources(dockerfile)),
@@ -190,23 +255,107 @@ def _buildah(*args: str) -> list[str]:
     return ["buildah", "--root", str(store), "--runroot", str(images_cache() / "run"), *args]
 
 
-def _remove_older(name: str, archive: Path, tag: str) -> None:
-    """Drop what earlier inputs of `name` left: their archives and their images in buildah's
-    storage (the trainer's final layer is a 6.5 GB copy of its venv per build; storage reached
-    46 GB after a day of builds here). The untagged build-stage layers stay: they are the cache."""
-    for old in images_cache().glob(f"{name}-*.tar"):
-        if old != archive:
-            old.unlink()
+def stages(dockerfile: Path) -> list[str]:
+    """The named stages before the last one (`FROM ... AS name`): what COPY --from takes, whose
+    layers the next build of the image reuses."""
+    named = []
+    for line in dockerfile.read_text().splitlines():
+        parts = line.split()
+        if parts[:1] == ["FROM"]:
+            named.append(parts[3] if len(parts) == 4 and parts[2].upper() == "AS" else None)
+    return [n for n in named[:-1] if n]
+
+
+def stage_tag(tag: str, stage: str) -> str:
+    return f"{tag}.{stage}"
+
+
+def stale_tags(listed: list[str], tag: str, keep: set[str]) -> list[str]:
+    """Tags of earlier builds of the image tagged `tag` (`<ref>-<key>`, its stages `<ref>-<key>.<stage>`):
+    every `<ref>-...` but those in `keep`; another image's (`toolrl-trainer-gpu` beside `toolrl-trainer`)
+    never, their names differ before the `:`."""
+    stem = tag.rsplit("-", 1)[0] + "-"
+    return [ref for ref in listed if ref.startswith(stem) and ref not in keep]
+
+
+def kept_tags(name: str, tag: str, stages: list[str]) -> set[str]:
+    """What stays tagged in buildah's storage after `name` was built as `tag`: the image and its stages
+    (the next build's cache), or nothing for NO_LAYER_CACHE (its archive is what is used)."""
+    if name in NO_LAYER_CACHE:
+        return set()
+    return {tag, *(stage_tag(tag, s) for s in stages)}
+
+
+def stale_archives(files: list[str], name: str, current: str) -> list[str]:
+    """Archives of earlier keys of `name` (`<name>-<key>.tar`), not another image's whose name it
+    begins (`trainer-gpu-<key>.tar` is not the trainer's)."""
+    pattern = re.compile(re.escape(name) + r"-[0-9a-f]{12}\.tar")
+    return [f for f in files if pattern.fullmatch(f) and f != current]
+
+
+@contextlib.contextmanager
+def _storage_lock():
+    """One build (and prune) at a time in buildah's storage: a prune beside another process's build
+    could remove the untagged image its next step starts from."""
+    images_cache().mkdir(parents=True, exist_ok=True)
+    with (images_cache() / "build.lock").open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def _remove_older(name: str, archive: Path, tag: str, keep: set[str]) -> None:
+    """Drop what earlier inputs of `name` left: their archives and their tags in buildah's storage
+    (the trainer's final layer is a 6.5 GB copy of its venv per build; storage reached 46 GB after a
+    day of builds here)."""
+    for old in stale_archives([p.name for p in images_cache().glob("*.tar")], name, archive.name):
+        (images_cache() / old).unlink()
     names = _buildah("images", "--format", "{{.Name}}:{{.Tag}}")
     listed = subprocess.run(names, capture_output=True, text=True)
-    stem = tag.rsplit("-", 1)[0] + "-"
-    for ref in listed.stdout.split():
-        if ref.startswith(stem) and ref != tag:
-            subprocess.run(_buildah("rmi", ref), capture_output=True)
+    for ref in stale_tags(listed.stdout.split(), tag, keep):
+        subprocess.run(_buildah("rmi", ref), capture_output=True)
+
+
+def remove_working_containers() -> int:
+    """Remove the working containers a killed build left (`--force-rm` cleans up only after a build
+    that failed, not one that was killed): each pins its image and whatever its step wrote (16 of
+    them held 14 GB here). Called under _storage_lock, where no other build of this code runs."""
+    res = subprocess.run(_buildah("rm", "--all"), capture_output=True, text=True)
+    return len(res.stdout.split()) if res.returncode == 0 else 0
+
+
+def prune_untagged(max_rounds: int = 100) -> int:
+    """Remove every untagged image that no tagged image builds on (stale stages, layers of earlier
+    inputs, what a failed build left). `rmi --prune` removes the untagged images without children, so
+    a chain goes one image per round; returns how many went."""
+    removed = 0
+    for _ in range(max_rounds):
+        res = subprocess.run(_buildah("rmi", "--prune"), capture_output=True, text=True)
+        gone = res.stdout.split()
+        if res.returncode or not gone:
+            break
+        removed += len(gone)
+    return removed
+
+
+def _build_cmd(name: str, build_args: dict[str, str]) -> list[str]:
+    volumes = [f"{HOST_CA}:{HOST_CA}:ro"]
+    if build_args.get("UV_NO_CACHE") == "0":
+        HOST_UV_CACHE.mkdir(parents=True, exist_ok=True)
+        volumes.append(f"{HOST_UV_CACHE}:/root/.cache/uv")
+    # --force-rm: a failed build's working containers would otherwise pin their layers (GBs)
+    cmd = _buildah("bud", "--isolation", "chroot", "--layers", "--force-rm", "--pull-never", "-f")
+    cmd.append(str(dockerfile_of(name)))
+    for k, v in build_args.items():
+        cmd += ["--build-arg", f"{k}={v}"]
+    for v in volumes:
+        cmd += ["-v", v]
+    return cmd
 
 
 def ensure_image(name: str, log=print) -> Image:
-    """The image `name` (a directory of images/) as an OCI archive, built if its key changed."""
+    """The image `name` (a directory of images/, or a VARIANTS name) as an OCI archive, built if its
+    key changed."""
+    dockerfile = dockerfile_of(name)
     log_dir = images_cache() / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     base = ensure_base(log_dir)
@@ -217,28 +366,49 @@ def ensure_image(name: str, log=print) -> Image:
     out = images_cache() / f"{name}-{key}.tar"
     if out.is_file():
         return Image(name, ref, out, key)
+    with _storage_lock():
+        if out.is_file():  # built by another process while this one waited
+            return Image(name, ref, out, key)
+        return _build(name, dockerfile, build_args, key, out, log)
+
+
+def _build(name: str, dockerfile: Path, build_args: dict[str, str], key: str, out: Path, log=print) -> Image:
+    ref = image_ref(name)
+    log_dir = images_cache() / "logs"
+    remove_working_containers()
+    need = DISK_NEEDED.get(name, 0) + MIN_FREE
+    if _free() < need:
+        raise ImageError(
+            f"not building {name}: needs about {need / GiB:.0f} GiB free on the disk of {images_cache()} "
+            f"({DISK_NEEDED.get(name, 0) // GiB} GiB for the build, {MIN_FREE // GiB} GiB left over), "
+            f"{_free() / GiB:.1f} GiB are; free space first"
+        )
     log(f"images: building {name} (key {key}; log {log_dir / (name + '.log')})")
     started = time.monotonic()
-    volumes = [f"{HOST_CA}:{HOST_CA}:ro"]
-    if build_args.get("UV_NO_CACHE") == "0":
-        HOST_UV_CACHE.mkdir(parents=True, exist_ok=True)
-        volumes.append(f"{HOST_UV_CACHE}:/root/.cache/uv")
-    # --force-rm: a failed build's working containers would otherwise pin their layers (GBs)
-    cmd = _buildah("bud", "--isolation", "chroot", "--layers", "--force-rm", "--pull-never", "-f")
-    cmd += [str(IMAGES_DIR / name / "Dockerfile"), "-t", f"{ref}-{key}"]
-    for k, v in build_args.items():
-        cmd += ["--build-arg", f"{k}={v}"]
-    for v in volumes:
-        cmd += ["-v", v]
-    cmd.append(str(REPO))
+    tag = f"{ref}-{key}"
+    cmd = _build_cmd(name, build_args)
     logfile = log_dir / f"{name}.log"
     logfile.write_text("")
-    _run(cmd, logfile)
+    _run([*cmd, "-t", tag, str(REPO)], logfile)
     partial = out.with_suffix(".partial")
     partial.unlink(missing_ok=True)
-    _run(_buildah("push", *PUSH_FLAGS, f"{ref}-{key}", f"oci-archive:{partial}:{ref}"), logfile)
+    try:
+        _run(_buildah("push", *PUSH_FLAGS, tag, f"oci-archive:{partial}:{ref}"), logfile)
+    except ImageError:
+        partial.unlink(missing_ok=True)  # the size of the image, of no use
+        raise
     partial.rename(out)
-    _remove_older(name, out, f"{ref}-{key}")
-
-    log(f"images: {name} built in {time.monotonic() - started:.0f}s, {out.stat().st_size >> 20} MiB")
+    built = time.monotonic() - started
+    # the stages again, all from the layer cache: a tag keeps their layers for the next build
+    keep = kept_tags(name, tag, stages(dockerfile))
+    for stage in stages(dockerfile):
+        if stage_tag(tag, stage) in keep:
+            _run([*cmd, "--target", stage, "-t", stage_tag(tag, stage), str(REPO)], logfile)
+    _remove_older(name, out, tag, keep)
+    before = _free()
+    pruned = prune_untagged()
+    log(
+        f"images: {name} built in {built:.0f}s, {out.stat().st_size >> 20} MiB; pruned {pruned} untagged "
+        f"images of earlier builds ({(_free() - before) / GiB:+.1f} GiB free)"
+    )
     return Image(name, ref, out, key)
