@@ -1,14 +1,23 @@
-"""Validation of the pool's own API bodies (pure): a bad body becomes a RequestError whose
-message names the field and what was expected."""
+"""Validation of the pool's own API bodies: pydantic models of the bodies (strict: no "5" for 5),
+(typed dicts), whose errors become a RequestError whose message names the field and what to send (ours, not
+pydantic's: `error_message` maps each)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal, NotRequired
+
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails, PydanticCustomError
+from typing_extensions import TypedDict  # pydantic reads typing's only from Python 3.12
 
 MAX_BATCH = 1024
+# the error type of a check of ours whose message is already the user's (see `validation_error`)
+OUR_MESSAGE = "request"
 
 
 class RequestError(ValueError):
@@ -19,7 +28,7 @@ class RequestError(ValueError):
         self.status = status
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ExecuteRequest:
     tool: str
     input: Any
@@ -28,6 +37,9 @@ class ExecuteRequest:
 
 
 def parse_json(raw: bytes) -> Any:
+    """The one JSON reader of every dialect (Python's json, not pydantic's: it rejects NaN and
+    Infinity anywhere in a body, nests as deep as the interpreter allows and reads integers of any
+    length a body may carry, as the pool always has)."""
     if not raw:
         raise RequestError("empty request body; send a JSON object")
     try:
@@ -50,46 +62,135 @@ def require_object(body: Any, what: str = "request body") -> dict[str, Any]:
     return body
 
 
-def parse_execute(body: Any, tools: dict[str, Any], where: str = "") -> ExecuteRequest:
-    """`{tool, input, timeoutSeconds?, session?}` for a configured tool."""
+def our_error(message: str) -> PydanticCustomError:
+    """Raised in a validator: `message` reaches the user as it is."""
+    return PydanticCustomError(OUR_MESSAGE, "{message}", {"message": message})
+
+
+# What an error of a field says, by field name: (pydantic's error, the value sent) -> our message.
+FieldMessages = Mapping[str, Callable[[ErrorDetails, Any], str]]
+
+
+def error_message(error: ErrorDetails, messages: FieldMessages) -> str:
+    """Our message for one of pydantic's errors: a check of ours says it already; else the
+    field's entry in `messages` (what to send), given the value sent."""
+    if error["type"] == OUR_MESSAGE:
+        return error["ctx"]["message"]
+    field = next((part for part in reversed(error["loc"]) if isinstance(part, str)), "")
+    value = None if error["type"] == "missing" else error["input"]
+    return messages[field](error, value) if field in messages else f"{field}: {error['msg']}"
+
+
+def first_error(exc: ValidationError) -> ErrorDetails:
+    """Fields are checked in the order they are declared, each model's in the order our messages
+    always named them: the first error is the one to answer with."""
+    return exc.errors(include_url=False, include_context=True)[0]
+
+
+PositiveFinite = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+# No "5" for 5, no true for 1. The bodies are TypedDicts, not models: validated into a plain dict
+# (a third of a model's cost, on every call's path).
+STRICT = ConfigDict(strict=True)
+
+
+def strict_typed_dict(name: str, fields: dict[str, Any]) -> type:
+    body = TypedDict(name, fields)  # type: ignore[operator]
+    body.__pydantic_config__ = STRICT  # type: ignore[attr-defined]
+    return body
+
+
+def typed_dict(name: str, fields: dict[str, Any]) -> TypeAdapter[dict[str, Any]]:
+    return TypeAdapter(strict_typed_dict(name, fields))
+
+
+@functools.cache
+def execute_body(tools: tuple[str, ...]) -> TypeAdapter[dict[str, Any]]:
+    """`{tool, input, timeoutSeconds?, session?}` for one of `tools` (one per tool set, so a
+    tool's name is checked by pydantic itself, without a validator of ours on the hot path)."""
+    return typed_dict("ExecuteBody", execute_fields(tools))
+
+
+def execute_fields(tools: tuple[str, ...]) -> dict[str, Any]:
+    return {
+        "tool": Literal[tools],
+        "input": Any,  # required, null allowed: what it must be is the tool's to say
+        "timeoutSeconds": NotRequired[PositiveFinite | None],
+        "session": NotRequired[str | None],
+    }
+
+
+def execute_messages(tools: Iterable[str]) -> FieldMessages:
+    served = ", ".join(tools)
+
+    def tool(error: ErrorDetails, value: Any) -> str:
+        if error["type"] == "literal_error" and isinstance(value, str):
+            return f"unknown tool {value!r}; this pool serves {served}"
+        return f"tool is required: a string naming one of {served}"
+
+    return {
+        "tool": tool,
+        "input": lambda *_: "input is required (code for python, a query for search, a JSON body for http)",
+        "timeoutSeconds": lambda _, got: f"timeoutSeconds must be a positive finite number, got {shown(got)}",
+        "session": lambda _, got: f"session must be a string id from POST /v1/sessions, got {json_kind(got)}",
+    }
+
+
+def _request(body: dict[str, Any]) -> ExecuteRequest:
+    return ExecuteRequest(body["tool"], body["input"], body.get("timeoutSeconds"), body.get("session"))
+
+
+def parse_execute(body: Any, tools: Mapping[str, Any], where: str = "") -> ExecuteRequest:
+    """`POST /v1/execute`'s body (`where` prefixes each message: a batch entry's place)."""
     body = require_object(body, f"{where}body" if where else "request body")
-    tool = body.get("tool")
-    if not isinstance(tool, str):
-        raise RequestError(f"{where}tool is required: a string naming one of {', '.join(tools)}")
-    if tool not in tools:
-        raise RequestError(f"{where}unknown tool {tool!r}; this pool serves {', '.join(tools)}")
-    if "input" not in body:
-        raise RequestError(
-            f"{where}input is required (code for python, a query for search, a JSON body for http)"
-        )
-    timeout = body.get("timeoutSeconds")
-    if timeout is not None and not (finite(timeout) and timeout > 0):
-        raise RequestError(f"{where}timeoutSeconds must be a positive finite number, got {shown(timeout)}")
-    session = body.get("session")
-    if session is not None and not isinstance(session, str):
-        raise RequestError(
-            f"{where}session must be a string id from POST /v1/sessions, got {json_kind(session)}"
-        )
-    return ExecuteRequest(tool, body["input"], None if timeout is None else float(timeout), session)
+    try:
+        return _request(execute_body(tuple(tools)).validate_python(body))
+    except ValidationError as exc:
+        raise RequestError(where + error_message(first_error(exc), execute_messages(tools))) from None
 
 
-def parse_batch(body: Any, tools: dict[str, Any]) -> list[ExecuteRequest]:
-    """`{calls: [execute request, ...]}`."""
-    calls = require_object(body).get("calls")
-    if not isinstance(calls, list) or not calls:
-        raise RequestError("calls is required: a non-empty list of {tool, input, timeoutSeconds?, session?}")
-    if len(calls) > MAX_BATCH:
-        raise RequestError(f"a batch holds at most {MAX_BATCH} calls, got {len(calls)}; split it")
-    return [parse_execute(call, tools, f"calls[{i}].") for i, call in enumerate(calls)]
+CALLS_REQUIRED = "calls is required: a non-empty list of {tool, input, timeoutSeconds?, session?}"
+
+
+@functools.cache
+def batch_body(tools: tuple[str, ...]) -> TypeAdapter[dict[str, Any]]:
+    """`{calls: [execute body, ...]}`, 1 to MAX_BATCH of them."""
+    call = strict_typed_dict("ExecuteBody", execute_fields(tools))
+    return typed_dict(
+        "BatchBody", {"calls": Annotated[list[call], Field(min_length=1, max_length=MAX_BATCH)]}
+    )
+
+
+def parse_batch(body: Any, tools: Mapping[str, Any]) -> list[ExecuteRequest]:
+    """`POST /v1/execute/batch`'s body."""
+    body = require_object(body)
+    try:
+        return [_request(call) for call in batch_body(tuple(tools)).validate_python(body)["calls"]]
+    except ValidationError as exc:
+        error = first_error(exc)
+    if error["loc"] == ("calls",):  # the list itself
+        if error["type"] == "too_long":
+            raise RequestError(f"a batch holds at most {MAX_BATCH} calls, got {len(body['calls'])}; split it")
+        raise RequestError(CALLS_REQUIRED)
+    where = f"calls[{error['loc'][1]}]."
+    if len(error["loc"]) == 2:  # the entry is not an object
+        raise RequestError(f"{where}body must be a JSON object, got {json_kind(error['input'])}")
+    raise RequestError(where + error_message(error, execute_messages(tools)))
+
+
+@functools.cache
+def session_body(session_tools: tuple[str, ...]) -> TypeAdapter[dict[str, Any]]:
+    """`POST /v1/sessions`: `{tool}`, a tool with sessions."""
+    return typed_dict("SessionBody", {"tool": Literal[session_tools]})
 
 
 def parse_session_create(body: Any, session_tools: list[str]) -> str:
-    tool = require_object(body).get("tool")
-    if not isinstance(tool, str) or tool not in session_tools:
-        raise RequestError(
-            f"tool must name a tool with sessions: one of {', '.join(session_tools) or '(none)'}"
-        )
-    return tool
+    body = require_object(body)
+    try:
+        if session_tools:
+            return session_body(tuple(session_tools)).validate_python(body)["tool"]
+    except ValidationError:
+        pass
+    raise RequestError(f"tool must name a tool with sessions: one of {', '.join(session_tools) or '(none)'}")
 
 
 def json_kind(value: Any) -> str:

@@ -7,12 +7,24 @@ import base64
 import binascii
 import os
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, NotRequired
 
 from aiohttp import web
+from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter, ValidationError
 
-from tool_sandbox.api.requests import RequestError, finite, json_kind, require_object, shown
+from tool_sandbox.api.requests import (
+    FieldMessages,
+    RequestError,
+    error_message,
+    first_error,
+    json_kind,
+    our_error,
+    require_object,
+    shown,
+    strict_typed_dict,
+)
 from tool_sandbox.api.web import json_response, read_json
 from tool_sandbox.config import ServerSettings
 from tool_sandbox.sandbox import outcome
@@ -61,35 +73,82 @@ class RunCode:
     fetch_files: list[str] = field(default_factory=list)
 
 
-def parse_run_code(body: Any) -> RunCode:
-    body = require_object(body)
-    code, language = body.get("code"), body.get("language")
-    if not isinstance(code, str):
-        raise RequestError("code is required: the program text as a string")
-    if not isinstance(language, str):
-        raise RequestError('language is required: a string such as "python"')
-    run_timeout = _number(body, "run_timeout")
-    memory = _number(body, "memory_limit_MB")
-    _number(body, "compile_timeout")
-    stdin = body.get("stdin")
-    if stdin is not None and not isinstance(stdin, str):
-        raise RequestError("stdin must be a string or null")
-    files = parse_files(body.get("files") or {})
-    fetch = body.get("fetch_files") or []
-    if not isinstance(fetch, list) or not all(isinstance(f, str) for f in fetch):
-        raise RequestError("fetch_files must be a list of file paths")
+def _ours(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A check of ours as a pydantic validator: its RequestError's message reaches the user."""
+
+    def validator(value: Any) -> Any:
+        try:
+            return check(value)
+        except RequestError as exc:
+            raise our_error(str(exc)) from None
+
+    return validator
+
+
+def _fetch_count(fetch: list[str]) -> list[str]:
     if len(fetch) > MAX_FETCH_FILES:
         raise RequestError(f"fetch_files names {len(fetch)} files; at most {MAX_FETCH_FILES} per call")
     for i, name in enumerate(fetch):
         relative_path(name, f"fetch_files[{i}]")
+    return fetch
+
+
+_fetched = _ours(_fetch_count)
+_files = _ours(lambda files: parse_files(files or {}))
+
+
+def _or_empty(value: Any) -> Any:
+    return value or []
+
+
+def _finite_message(key: str) -> Callable[[Any, Any], str]:
+    return lambda _, got: f"{key} must be a finite number, got {shown(got)}"
+
+
+Finite = NotRequired[Annotated[float, Field(allow_inf_nan=False)] | None]
+# SandboxFusion's RunCodeRequest, as verl's call_sandbox_api sends it; checked in this order (a
+# falsy files or fetch_files, e.g. [], means none, as the pool has always read it).
+RUN_CODE = TypeAdapter(
+    strict_typed_dict(
+        "RunCodeBody",
+        {
+            "code": str,
+            "language": str,
+            "run_timeout": Finite,
+            "memory_limit_MB": Finite,
+            "compile_timeout": Finite,
+            "stdin": NotRequired[str | None],
+            "files": NotRequired[Annotated[Any, BeforeValidator(_files)]],
+            "fetch_files": NotRequired[
+                Annotated[list[str], BeforeValidator(_or_empty), AfterValidator(_fetched)]
+            ],
+        },
+    )
+)
+RUN_CODE_MESSAGES: FieldMessages = {
+    "code": lambda *_: "code is required: the program text as a string",
+    "language": lambda *_: 'language is required: a string such as "python"',
+    **{key: _finite_message(key) for key in ("run_timeout", "memory_limit_MB", "compile_timeout")},
+    "stdin": lambda *_: "stdin must be a string or null",
+    "fetch_files": lambda *_: "fetch_files must be a list of file paths",
+}
+
+
+def parse_run_code(body: Any) -> RunCode:
+    body = require_object(body)
+    try:
+        call = RUN_CODE.validate_python(body)
+    except ValidationError as exc:
+        raise RequestError(error_message(first_error(exc), RUN_CODE_MESSAGES)) from None
+    run_timeout, memory = call.get("run_timeout"), call.get("memory_limit_MB")
     return RunCode(
-        code,
-        language,
+        call["code"],
+        call["language"],
         run_timeout if run_timeout and run_timeout > 0 else None,
         int(memory) if memory and memory > 0 else None,
-        stdin or "",
-        files,
-        fetch,
+        call.get("stdin") or "",
+        call.get("files") or {},
+        call.get("fetch_files") or [],
     )
 
 
@@ -192,15 +251,6 @@ def _response(
         "executor_pod_name": os.environ.get("POD_NAME"),
         "files": {},
     }
-
-
-def _number(body: dict[str, Any], key: str) -> float | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if not finite(value):
-        raise RequestError(f"{key} must be a finite number, got {shown(value)}")
-    return float(value)
 
 
 def routes(service: Service) -> web.RouteTableDef:
