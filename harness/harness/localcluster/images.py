@@ -146,12 +146,26 @@ def _free() -> int:
     return shutil.disk_usage(images_cache()).free
 
 
+def build_tmp() -> Path:
+    """buildah's temporary directory (TMPDIR): its copies of layers and archives while it builds. A
+    killed build leaves them behind (44 GB in /var/tmp after a few killed trainer builds here), so each
+    build empties this one first."""
+    return images_cache() / "tmp"
+
+
+def build_env() -> dict[str, str]:
+    return {**os.environ, "TMPDIR": str(build_tmp())}
+
+
 def _run(cmd: list[str], log: Path) -> None:
     """Run a build step into `log`; kill it if the disk's free space falls under MIN_FREE."""
     with log.open("a") as fh:
         fh.write(f"$ {' '.join(cmd)}\n")
         fh.flush()
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        build_tmp().mkdir(parents=True, exist_ok=True)
+        proc = subprocess.Popen(
+            cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=build_env()
+        )
         while True:
             try:
                 rc = proc.wait(timeout=DISK_POLL_S)
@@ -378,6 +392,7 @@ def _build(name: str, dockerfile: Path, build_args: dict[str, str], key: str, ou
     ref = image_ref(name)
     log_dir = images_cache() / "logs"
     remove_working_containers()
+    shutil.rmtree(build_tmp(), ignore_errors=True)  # what killed builds left (we hold the storage lock)
     need = DISK_NEEDED.get(name, 0) + MIN_FREE
     if _free() < need:
         raise ImageError(

@@ -167,3 +167,12 @@ def test_a_build_frees_what_killed_builds_left_first_and_prunes_after(
         "rmi --prune",
     ]
     assert out.read_bytes() == b"archive" and not (cache / f"trainer-{OLD}.tar").exists()
+
+
+def test_buildah_keeps_its_temporary_files_in_the_images_cache(monkeypatch, tmp_path):
+    """A killed build left its layer copies in /var/tmp (buildah's default): 44 GB here, filling the disk."""
+    monkeypatch.setattr(images, "images_cache", lambda: tmp_path)
+    assert images.build_env()["TMPDIR"] == str(tmp_path / "tmp")
+    log = tmp_path / "log"
+    images._run(["sh", "-c", 'test "$TMPDIR" = "$0" && touch "$TMPDIR/seen"', str(images.build_tmp())], log)
+    assert (images.build_tmp() / "seen").exists(), log.read_text()
