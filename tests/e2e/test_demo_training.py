@@ -31,6 +31,7 @@ from harness.training_cluster import (
     checkpointed,
     dashboard_queries,
     delete_pods,
+    finite,
     finite_over,
     newest_checkpoint,
     plot_run,
@@ -379,12 +380,40 @@ def _everything_of(tc: TrainingCluster, name: str) -> list[str]:
     ]
 
 
+def _trainer_log(tc: TrainingCluster, name: str) -> str:
+    """What KubeRay's submitter has followed of the trainer's log so far ('' before it starts)."""
+    return tc.kubectl("logs", f"job/{name}", "-n", tc.namespace, check=False).stdout or ""
+
+
+def _tool_calls_counted(tc: TrainingCluster, name: str) -> float:
+    sel = f'namespace="{tc.namespace}", toolrl_job="{name}", outcome="ok"'
+    return sum(finite(tc.prometheus, f"sum(toolrl_tool_calls_total{{{sel}}})"))
+
+
 def test_a_job_deleted_mid_training_leaves_nothing_behind(tc: TrainingCluster) -> None:
+    """The CPU example through `rollout.engine: vllm` (verl's vLLM server on vLLM's CPU build, in the
+    CPU trainer image) trains its first step on the real node, tool calls and all; then it is deleted."""
     name = "deleted"
     job = yaml.safe_load(CPU_EXAMPLE.read_text())
     job["metadata"]["name"] = name
+    job["spec"]["rollout"]["engine"] = "vllm"
+    applied = time.monotonic()
     tc.cluster.apply(job, "-n", tc.namespace)
     wait_until(lambda: tc.state(name).step, TRAINING_TIMEOUT, f"{name} to train its first step", interval=2)
+    first_step = time.monotonic() - applied
+    # verl's vLLM server ran in the worker pod (Ray prefixes its actors' lines with their class) and
+    # no HF server did; the submitter's log may trail the status by a few lines
+    log = wait_until(
+        lambda: (found := _trainer_log(tc, name)) and "CPUvLLMHttpServer" in found and found,
+        120,
+        f"{name}'s trainer log to show verl's vLLM server (trainer_entry.vllm_on_cpu)",
+        interval=2,
+    )
+    assert "HFRolloutServer" not in log, log[-3000:]
+    calls = wait_until(
+        lambda: _tool_calls_counted(tc, name), 120, f"the pool to count {name}'s tool calls", interval=5
+    )
+    print(f"\n{name}: engine vllm trained step 1 {first_step:.0f} s after the apply, {calls:.0f} tool calls")
     owned = _everything_of(tc, name)
     assert any(o.startswith("RayCluster/") for o in owned) and any(o.startswith("Pod/") for o in owned), owned
     deleted = time.monotonic()
