@@ -264,6 +264,10 @@ def faulted(tc: TrainingCluster) -> FaultedRun:
     name = "faults"
     job = yaml.safe_load(CPU_EXAMPLE.read_text())
     job["metadata"]["name"] = name
+    # One retry, as a user running long jobs sets: the trainer KubeRay resubmits after the faults can
+    # still die of Ray itself (seen once: a SIGSEGV in Ray's C++ metrics thread of the new TaskRunner,
+    # seconds after it connected); the next attempt resumes from the checkpoint as well.
+    job["spec"]["runPolicy"]["backoffLimit"] = 1
     host_dir = checkpointed(tc, job, SAVE_FREQ)
     applied = time.time()
     tc.cluster.apply(job, "-n", tc.namespace)
@@ -347,8 +351,9 @@ def test_the_user_sees_the_restart_and_the_operators_restart_repeats_nothing(
     assert reasons.count("TrainerRestarted") == status["restarts"], reasons
     assert "TrainingResumed" in reasons, reasons
     # the operator was killed mid-run: its restart repeats no Event and duplicates no child
-    for once in ("Created", "PhaseRunning", "PhaseSucceeded"):
+    for once in ("Created", "PhaseSucceeded"):
         assert reasons.count(once) == 1, f"{once}: {reasons}"
+    assert reasons.count("PhaseRunning") == status["attempt"], f"PhaseRunning once per attempt: {reasons}"
     for kind in ("deployments", "services", "configmaps", "rayjobs"):
         found = get_json(tc.cluster, kind, "-n", tc.namespace, "-l", "toolrl.dev/job=faults")["items"]
         assert len(found) == 1, (kind, [i["metadata"]["name"] for i in found])
