@@ -74,6 +74,15 @@ def tc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrainingCluster]:
         yield found
 
 
+def _ended(tc: TrainingCluster, name: str) -> bool:
+    return tc.job(name).get("status", {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _finished_run(tc: TrainingCluster, name: str, samples: list, applied: float) -> Run:
+    """The ended job as a Run: its samples and one more now (the sampler may stop before its next)."""
+    return Run(tc.job(name), [*samples, (time.monotonic(), tc.state(name))], applied, time.time())
+
+
 def _train(tc: TrainingCluster, job: dict[str, Any]) -> Run:
     name = job["metadata"]["name"]
     applied = time.time()
@@ -81,7 +90,7 @@ def _train(tc: TrainingCluster, job: dict[str, Any]) -> Run:
     with Sampler(lambda: tc.state(name), interval=2) as sampler:
         try:
             wait_until(
-                lambda: tc.job(name).get("status", {}).get("phase") in ("Succeeded", "Failed"),
+                lambda: _ended(tc, name),
                 TRAINING_TIMEOUT,
                 f"{name} to end",
                 interval=5,
@@ -90,8 +99,7 @@ def _train(tc: TrainingCluster, job: dict[str, Any]) -> Run:
             print(tc.kubectl("get", "pods,rayjobs", "-n", tc.namespace, "-o", "wide").stdout)
             print(tc.kubectl("describe", "rayjob", "-n", tc.namespace).stdout[-3000:])
             raise
-    final = (time.monotonic(), tc.state(name))  # the sampler may stop before its next sample
-    return Run(tc.job(name), [*sampler.samples, final], applied, time.time())
+    return _finished_run(tc, name, sampler.samples, applied)
 
 
 @pytest.fixture(scope="module")
@@ -290,13 +298,12 @@ def faulted(tc: TrainingCluster) -> FaultedRun:
         assert delete_pods(tc, OPERATOR_NAMESPACE, OPERATOR_POD)  # its second kill
         tc.cluster.restart_node_runtime()
         wait_until(
-            lambda: tc.job(name).get("status", {}).get("phase") in ("Succeeded", "Failed"),
+            lambda: _ended(tc, name),
             TRAINING_TIMEOUT,
             f"{name} to end after the faults",
             interval=5,
         )
-    final = (time.monotonic(), tc.state(name))
-    run = Run(tc.job(name), [*sampler.samples, final], applied, time.time())
+    run = _finished_run(tc, name, sampler.samples, applied)
     print(f"\n{name}: {run.job['status']}")
 
     def last_submitter() -> dict[str, Any] | None:
@@ -452,13 +459,12 @@ def separate(tc: TrainingCluster) -> SeparateRun:
         )
         kill_container_process(tc, tc.namespace, f"toolrl.dev/job={name},ray.io/node-type=head")
         wait_until(
-            lambda: tc.job(name).get("status", {}).get("phase") in ("Succeeded", "Failed"),
+            lambda: _ended(tc, name),
             TRAINING_TIMEOUT,
             f"{name} to end",
             interval=5,
         )
-    final = (time.monotonic(), tc.state(name))
-    run = Run(tc.job(name), [*sampler.samples, final], applied, time.time())
+    run = _finished_run(tc, name, sampler.samples, applied)
     print(f"\n{name}: {run.job['status']}")
     selector = f"batch.kubernetes.io/job-name={name}"
     pods = get_json(tc.cluster, "pods", "-n", tc.namespace, "-l", selector)["items"]
