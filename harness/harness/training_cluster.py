@@ -66,6 +66,8 @@ class JobState(NamedTuple):
     ready_replicas: int | None
     reason: str | None = None  # the job's (kubectl get trj -o wide, describe)
     restarts: int | None = None
+    message: str | None = None
+    attempt: int | None = None
 
 
 @dataclass
@@ -101,6 +103,8 @@ class TrainingCluster:
             pool.get("readyReplicas"),
             status.get("reason"),
             status.get("restarts"),
+            status.get("message"),
+            status.get("attempt"),
         )
 
     def events(self, name: str) -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ CONDITION_TYPES = (
 )  # fmt: skip
 INCOMPLETE_TRAINING = "IncompleteTraining"
 BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+RETRYING = "Retrying"  # an attempt failed and KubeRay runs the next (runPolicy.backoffLimit)
 # Container waiting reasons that mean a pod will not start without someone acting.
 STUCK_CONTAINER_REASONS = frozenset(
     {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CrashLoopBackOff"}
@@ -67,7 +68,7 @@ RAYJOB_PHASES: tuple[PhaseRule, ...] = (
     PhaseRule("", None, PENDING, "RayJobCreated"),
     PhaseRule("Initializing", None, PROVISIONING, "RayClusterStarting"),
     PhaseRule("Waiting", None, PROVISIONING, "WaitingForSubmission"),
-    PhaseRule("Retrying", None, PROVISIONING, "Retrying"),
+    PhaseRule("Retrying", None, PROVISIONING, RETRYING),
     # The Ray job ended but KubeRay has not moved the RayJob on yet: not Running any more.
     PhaseRule("Running", "FAILED", FAILED, "JobFailed"),
     PhaseRule("Running", "STOPPED", FAILED, "JobStopped"),
@@ -311,10 +312,16 @@ def judge(job: Job, rayjob: dict[str, Any] | None, phase: Phase) -> Phase:
                 INCOMPLETE_TRAINING,
                 f"the Ray job exited 0 at step {step} of {total}: the trainer did not reach totalSteps",
             )
-    if phase.phase == FAILED and rj.get("jobDeploymentStatus") == "Running" and failed < limit:
+    # KubeRay counts the failed attempt when it moves the RayJob to Retrying; both moments say which
+    # attempt failed and why until KubeRay clears its status for the next one (the Ray cluster is
+    # deleted in between: tens of seconds)
+    deployment = rj.get("jobDeploymentStatus")
+    if phase.phase == FAILED and deployment == "Running" and failed < limit:
         return Phase(
-            PROVISIONING, "Retrying", f"attempt {failed + 1} failed ({phase.message}); KubeRay retries"
+            PROVISIONING, RETRYING, f"attempt {failed + 1} failed ({phase.message}); KubeRay retries"
         )
+    if deployment == "Retrying" and failed:
+        return Phase(PROVISIONING, RETRYING, f"attempt {failed} failed ({phase.message}); KubeRay retries")
     if phase.phase == FAILED and limit and failed > limit:
         return Phase(
             FAILED,

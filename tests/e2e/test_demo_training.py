@@ -46,7 +46,7 @@ from trainer_entry.metrics import console_steps
 pytestmark = pytest.mark.timeout(5400)
 
 NAMESPACE = "e2e-train"
-TRAINING_TIMEOUT = 2400  # verl's start-up in pods is 2-8 min here, with the machine's load
+TRAINING_TIMEOUT = 1500  # verl's start-up in pods is 2-8 min here, with the machine's load
 SAVE_FREQ = 2  # the faulted run's checkpoint interval: the most steps a lost trainer may redo
 # A reward bug that the check before training cannot see (the ground truth is a number) but every
 # generated answer meets (a whole response: tool call, its output, the answer): it raises in training.
@@ -76,6 +76,19 @@ def tc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrainingCluster]:
 
 def _ended(tc: TrainingCluster, name: str) -> bool:
     return tc.job(name).get("status", {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _before_it_ends(tc: TrainingCluster, name: str, probe: Callable[[], Any]) -> Callable[[], Any]:
+    """`probe` for wait_until, failing at once when job `name` ends before it is met (a fault that
+    came too late, a run faster than the test) rather than waiting out the timeout."""
+
+    def checked() -> Any:
+        found = probe()
+        if not found and _ended(tc, name):
+            raise AssertionError(f"{name} ended first: {tc.job(name)['status']}")
+        return found
+
+    return checked
 
 
 def _finished_run(tc: TrainingCluster, name: str, samples: list, applied: float) -> Run:
@@ -288,7 +301,12 @@ def faulted(tc: TrainingCluster) -> FaultedRun:
             saved = newest_checkpoint(host_dir)
             return step if saved and step and step > saved else None
 
-        wait_until(past_a_checkpoint, TRAINING_TIMEOUT, f"{name} to train past a checkpoint", interval=1)
+        wait_until(
+            _before_it_ends(tc, name, past_a_checkpoint),
+            TRAINING_TIMEOUT,
+            f"{name} to train past a checkpoint",
+            interval=1,
+        )
         step_at_fault, checkpoint_at_fault = tc.state(name).step or 0, newest_checkpoint(host_dir)
         fault_at = time.monotonic()
         job_pods = f"toolrl.dev/job={name}"
@@ -390,7 +408,7 @@ class SeparateRun:
     run: Run
     groups: list[dict[str, Any]]  # status.workerGroups once every group's pods were Ready
     good: int  # the newest checkpoint when the volume turned read-only
-    retrying: dict[str, Any]  # the job's status while KubeRay retried the refused attempt
+    retrying: JobState | None  # the job's state while KubeRay retried the refused attempt
     killed_after: int  # the newest checkpoint when the head's process was killed
     logs: list[str]  # the submitter pods' logs of the last attempt, oldest first
 
@@ -427,22 +445,28 @@ def separate(tc: TrainingCluster) -> SeparateRun:
             )
             return groups if ready else None
 
-        groups = wait_until(all_groups_ready, TRAINING_TIMEOUT, f"{name}'s two worker groups to be Ready")
+        groups = wait_until(
+            _before_it_ends(tc, name, all_groups_ready),
+            TRAINING_TIMEOUT,
+            f"{name}'s two worker groups to be Ready",
+        )
 
         def past_a_checkpoint() -> int | None:
             step, saved = tc.state(name).step, newest_checkpoint(job_dir)
             return saved if saved and step and step > saved else None
 
-        wait_until(past_a_checkpoint, TRAINING_TIMEOUT, f"{name} past a checkpoint", interval=1)
+        wait_until(
+            _before_it_ends(tc, name, past_a_checkpoint),
+            TRAINING_TIMEOUT,
+            f"{name} past a checkpoint",
+            interval=1,
+        )
         job_dir.chmod(0o555)  # the trainer (uid 1000, the directory's owner) can write nothing in it
         try:
-
-            def retrying() -> dict[str, Any] | None:
-                status = tc.job(name).get("status", {})
-                return status if status.get("reason") == "Retrying" else None
-
-            retrying_status = wait_until(
-                retrying, TRAINING_TIMEOUT, f"{name}'s refused attempt to be retried"
+            wait_until(
+                _before_it_ends(tc, name, lambda: (tc.state(name).attempt or 1) >= 2),
+                TRAINING_TIMEOUT,
+                f"{name}'s refused attempt to be retried",
             )
         finally:
             job_dir.chmod(0o755)
@@ -455,7 +479,10 @@ def separate(tc: TrainingCluster) -> SeparateRun:
             return saved if saved > good and tc.state(name).phase == "Running" else None
 
         killed_after = wait_until(
-            own_checkpoint, TRAINING_TIMEOUT, f"{name}'s second attempt to save a checkpoint", interval=1
+            _before_it_ends(tc, name, own_checkpoint),
+            TRAINING_TIMEOUT,
+            f"{name}'s second attempt to save a checkpoint",
+            interval=1,
         )
         kill_container_process(tc, tc.namespace, f"toolrl.dev/job={name},ray.io/node-type=head")
         wait_until(
@@ -470,7 +497,9 @@ def separate(tc: TrainingCluster) -> SeparateRun:
     pods = get_json(tc.cluster, "pods", "-n", tc.namespace, "-l", selector)["items"]
     pods.sort(key=lambda p: p["metadata"]["creationTimestamp"])
     logs = [tc.kubectl("logs", p["metadata"]["name"], "-n", tc.namespace, check=False).stdout for p in pods]
-    return SeparateRun(run, groups, good, retrying_status, killed_after, logs)
+    # what `kubectl get trj` showed while KubeRay retried (sampled: it lasts while the cluster goes)
+    retrying = next((s for _, s in run.samples if s.reason == "Retrying"), None)
+    return SeparateRun(run, groups, good, retrying, killed_after, logs)
 
 
 def test_a_separate_async_job_runs_both_worker_groups_and_succeeds(
@@ -499,7 +528,8 @@ def test_a_separate_async_job_runs_both_worker_groups_and_succeeds(
 def test_a_checkpoint_that_cannot_be_written_fails_the_attempt_and_the_retry_resumes_from_the_good_one(
     separate: SeparateRun,
 ) -> None:
-    message = separate.retrying["message"]
+    assert separate.retrying, "no sample showed the job Retrying after its refused checkpoint"
+    message = separate.retrying.message or ""
     assert "attempt 1 failed" in message and "KubeRay retries" in message, message
     # the trainer's own words, whole (KubeRay quotes the end of its log): the step, the directory, the
     # cause, what to do — not a worker's traceback in place of the cause
@@ -561,7 +591,12 @@ def test_a_job_deleted_mid_training_leaves_nothing_behind(tc: TrainingCluster) -
     job["spec"]["rollout"]["engine"] = "vllm"
     applied = time.monotonic()
     tc.cluster.apply(job, "-n", tc.namespace)
-    wait_until(lambda: tc.state(name).step, TRAINING_TIMEOUT, f"{name} to train its first step", interval=2)
+    wait_until(
+        _before_it_ends(tc, name, lambda: tc.state(name).step),
+        TRAINING_TIMEOUT,
+        f"{name} to train its first step",
+        interval=2,
+    )
     first_step = time.monotonic() - applied
     # verl's vLLM server ran in the worker pod (Ray prefixes its actors' lines with their class) and
     # no HF server did; the submitter's log may trail the status by a few lines

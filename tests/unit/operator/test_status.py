@@ -284,8 +284,12 @@ def test_a_failed_attempt_with_retries_left_is_a_retry_and_the_last_says_the_bud
     job = make_job(runPolicy={"backoffLimit": 2})
     failing = compute_status(job, rayjob("Running", "FAILED", failed=1), deployment(), 3, NOW)
     assert (failing["phase"], failing["reason"], failing["attempt"]) == ("Provisioning", "Retrying", 2)
-    retrying = compute_status(job, rayjob("Retrying", "FAILED", failed=1), deployment(), 3, NOW)
-    assert (retrying["phase"], retrying["attempt"]) == ("Provisioning", 2)
+    retrying = compute_status(
+        job, rayjob("Retrying", "FAILED", failed=1, message="trainer: disk full"), deployment(), 3, NOW
+    )
+    assert (retrying["phase"], retrying["reason"], retrying["attempt"]) == ("Provisioning", "Retrying", 2)
+    # while KubeRay deletes the failed attempt's cluster, the status still says which failed and why
+    assert retrying["message"] == "attempt 1 failed (trainer: disk full); KubeRay retries", retrying
     rj = rayjob("Failed", "FAILED", failed=3, reason="AppFailed", message="exit 1")
     spent = compute_status(job, rj, deployment(), 3, NOW)
     assert (spent["phase"], spent["reason"], spent["attempt"]) == ("Failed", "BackoffLimitExceeded", 3)
