@@ -188,6 +188,7 @@ class Sink:
         self._tool_calls: list[tuple[str, str, float]] = []
         self._rewards: list[dict[str, float]] = []
         self._last_flush = time.monotonic()
+        self._timer: threading.Timer | None = None  # the flush of what waits, due FLUSH_SECONDS after it came
         self._reward_failure: str | None = None
 
     def tool_call(self, tool: str, outcome: str, seconds: float) -> None:
@@ -265,9 +266,18 @@ class Sink:
             self.hub.record_step.remote(_plain(data), step)
 
     def _maybe_flush(self) -> None:
+        """Send now if a second has passed or a batch is full; else within a second, by a timer: an
+        agent-loop worker may record its last call and then none for minutes (its trajectory waits
+        on an update), and what it holds would reach /metrics only with its next call."""
         due = time.monotonic() - self._last_flush >= FLUSH_SECONDS
         if due or len(self._tool_calls) + len(self._rewards) >= FLUSH_BATCH:
             self.flush()
+            return
+        with self._lock:
+            if self._timer is None:
+                self._timer = threading.Timer(FLUSH_SECONDS, self.flush)
+                self._timer.daemon = True
+                self._timer.start()
 
     def flush(self) -> None:
         if self.hub is None:
@@ -276,6 +286,9 @@ class Sink:
             calls, self._tool_calls = self._tool_calls, []
             rewards, self._rewards = self._rewards, []
             self._last_flush = time.monotonic()
+            if self._timer is not None:
+                self._timer.cancel()  # a no-op when this flush is the timer's own
+                self._timer = None
         if calls:
             self.hub.observe_tool_calls.remote(calls)
         if rewards:

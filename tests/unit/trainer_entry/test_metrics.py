@@ -2,6 +2,7 @@
 
 import sys
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -79,6 +80,39 @@ def test_tracking_backend_feeds_the_sink():
     use_sink(Sink(local=m))
     TrackingBackend().log({"timing_s/step": 2.0, "critic/score/mean": 0.25}, step=5)
     assert value(m, "toolrl_trainer_reward_mean") == 0.25 and value(m, "toolrl_trainer_step") == 5
+
+
+class _Remote:
+    """A hub actor's method as a worker process holds it: `.remote(...)` records the call."""
+
+    def __init__(self, got: list) -> None:
+        self.got = got
+
+    def remote(self, *args) -> None:
+        self.got.append(args)
+
+
+class _Hub:
+    def __init__(self) -> None:
+        self.calls: list = []
+        self.observe_tool_calls = _Remote(self.calls)
+        self.observe_rewards = _Remote([])
+
+
+def test_a_workers_last_calls_reach_the_hub_without_a_next_call():
+    """What an agent-loop worker records reaches the hub within a second even if nothing follows it
+    (a batch is sent only as the next call comes or a second has passed: with no next call it waited
+    for ever)."""
+    hub = _Hub()
+    sink = Sink(hub=hub)
+    sink.flush()  # a flush just now: the next call is not due at once
+    sink.tool_call("python", "ok", 0.2)
+    sink.tool_call("python", "error", 0.3)
+    assert hub.calls == []
+    deadline = time.monotonic() + 30
+    while not hub.calls and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert hub.calls == [([("python", "ok", 0.2), ("python", "error", 0.3)],)]
 
 
 def test_served_on_http():
