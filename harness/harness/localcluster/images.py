@@ -16,7 +16,7 @@ here with mmdebstrap (no container registry is reachable), keyed by their inputs
   (its layers are the cache the next rebuild needs, e.g. the trainer's venv), older tags and
   archives of the same image go, and then every untagged image no tagged one builds on. Before a
   build, the working containers of killed builds go. One build at a time (a file lock).
-- A build stops (the process is killed) when the disk's free space falls under MIN_FREE: at a full
+- A build stops (the process is killed) when the disk's free space falls under min_free(): at a full
   disk the real node's kubelet evicts pods and collects images.
 - Variants (VARIANTS, e.g. `trainer-gpu`: the trainer's Dockerfile with VARIANT=gpu) build only when
   named, never with `make images`.
@@ -43,6 +43,7 @@ import yaml
 from harness import REPO
 
 from .build import cache_root
+from .node import EVICTION_FREE_PERCENT
 from .oci import write_oci_archive
 
 IMAGES_DIR = REPO / "images"
@@ -82,12 +83,10 @@ EXTRA_BUILD_ARGS = {
     "trainer-gpu": {"VARIANT": "gpu", "UV_NO_CACHE": "0"},
 }
 GiB = 1 << 30
-# A build is killed when the free space of the cache's file system falls under this: the real node's
-# kubelet evicts pods and collects images (the pause image among them) once its image file system has
-# under 2 % free (node.py evictionHard: 5 GB of this machine's 252 GB disk), failing whatever the
-# cluster runs. Kept low so that a build that fits is never refused (a CI machine's disk is unknown).
-MIN_FREE = 6 * GiB
-# What a build needs free beyond MIN_FREE before it starts, where it is large. The GPU trainer's venv
+# What a build leaves free beyond the point where the real node's kubelet starts evicting pods and
+# collecting images (the pause image among them), failing whatever the cluster runs (min_free).
+BUILD_MARGIN = 1 * GiB
+# What a build needs free beyond min_free() before it starts, where it is large. The GPU trainer's venv
 # (9.5 GB: its lock installed on this host; the CPU one's is 6 GB) is at its peak in four copies: the build
 # stage's layer, the runtime stage's copy and its commit, the archive (buildah writes it through a
 # temporary directory); after the archive, NO_LAYER_CACHE leaves one.
@@ -146,6 +145,13 @@ def _free() -> int:
     return shutil.disk_usage(images_cache()).free
 
 
+def min_free() -> int:
+    """The free space a build must leave on the cache's disk: kubelet's eviction threshold there (the
+    node's evictionHard, EVICTION_FREE_PERCENT of the disk) and BUILD_MARGIN."""
+    images_cache().mkdir(parents=True, exist_ok=True)
+    return shutil.disk_usage(images_cache()).total * EVICTION_FREE_PERCENT // 100 + BUILD_MARGIN
+
+
 def build_tmp() -> Path:
     """buildah's temporary directory (TMPDIR): its copies of layers and archives while it builds. A
     killed build leaves them behind (44 GB in /var/tmp after a few killed trainer builds here), so each
@@ -158,7 +164,7 @@ def build_env() -> dict[str, str]:
 
 
 def _run(cmd: list[str], log: Path) -> None:
-    """Run a build step into `log`; kill it if the disk's free space falls under MIN_FREE."""
+    """Run a build step into `log`; kill it if the disk's free space falls under min_free()."""
     with log.open("a") as fh:
         fh.write(f"$ {' '.join(cmd)}\n")
         fh.flush()
@@ -172,8 +178,8 @@ def _run(cmd: list[str], log: Path) -> None:
                 break
             except subprocess.TimeoutExpired:
                 pass
-            free = _free()
-            if free >= MIN_FREE:
+            free, floor = _free(), min_free()
+            if free >= floor:
                 continue
             proc.terminate()
             try:
@@ -183,8 +189,8 @@ def _run(cmd: list[str], log: Path) -> None:
                 proc.wait()
             raise ImageError(
                 f"`{' '.join(cmd[:3])} ...` stopped: {free / GiB:.1f} GiB free on the disk of "
-                f"{images_cache()}, under the {MIN_FREE // GiB} GiB a build must leave (a full disk "
-                "makes the real node's kubelet evict pods); free space and build again"
+                f"{images_cache()}, under the {floor / GiB:.1f} GiB a build must leave (with less the real "
+                "node's kubelet evicts pods); free space and build again"
             )
     if rc:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
@@ -393,11 +399,12 @@ def _build(name: str, dockerfile: Path, build_args: dict[str, str], key: str, ou
     log_dir = images_cache() / "logs"
     remove_working_containers()
     shutil.rmtree(build_tmp(), ignore_errors=True)  # what killed builds left (we hold the storage lock)
-    need = DISK_NEEDED.get(name, 0) + MIN_FREE
+    floor = min_free()
+    need = DISK_NEEDED.get(name, 0) + floor
     if _free() < need:
         raise ImageError(
             f"not building {name}: needs about {need / GiB:.0f} GiB free on the disk of {images_cache()} "
-            f"({DISK_NEEDED.get(name, 0) // GiB} GiB for the build, {MIN_FREE // GiB} GiB left over), "
+            f"({DISK_NEEDED.get(name, 0) // GiB} GiB for the build, {floor / GiB:.1f} GiB left over), "
             f"{_free() / GiB:.1f} GiB are; free space first"
         )
     log(f"images: building {name} (key {key}; log {log_dir / (name + '.log')})")

@@ -32,6 +32,10 @@ import yaml
 
 from .oci import single_file_layer, write_oci_archive
 
+# kubelet evicts pods once the node's or its images' file system has less free than this (evictionHard);
+# image builds stop short of it (images.min_free)
+EVICTION_FREE_PERCENT = 2
+
 NODE_NAME = "cpu-real-0"
 NETWORK = "198.18.0.0/15"  # pods and Services, nothing else (the workplace's network rule)
 BRIDGE = "toolrl0"
@@ -444,9 +448,9 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             "authorization": {"mode": "AlwaysAllow"},
             "evictionHard": {
                 "memory.available": "200Mi",
-                "nodefs.available": "2%",
-                "imagefs.available": "2%",
-                "nodefs.inodesFree": "2%",
+                "nodefs.available": f"{EVICTION_FREE_PERCENT}%",
+                "imagefs.available": f"{EVICTION_FREE_PERCENT}%",
+                "nodefs.inodesFree": f"{EVICTION_FREE_PERCENT}%",
             },
             # 100: never collect images. They are imported, no registry can give them back, and
             # at 99 a disk filled by an image build made kubelet delete the pause image: every

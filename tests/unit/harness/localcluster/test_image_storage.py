@@ -4,12 +4,13 @@ up-front check. No buildah runs here."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from harness.localcluster import images
+from harness.localcluster import images, node
 
 REF = "docker.io/library/toolrl-trainer:0.1.0"
 GPU_REF = "docker.io/library/toolrl-trainer-gpu:0.1.0"
@@ -85,19 +86,26 @@ def test_a_build_is_killed_when_free_space_falls_under_the_floor(
     cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(images, "DISK_POLL_S", 0.2)
-    monkeypatch.setattr(images, "_free", lambda: images.MIN_FREE - images.GiB)
+    monkeypatch.setattr(images, "min_free", lambda: 6 * images.GiB)
+    monkeypatch.setattr(images, "_free", lambda: 5 * images.GiB)
     started = time.monotonic()
-    with pytest.raises(images.ImageError, match=r"stopped: 5\.0 GiB free .* under the 6 GiB"):
+    with pytest.raises(images.ImageError, match=r"stopped: 5\.0 GiB free .* under the 6\.0 GiB"):
         images._run(["sleep", "120"], tmp_path / "build.log")
     assert time.monotonic() - started < 60
     assert "$ sleep 120" in (tmp_path / "build.log").read_text()
+
+
+def test_a_build_leaves_what_the_nodes_kubelet_needs_before_it_evicts(cache: Path) -> None:
+    """The floor is the real node's evictionHard share of the disk (one number, node.py) and a margin."""
+    floor = images.min_free()
+    assert floor == shutil.disk_usage(cache).total * node.EVICTION_FREE_PERCENT // 100 + images.BUILD_MARGIN
 
 
 def test_a_build_with_room_runs_to_its_end(
     cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(images, "DISK_POLL_S", 0.2)
-    monkeypatch.setattr(images, "_free", lambda: images.MIN_FREE + images.GiB)
+    monkeypatch.setattr(images, "_free", lambda: images.min_free() + images.GiB)
     images._run(["sh", "-c", "sleep 1; echo done"], tmp_path / "build.log")
     assert (tmp_path / "build.log").read_text().endswith("done\n")
     with pytest.raises(images.ImageError, match="failed \\(exit 3\\)"):
