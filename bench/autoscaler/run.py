@@ -17,7 +17,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import simulate as sim
-from toolrl_operator import autoscaler as a
+from toolrl_operator import scale_decision as a
 
 MIN, MAX = 2, 64
 

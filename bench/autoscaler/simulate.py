@@ -1,6 +1,6 @@
 """Discrete-event simulation of a tool pool under a replayed rollout pattern.
 
-It drives the operator's real decision function (toolrl_operator.autoscaler.decide); what is
+It drives the operator's real decision function (toolrl_operator.scale_decision.decide); what is
 simulated is the world around it: the trainer's phases, trajectories calling tools, pods with a
 fixed number of execution slots and a start-up delay, random routing by the Service, and
 metrics that are only as fresh as the last scrape.
@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from toolrl_operator import autoscaler as a
+from toolrl_operator import scale_decision as a
 
 
 @dataclass(frozen=True)

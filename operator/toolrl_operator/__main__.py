@@ -8,7 +8,7 @@ import logging
 import kopf
 from prometheus_client import start_http_server
 
-from . import autoscaling, handlers  # noqa: F401  (importing registers the kopf handlers)
+from . import handlers, scale_loop  # noqa: F401  (importing registers the kopf handlers)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -23,7 +23,7 @@ RESUMED = "Resumed"
 CHILD_DELETED = "ChildDeleted"  # a deleted child was re-created
 RECONCILE_ERROR = "ReconcileError"  # Warning: once per error (permanent) or per streak (transient)
 PHASE_PREFIX = "Phase"  # Phase<phase>, on each phase change; a failure is posted with its reason
-# The autoscaler (autoscaling.py)
+# The autoscaler (scale_loop.py)
 TOOL_POOL_SCALED = "ToolPoolScaled"
 AUTOSCALER_HOLDING = "AutoscalerHolding"
 

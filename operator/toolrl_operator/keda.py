@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .autoscaler import Policy
 from .job import Job
 from .naming import COMPONENT_TOOL_POOL, child_metadata, tool_pool_name
+from .scale_decision import Policy
 from .signals import pool_load_query
 from .status import pool_stopped
 

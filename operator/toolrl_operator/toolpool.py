@@ -7,7 +7,6 @@ import ipaddress
 from typing import Any
 from urllib.parse import urlsplit
 
-from .autoscaler import Policy
 from .configmap import TOOLS_KEY, function_source, tools_checksum
 from .job import Job
 from .keda import uses_keda
@@ -24,6 +23,7 @@ from .naming import (
     selector_labels,
     tool_pool_name,
 )
+from .scale_decision import Policy
 from .settings import Settings
 from .spec_types import Spec, ToolMcp
 from .status import pool_stopped

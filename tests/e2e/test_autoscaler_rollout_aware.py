@@ -36,7 +36,7 @@ from harness.operator_process import (
 from harness.sandbox_process import SandboxProcess
 from prometheus_client import start_http_server
 from prometheus_client.parser import text_string_to_metric_families
-from toolrl_operator import autoscaler, signals
+from toolrl_operator import scale_decision, signals
 from trainer_entry.metrics import VERL_REWARD_MEAN, VERL_STEP_SECONDS, VERL_TOOL_CALL_COUNTS, TrainerMetrics
 
 AWARE, PLAIN = "prescale", "reactive"  # rolloutAware true / false
@@ -286,9 +286,9 @@ def test_rollout_aware_pool_prescales_for_generation_and_idles_in_training(
     assert final[AWARE]["healthy"]["lastTransitionTime"] == transition
 
     reasons = [m.split("(", 1)[1].split(")", 1)[0] for m in aware_events if "(" in m]
-    for reason in (autoscaler.ROLLOUT_PRESCALE, autoscaler.ROLLOUT_TRAINING, autoscaler.ROLLOUT_PREWARM):
+    for reason in scale_decision.ROLLOUT_AWARE:
         assert reason in reasons, f"no ({reason}) scale event among {aware_events}"
-    for reason in (autoscaler.ROLLOUT_PRESCALE, autoscaler.ROLLOUT_TRAINING, autoscaler.ROLLOUT_PREWARM):
+    for reason in scale_decision.ROLLOUT_AWARE:
         assert f'toolrl_autoscaler_decisions_total{{reason="{reason}"}}' in metrics
     assert (
         f'toolrl_autoscaler_desired_replicas{{namespace="{namespace}",toolrl_job="{AWARE}"}} '

@@ -40,8 +40,8 @@ from harness.training_cluster import (
     stage_toy_data,
     training_cluster,
 )
-from toolrl_operator.autoscaler import ROLLOUT_PRESCALE, ROLLOUT_PREWARM, ROLLOUT_TRAINING
 from toolrl_operator.children import CHILD_KINDS
+from toolrl_operator.scale_decision import ROLLOUT_AWARE
 from trainer_entry.metrics import console_steps
 
 pytestmark = pytest.mark.timeout(5400)
@@ -170,11 +170,7 @@ def test_the_trainers_tool_calls_reached_the_pool_pods(tc: TrainingCluster, run:
 
 def test_the_autoscaler_followed_the_trainers_phase(tc: TrainingCluster, run: Run) -> None:
     events = tc.events(run.job["metadata"]["name"])
-    scaled = [
-        e
-        for e in events
-        if any(f"({r})" in e["message"] for r in (ROLLOUT_TRAINING, ROLLOUT_PRESCALE, ROLLOUT_PREWARM))
-    ]
+    scaled = [e for e in events if any(f"({r})" in e["message"] for r in ROLLOUT_AWARE)]
     assert scaled, "no rollout-aware scaling Event:\n" + "\n".join(
         f"{e['reason']}: {e['message']}" for e in events
     )
@@ -529,8 +525,7 @@ def test_a_separate_async_job_runs_both_worker_groups_and_succeeds(
     assert lag and max(lag) <= 1, f"off-policy lag past maxPolicyVersions 2: {lag}"
     # the rollout-aware autoscaler reads the async trainer's phases too (README: what it reads there)
     events = tc.events("separate")
-    rollout_aware = (ROLLOUT_TRAINING, ROLLOUT_PRESCALE, ROLLOUT_PREWARM)
-    scaled = [e["message"] for e in events if any(f"({r})" in e["message"] for r in rollout_aware)]
+    scaled = [e["message"] for e in events if any(f"({r})" in e["message"] for r in ROLLOUT_AWARE)]
     print("\nseparate: the autoscaler's rollout-aware decisions:\n" + "\n".join(scaled))
     assert scaled, [f"{e['reason']}: {e['message']}" for e in events]
 

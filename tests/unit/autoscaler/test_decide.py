@@ -6,7 +6,7 @@ import pytest
 import yaml
 from chartgen.crd_defaults import spec_schema
 from chartgen.outputs import CRD_SOURCE
-from toolrl_operator import autoscaler as a
+from toolrl_operator import scale_decision as a
 from toolrl_operator.job import SpecError, parse_spec
 
 SPEC_SCHEMA = spec_schema(yaml.safe_load(CRD_SOURCE.read_text()))

@@ -1,6 +1,6 @@
 """The native tool-pool autoscaler's decision: how many replicas a job's tool pool needs, and why.
 
-This module decides; autoscaling.py is the loop that observes each job's pool, calls `decide` and
+This module decides; scale_loop.py is the loop that observes each job's pool, calls `decide` and
 writes the result (and keda.py is the KEDA alternative to both). Pure: no clock, no I/O. The caller
 passes the time, the observed load and the trainer's phase, and keeps the returned ``State`` for
 the next call. The reactive part follows Knative's KPA: desired = ceil(load / target) over a stable
@@ -31,6 +31,7 @@ SCALE_DOWN_DELAY = "scale-down-delay"
 ROLLOUT_PRESCALE = "rollout-prescale"
 ROLLOUT_PREWARM = "rollout-prewarm"
 ROLLOUT_TRAINING = "rollout-training"
+ROLLOUT_AWARE = (ROLLOUT_PRESCALE, ROLLOUT_PREWARM, ROLLOUT_TRAINING)  # decisions from the trainer's phase
 METRICS_UNAVAILABLE = "metrics-unavailable"
 REASONS = (
     STABLE,

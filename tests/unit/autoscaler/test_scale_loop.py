@@ -15,7 +15,7 @@ import yaml
 from chartgen.crd_defaults import apply_defaults, spec_schema
 from chartgen.outputs import CRD_SOURCE
 from prometheus_client import REGISTRY
-from toolrl_operator import autoscaling, handlers
+from toolrl_operator import handlers, scale_loop
 from toolrl_operator.job import parse_job
 from toolrl_operator.naming import AUTOSCALER_FIELD_MANAGER
 from toolrl_operator.settings import Settings
@@ -52,17 +52,17 @@ def deployment(replicas=0):
 
 
 def test_acts_only_on_live_native_jobs():
-    assert autoscaling.native(parse_job(job()))
-    assert not autoscaling.native(parse_job(job(suspend=True)))
-    assert not autoscaling.native(parse_job(job(phase="Succeeded")))
-    assert not autoscaling.native(parse_job(job(toolPool={"autoscaler": "keda"})))
+    assert scale_loop.native(parse_job(job()))
+    assert not scale_loop.native(parse_job(job(suspend=True)))
+    assert not scale_loop.native(parse_job(job(phase="Succeeded")))
+    assert not scale_loop.native(parse_job(job(toolPool={"autoscaler": "keda"})))
     deleting = job()
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    assert not autoscaling.native(parse_job(deleting))
+    assert not scale_loop.native(parse_job(deleting))
 
 
 def test_condition_says_why_it_holds_and_keeps_the_transition_time():
-    bad = autoscaling.condition(False, "Prometheus at http://p did not answer", None, "T1", 3)
+    bad = scale_loop.condition(False, "Prometheus at http://p did not answer", None, "T1", 3)
     assert bad == {
         "type": "AutoscalerHealthy",
         "status": "False",
@@ -71,9 +71,9 @@ def test_condition_says_why_it_holds_and_keeps_the_transition_time():
         "reason": "MetricsUnavailable",
         "message": "holding the pool's size: Prometheus at http://p did not answer",
     }
-    still_bad = autoscaling.condition(False, "other", bad, "T2", 3)
+    still_bad = scale_loop.condition(False, "other", bad, "T2", 3)
     assert still_bad["lastTransitionTime"] == "T1"
-    good = autoscaling.condition(True, "", still_bad, "T3", 4)
+    good = scale_loop.condition(True, "", still_bad, "T3", 4)
     assert (good["status"], good["reason"], good["lastTransitionTime"]) == ("True", "MetricsAvailable", "T3")
 
 
@@ -81,7 +81,7 @@ def test_no_handler_of_the_operator_puts_a_finalizer_on_jobs():
     """kopf adds a finalizer for daemons, timers and non-optional on.delete handlers; with one,
     a job could not be deleted while no operator runs. (kopf has no public view of its registry.)"""
     registry = kopf.get_default_registry()
-    assert handlers.job_event and autoscaling.start  # both modules registered their handlers
+    assert handlers.job_event and scale_loop.start  # both modules registered their handlers
     assert not list(registry._spawning.get_all_handlers())
     assert not [h.id for h in registry._changing.get_all_handlers() if h.requires_finalizer]
     assert list(registry._watching.get_all_handlers()), "the watches that feed the reconcile queue"
@@ -125,7 +125,7 @@ class FakeKube:
 def kube(monkeypatch) -> FakeKube:
     fake = FakeKube()
     rt = handlers.Runtime(Settings(), fake)  # type: ignore[arg-type]
-    monkeypatch.setattr(autoscaling, "runtime", lambda: rt)
+    monkeypatch.setattr(scale_loop, "runtime", lambda: rt)
     return fake
 
 
@@ -143,7 +143,7 @@ def desired_gauge(name: str) -> float | None:
 async def test_one_loop_sizes_every_job_keeps_history_by_uid_and_forgets_gone_jobs(kube, events):
     jobs = {("n", f"j{i}"): [job(name=f"j{i}")] for i in range(3)}
     pools = {key: [deployment(0)] for key in jobs}
-    loop = autoscaling.Autoscaler(jobs, pools, interval=5)
+    loop = scale_loop.Autoscaler(jobs, pools, interval=5)
     async with aiohttp.ClientSession() as session:
         await loop.tick(session)
         # an empty pool has no load: each job gets min, in one apply by the autoscaler's own manager
@@ -181,7 +181,7 @@ async def test_one_loop_sizes_every_job_keeps_history_by_uid_and_forgets_gone_jo
 async def test_jobs_are_read_concurrently_within_the_bound(kube, events):
     kube.apply_delay = 0.2
     jobs = {("n", f"j{i}"): [job(name=f"j{i}")] for i in range(6)}
-    loop = autoscaling.Autoscaler(jobs, {key: [deployment(0)] for key in jobs}, interval=5, concurrency=3)
+    loop = scale_loop.Autoscaler(jobs, {key: [deployment(0)] for key in jobs}, interval=5, concurrency=3)
     async with aiohttp.ClientSession() as session:
         await loop.tick(session)
     assert kube.peak == 3
@@ -201,14 +201,14 @@ async def test_skips_jobs_it_must_not_size_and_survives_a_bad_one(kube, events):
     }
     pools = {key: [deployment(0)] for key in jobs if key[1] != "no-pool-yet"}
     async with aiohttp.ClientSession() as session:
-        await autoscaling.Autoscaler(jobs, pools, interval=5).tick(session)
+        await scale_loop.Autoscaler(jobs, pools, interval=5).tick(session)
     assert [name for name, _, _ in kube.applied] == ["ok"]
 
 
 async def test_holds_with_unreadable_metrics_writing_and_warning_once(kube, events):
     kube.fail_listing = True
     jobs = {("n", "j"): [job()]}
-    loop = autoscaling.Autoscaler(jobs, {("n", "j"): [deployment(2)]}, interval=5)
+    loop = scale_loop.Autoscaler(jobs, {("n", "j"): [deployment(2)]}, interval=5)
     async with aiohttp.ClientSession() as session:
         await loop.tick(session)
         await loop.tick(session)
@@ -221,13 +221,13 @@ async def test_holds_with_unreadable_metrics_writing_and_warning_once(kube, even
 
 async def test_a_hold_that_lasts_is_warned_of_once(kube, events, monkeypatch):
     clock = [1000.0]
-    monkeypatch.setattr(autoscaling.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(scale_loop.time, "monotonic", lambda: clock[0])
     kube.fail_listing = True
     pool = deployment(2)
-    loop = autoscaling.Autoscaler({("n", "j"): [job()]}, {("n", "j"): [pool]}, interval=5)
+    loop = scale_loop.Autoscaler({("n", "j"): [job()]}, {("n", "j"): [pool]}, interval=5)
     async with aiohttp.ClientSession() as session:
         await loop.tick(session)
-        clock[0] += autoscaling.HOLDING_WARNING_AFTER_SECONDS - 1
+        clock[0] += scale_loop.HOLDING_WARNING_AFTER_SECONDS - 1
         await loop.tick(session)
         assert events == []
         clock[0] += 1
@@ -240,18 +240,18 @@ async def test_a_hold_that_lasts_is_warned_of_once(kube, events, monkeypatch):
         assert loop.scalers["uid-j"].holding_since is None, "the hold ended"
         kube.fail_listing = True  # the next hold is a new one
         await loop.tick(session)
-        clock[0] += autoscaling.HOLDING_WARNING_AFTER_SECONDS
+        clock[0] += scale_loop.HOLDING_WARNING_AFTER_SECONDS
         await loop.tick(session)
     warnings = [e for e in events if e[0] == "Warning"]
     assert warnings == [("Warning", "j", "AutoscalerHolding")] * 2
 
 
 async def test_restart_remembers_what_the_status_already_says(kube, events):
-    cond = autoscaling.condition(True, "", None, "T0", 1)
+    cond = scale_loop.condition(True, "", None, "T0", 1)
     written = job()
     written["status"].update({"toolPool": {"desiredReplicas": 1}, "conditions": [cond]})
     async with aiohttp.ClientSession() as session:
-        loop = autoscaling.Autoscaler({("n", "j"): [written]}, {("n", "j"): [deployment(0)]}, interval=5)
+        loop = scale_loop.Autoscaler({("n", "j"): [written]}, {("n", "j"): [deployment(0)]}, interval=5)
         await loop.tick(session)
     assert kube.applied == [] and events == []
 
@@ -262,26 +262,26 @@ async def test_startup_starts_one_ticking_loop_and_cleanup_stops_it(kube, events
     async def counting_tick(self, session):
         ticks.append(time.monotonic())
 
-    monkeypatch.setattr(autoscaling.Autoscaler, "tick", counting_tick)
+    monkeypatch.setattr(scale_loop.Autoscaler, "tick", counting_tick)
     rt = handlers.Runtime(Settings(autoscaler_interval_seconds=0.05), kube)  # type: ignore[arg-type]
-    monkeypatch.setattr(autoscaling, "runtime", lambda: rt)
+    monkeypatch.setattr(scale_loop, "runtime", lambda: rt)
     memo = kopf.Memo()
-    await autoscaling.start(memo=memo, jobs={}, deployments={})
+    await scale_loop.start(memo=memo, jobs={}, deployments={})
     while len(ticks) < 3:
         await asyncio.sleep(0.01)
-    await autoscaling.stop(memo=memo)
+    await scale_loop.stop(memo=memo)
     assert memo.autoscaler.cancelled()
 
 
 async def test_a_new_generation_is_acknowledged_in_the_condition(kube, events):
     """AutoscalerHealthy carries observedGeneration like the operator's conditions; a spec change
     re-publishes it even when the health did not change."""
-    cond = autoscaling.condition(True, "", None, "T0", 1)
+    cond = scale_loop.condition(True, "", None, "T0", 1)
     edited = job()
     edited["metadata"]["generation"] = 2
     edited["status"].update({"toolPool": {"desiredReplicas": 1}, "conditions": [cond]})
     async with aiohttp.ClientSession() as session:
-        loop = autoscaling.Autoscaler({("n", "j"): [edited]}, {("n", "j"): [deployment(0)]}, interval=5)
+        loop = scale_loop.Autoscaler({("n", "j"): [edited]}, {("n", "j"): [deployment(0)]}, interval=5)
         await loop.tick(session)
     [(_, status, _)] = kube.applied
     [written] = status["conditions"]

@@ -1,4 +1,4 @@
-"""The native tool-pool autoscaler's loop (it runs; autoscaler.py decides): one loop for every ToolRLJob
+"""The native tool-pool autoscaler's loop (it runs; scale_decision.py decides): one loop for every ToolRLJob
 the operator watches.
 
 Every `autoscaler_interval_seconds` the loop takes the jobs and their pool Deployments from the
@@ -29,7 +29,7 @@ import aiohttp
 import kopf
 from prometheus_client import Counter, Gauge
 
-from . import autoscaler, events, signals
+from . import events, scale_decision, signals
 from .apply import ApiError
 from .handlers import first, runtime
 from .job import Job, SpecError, parse_job
@@ -209,7 +209,7 @@ class JobScaler:
     def __init__(self, namespace: str, name: str, threads: ThreadPoolExecutor) -> None:
         self.namespace, self.name = namespace, name
         self.threads = threads
-        self.state = autoscaler.State()
+        self.state = scale_decision.State()
         self.written: tuple[int | None, dict[str, Any] | None] | None = None  # desired, condition
         self.holding_since: float | None = None  # monotonic start of the current hold, if any
         self.warned = False  # the current hold's Warning is out
@@ -220,14 +220,14 @@ class JobScaler:
                 gauge.remove(self.namespace, self.name)
 
     async def tick(self, job: Job, deployment: dict[str, Any], read: Reader) -> None:
-        policy = autoscaler.Policy.from_job_spec(job.spec)
+        policy = scale_decision.Policy.from_job_spec(job.spec)
         current = int(deployment["spec"].get("replicas", 0))
         ready = int(deployment["status"].get("readyReplicas", 0))
         reading = await read(current)
-        decision = autoscaler.decide(
+        decision = scale_decision.decide(
             policy,
             self.state,
-            autoscaler.Signals(
+            scale_decision.Signals(
                 now=time.monotonic(),
                 current_replicas=current,
                 ready_replicas=ready,
@@ -244,7 +244,7 @@ class JobScaler:
         await self.publish(job.body, decision, current, reading)
 
     async def publish(
-        self, job: dict[str, Any], decision: autoscaler.Decision, current: int, reading: signals.Reading
+        self, job: dict[str, Any], decision: scale_decision.Decision, current: int, reading: signals.Reading
     ) -> None:
         """Write the size and the condition when either changes (one server-side apply, as the
         autoscaler's own field manager: no read, no conflict with the operator's fields);
