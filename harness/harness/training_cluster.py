@@ -112,6 +112,20 @@ class TrainingCluster:
         found = get_json(self.cluster, "events", "-n", self.namespace, "--field-selector", selector)["items"]
         return sorted(found, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
 
+    def submitter_pods(self, name: str) -> list[dict[str, Any]]:
+        """The pods of KubeRay's submitter Job of job `name`, oldest first: the Job runs another pod when
+        the trainer it followed was lost (the head's pod or process), a retried attempt gets a new Job."""
+        selector = f"batch.kubernetes.io/job-name={name}"
+        found = get_json(self.cluster, "pods", "-n", self.namespace, "-l", selector)["items"]
+        return sorted(found, key=lambda p: p["metadata"]["creationTimestamp"])
+
+    def trainer_logs(self, name: str) -> list[str]:
+        """The trainer's log as each submitter pod followed it, oldest first ('' before a pod logs)."""
+        return [
+            self.kubectl("logs", pod["metadata"]["name"], "-n", self.namespace, check=False).stdout or ""
+            for pod in self.submitter_pods(name)
+        ]
+
     def helm(self, *args: str, check: bool = True) -> Any:
         kubeconfig = ["--kubeconfig", str(self.cluster.kubeconfig)]
         return helm(self.cluster.bin("helm"), *kubeconfig, *args, check=check, timeout=HELM_TIMEOUT)

@@ -150,7 +150,7 @@ def test_the_trainers_log_outlives_the_ray_pods_in_the_submitter_job(tc: Trainin
     """KubeRay's submitter, a Job of the operator's hardened template admitted by Pod Security
     `restricted`, followed the trainer's log to its end; it stays when the Ray pods are gone (TTL 0)."""
     name = run.job["metadata"]["name"]
-    log = tc.kubectl("logs", f"job/{name}", "-n", tc.namespace).stdout
+    log = "\n".join(tc.trainer_logs(name))
     assert f"step:{run.job['spec']['algorithm']['totalTrainingSteps']} " in log, log[-3000:]
     labels = get_json(tc.cluster, "namespace", tc.namespace)["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
@@ -330,15 +330,12 @@ def faulted(tc: TrainingCluster) -> FaultedRun:
     run = _finished_run(tc, name, sampler.samples, applied)
     print(f"\n{name}: {run.job['status']}")
 
-    def last_submitter() -> dict[str, Any] | None:
-        """KubeRay's newest submitter pod, once it has ended (it follows the log to the end)."""
-        selector = f"batch.kubernetes.io/job-name={name}"
-        found = get_json(tc.cluster, "pods", "-n", tc.namespace, "-l", selector)["items"]
-        newest = max(found, key=lambda p: p["metadata"]["creationTimestamp"], default=None)
-        return newest if newest and newest["status"].get("phase") in ("Succeeded", "Failed") else None
+    def newest_submitter_ended() -> bool:  # it follows the trainer's log to the end
+        pods = tc.submitter_pods(name)
+        return bool(pods) and pods[-1]["status"].get("phase") in ("Succeeded", "Failed")
 
-    submitter = wait_until(last_submitter, 300, "the restarted trainer's submitter pod to end")
-    log = tc.kubectl("logs", submitter["metadata"]["name"], "-n", tc.namespace).stdout
+    wait_until(newest_submitter_ended, 300, "the restarted trainer's submitter pod to end")
+    log = tc.trainer_logs(name)[-1]
     return FaultedRun(run, step_at_fault, checkpoint_at_fault, log, fault_at)
 
 
@@ -499,10 +496,7 @@ def separate(tc: TrainingCluster) -> SeparateRun:
         )
     run = _finished_run(tc, name, sampler.samples, applied)
     print(f"\n{name}: {run.job['status']}")
-    selector = f"batch.kubernetes.io/job-name={name}"
-    pods = get_json(tc.cluster, "pods", "-n", tc.namespace, "-l", selector)["items"]
-    pods.sort(key=lambda p: p["metadata"]["creationTimestamp"])
-    logs = [tc.kubectl("logs", p["metadata"]["name"], "-n", tc.namespace, check=False).stdout for p in pods]
+    logs = tc.trainer_logs(name)
     # what `kubectl get trj` showed while KubeRay retried (sampled: it lasts while the cluster goes)
     retrying = next((s for _, s in run.samples if s.reason == "Retrying"), None)
     return SeparateRun(run, groups, good, retrying, killed_after, logs)
@@ -579,11 +573,6 @@ def _everything_of(tc: TrainingCluster, name: str) -> list[str]:
     ]
 
 
-def _trainer_log(tc: TrainingCluster, name: str) -> str:
-    """What KubeRay's submitter has followed of the trainer's log so far ('' before it starts)."""
-    return tc.kubectl("logs", f"job/{name}", "-n", tc.namespace, check=False).stdout or ""
-
-
 def _tool_calls_counted(tc: TrainingCluster, name: str) -> float:
     sel = f'namespace="{tc.namespace}", toolrl_job="{name}", outcome="ok"'
     return sum(finite(tc.prometheus, f"sum(toolrl_tool_calls_total{{{sel}}})"))
@@ -608,7 +597,7 @@ def test_a_job_deleted_mid_training_leaves_nothing_behind(tc: TrainingCluster) -
     # verl's vLLM server ran in the worker pod (Ray prefixes its actors' lines with their class) and
     # no HF server did; the submitter's log may trail the status by a few lines
     log = wait_until(
-        lambda: (found := _trainer_log(tc, name)) and "CPUvLLMHttpServer" in found and found,
+        lambda: (found := "\n".join(tc.trainer_logs(name))) and "CPUvLLMHttpServer" in found and found,
         120,
         f"{name}'s trainer log to show verl's vLLM server (trainer_entry.vllm_on_cpu)",
         interval=2,
