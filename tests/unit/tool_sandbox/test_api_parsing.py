@@ -93,3 +93,19 @@ def test_verltool_requests_and_actions() -> None:
     assert verltool.extract("The answer is 4.") is None
     text = ToolResult(status="timeout", output="partial", message="wall-clock timeout").observation()
     assert text == "partial\n[timeout: wall-clock timeout]"
+
+
+def test_a_tool_name_with_a_lone_surrogate_is_an_unknown_tool() -> None:
+    """JSON may carry a lone surrogate ("\\ud800"); pydantic calls such a string not Unicode, but the
+    client sent a string: it names no tool, it is not missing."""
+    with pytest.raises(RequestError, match=r"unknown tool '\\ud800'; this pool serves python, search"):
+        parse_execute({"tool": "\ud800", "input": "x"}, TOOLS)
+    with pytest.raises(RequestError, match=r"calls\[0\]\.unknown tool '\\ud800'"):
+        parse_batch({"calls": [{"tool": "\ud800", "input": "x"}]}, TOOLS)
+
+
+def test_run_code_file_content_that_is_not_ascii_is_not_base64() -> None:
+    with pytest.raises(
+        RequestError, match=r"files\['a.txt'\] is not valid base64 \(.*ASCII.*\); base64-encode it"
+    ):
+        sandboxfusion.parse_run_code({"code": "", "language": "python", "files": {"a.txt": "é"}})

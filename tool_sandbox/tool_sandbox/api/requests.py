@@ -123,7 +123,7 @@ def execute_messages(tools: Iterable[str]) -> FieldMessages:
     served = ", ".join(tools)
 
     def tool(error: ErrorDetails, value: Any) -> str:
-        if error["type"] == "literal_error" and isinstance(value, str):
+        if isinstance(value, str):  # not one served (or, to pydantic, not Unicode: a lone surrogate)
             return f"unknown tool {value!r}; this pool serves {served}"
         return f"tool is required: a string naming one of {served}"
 

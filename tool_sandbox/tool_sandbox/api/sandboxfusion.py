@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import os
 import posixpath
 from collections.abc import Callable
@@ -168,7 +167,7 @@ def parse_files(files: Any) -> dict[str, str]:
             raise RequestError(f"files[{name!r}] must be a base64 string, got {json_kind(content)}")
         try:
             base64.b64decode(content, validate=True)
-        except binascii.Error as exc:
+        except ValueError as exc:  # binascii.Error, or a character base64 has not (not ASCII)
             raise RequestError(f"files[{name!r}] is not valid base64 ({exc}); base64-encode it") from exc
         path = relative_path(name, "files key")
         kept[path] = content
