@@ -1,6 +1,12 @@
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
-from tool_sandbox.api import sandboxfusion, verltool
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from tool_sandbox.api import mcp, openenv, sandboxfusion, verltool
 from tool_sandbox.api.requests import RequestError, parse_batch, parse_execute, parse_json
+from tool_sandbox.api.web import SETTINGS
 from tool_sandbox.tools.base import ToolResult
 
 TOOLS = {"python": object(), "search": object()}
@@ -109,3 +115,152 @@ def test_run_code_file_content_that_is_not_ascii_is_not_base64() -> None:
         RequestError, match=r"files\['a.txt'\] is not valid base64 \(.*ASCII.*\); base64-encode it"
     ):
         sandboxfusion.parse_run_code({"code": "", "language": "python", "files": {"a.txt": "é"}})
+
+
+SERVICE = SimpleNamespace(tools=TOOLS)
+HELP = "an action is"
+
+
+@pytest.mark.parametrize(
+    ("action", "message"),
+    [
+        ([], "the action must be a JSON object, got list"),
+        ({}, f"the action has neither code nor tool; {HELP}"),
+        ({"tool": 5}, f"the action has neither code nor tool; {HELP}"),
+        ({"tool": "ruby"}, "unknown tool 'ruby'; this pool serves python, search"),
+        ({"tool": "\ud800"}, r"unknown tool '\\ud800'"),
+        ({"tool": "x" * 100}, "unknown tool 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...; this pool"),
+        ({"tool": "python", "arguments": None}, "arguments must be an object, got null"),
+        ({"tool": "python", "arguments": [1]}, "arguments must be an object, got list"),
+        ({"code": 5, "tool": "python"}, f"code and stdin must be strings; {HELP}"),
+        ({"code": "1", "stdin": None}, f"code and stdin must be strings; {HELP}"),
+        # the timeout is checked first, whichever kind the action is
+        ({"code": 5, "timeout_s": True}, "timeout_s must be a positive number of seconds, got True"),
+        ({"tool": 5, "timeout_s": 0}, "timeout_s must be a positive number of seconds, got 0"),
+        ({"code": "1", "timeout_s": 10**400}, "timeout_s must be a positive number of seconds, got 1000"),
+    ],
+)
+def test_openenv_actions_are_validated_in_order(action: object, message: str) -> None:
+    with pytest.raises((openenv.ActionError, RequestError), match=message):
+        openenv.parse_action(action, SERVICE)
+
+
+def test_openenv_actions_of_each_kind() -> None:
+    assert openenv.parse_action({"code": "1", "tool": "ruby", "timeout_s": 2}, SERVICE) == (
+        "",
+        {"code": "1", "stdin": ""},
+        2,
+    )
+    assert openenv.parse_action({"tool": "search", "arguments": {"query": "q"}}, SERVICE) == (
+        "search",
+        {"query": "q"},
+        None,
+    )
+
+
+async def test_openenv_episode_ids_up_to_255_characters_any_string() -> None:
+    episode = openenv.Episode(SimpleNamespace(tools=TOOLS))
+    await episode.reset({"episode_id": "\ud800" * 255})  # a lone surrogate is a string JSON allows
+    assert episode.episode_id == "\ud800" * 255
+    for bad in ["x" * 256, 7, ["e"]]:
+        with pytest.raises(
+            openenv.ActionError, match="episode_id must be a string of at most 255 characters"
+        ):
+            await episode.reset({"episode_id": bad})
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        # the lengths first, then the actions' type, then extra_fields, other lists, the ids' type
+        ({"trajectory_ids": [], "actions": []}, "trajectory_ids and actions are required"),
+        ({"trajectory_ids": [1.5], "actions": "x"}, "trajectory_ids and actions are required"),
+        ({"trajectory_ids": [1.5, 2], "actions": [1]}, "trajectory_ids has 2 entries but actions has 1"),
+        ({"trajectory_ids": [1.5], "actions": [1], "extra_fields": 5}, "actions must be strings"),
+        (
+            {"trajectory_ids": [1.5], "actions": ["x"], "extra_fields": [{}, {}]},
+            "extra_fields must be a list",
+        ),
+        (
+            {"trajectory_ids": [1.5], "actions": ["x"], "extra_fields": [5], "finish": 1},
+            "extra_fields must be",
+        ),
+        ({"trajectory_ids": [1.5], "actions": ["x"], "finish": [1, 2]}, r"finish must be a list .* \(1\)"),
+        (
+            {"trajectory_ids": ["a", True], "actions": ["x", "y"]},
+            r"trajectory_ids\[1\] must be a string or an",
+        ),
+    ],
+)
+def test_verltool_requests_are_checked_in_order(body: object, message: str) -> None:
+    with pytest.raises(RequestError, match=message):
+        verltool.parse_request(body)
+
+
+def test_verltool_falsy_extra_fields_are_none_and_strings_keep_lone_surrogates() -> None:
+    for none in [None, [], {}, 0, "", False]:
+        steps = verltool.parse_request({"trajectory_ids": [1], "actions": ["x\ud800"], "extra_fields": none})
+        assert [(s.trajectory_id, s.action, s.extra) for s in steps] == [("i:1", "x\ud800", {})]
+
+
+class _McpTool:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def schema(self) -> dict[str, Any]:
+        return {"name": self.name, "description": "", "inputSchema": {"type": "object"}}
+
+
+class _McpService:
+    tools = {name: _McpTool(name) for name in TOOLS}
+
+    async def call(self, name: str, arguments: Any, protocol: str) -> ToolResult:
+        return ToolResult(status="ok", stdout=f"{name} {arguments}")
+
+
+async def test_mcp_messages_are_classified_then_checked_in_order() -> None:
+    """A message without a method or an id needs no answer, whatever else is wrong in it; then
+    the id (not echoed when bad), the method, the params, and tools/call's own params."""
+    app = web.Application()
+    app[SETTINGS] = SimpleNamespace(body_timeout_seconds=10)
+    app.add_routes(mcp.routes(_McpService()))  # type: ignore[arg-type]
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+    async with TestClient(TestServer(app)) as client:
+        for body, status, answer in [
+            ({"jsonrpc": "2.0", "id": True}, 202, None),
+            ({"jsonrpc": "2.0", "method": 5, "params": 5}, 202, None),
+            (
+                {"jsonrpc": "2.0", "id": True, "method": 5},
+                400,
+                (None, -32600, "the request id must be a string or"),
+            ),
+            ({"jsonrpc": "2.0", "id": 1.0, "method": "ping"}, 400, (None, -32600, "the request id must be")),
+            (
+                {"jsonrpc": "2.0", "id": "a", "method": 5, "params": 5},
+                200,
+                ("a", -32600, "method must be a string"),
+            ),
+            ({**call, "method": "\ud800", "params": 5}, 200, (1, -32601, r"method '\ud800' is not served")),
+            ({**call, "params": None}, 200, (1, -32602, "params must be an object, got null")),
+            (
+                {**call, "params": {"arguments": 5}},
+                200,
+                (1, -32602, "unknown tool None; this pool serves python"),
+            ),
+            (
+                {**call, "params": {"name": "python", "arguments": 5}},
+                200,
+                (1, -32602, "arguments must be an object"),
+            ),
+        ]:
+            reply = await client.post("/mcp", json=body)
+            assert reply.status == status, (body, await reply.text())
+            if answer is not None:
+                got = await reply.json()
+                assert (got["id"], got["error"]["code"]) == answer[:2] and answer[2] in got["error"][
+                    "message"
+                ], got
+        done = await (
+            await client.post("/mcp", json={**call, "params": {"name": "search", "arguments": None}})
+        ).json()
+        assert done["result"]["structuredContent"]["stdout"] == "search {}", done

@@ -14,12 +14,24 @@ correct them); an unknown tool or a malformed request is a JSON-RPC error."""
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Iterable
+from typing import Any, Literal, NotRequired
 
 from aiohttp import web
+from pydantic import TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails
 
 from tool_sandbox.admission import Rejected
-from tool_sandbox.api.requests import RequestError, json_kind, shown
+from tool_sandbox.api.requests import (
+    FieldMessages,
+    RequestError,
+    error_message,
+    first_error,
+    json_kind,
+    shown,
+    typed_dict,
+)
 from tool_sandbox.api.web import json_response, read_json
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.service import SERVER_NAME, Service, server_version
@@ -73,6 +85,60 @@ def _refused(message: str, fault: str) -> dict[str, Any]:
     return tool_result(ToolResult(status=status, message=message, fault=fault), f"[{status}: {message}]")
 
 
+@functools.cache
+def request_body(methods: tuple[str, ...]) -> TypeAdapter[dict[str, Any]]:
+    """A JSON-RPC request's fields, in the order checked: `id`, `method` (one served), `params`.
+    What kind of message it is (a request, a notification, a response) is told before, by `post`."""
+    return typed_dict(
+        "JsonRpcRequest",
+        {"id": str | int, "method": Literal[methods], "params": NotRequired[dict[str, Any]]},
+    )
+
+
+def request_messages(methods: Iterable[str]) -> FieldMessages:
+    served = ", ".join(methods)
+
+    def method(_: Any, got: Any) -> str:
+        if isinstance(got, str):
+            return f"method {shown(got)} is not served; this pool serves {served}"
+        return "method must be a string"
+
+    return {
+        "id": lambda *_: "the request id must be a string or an integer",
+        "method": method,
+        "params": lambda _, got: f"params must be an object, got {json_kind(got)}",
+    }
+
+
+def _invalid(error: ErrorDetails, request_id: Any, methods: Iterable[str]) -> web.Response:
+    """A request whose fields are wrong: which error answers it depends on the field (a bad id
+    cannot be echoed back; an unknown method has a code of its own)."""
+    message, field = error_message(error, request_messages(methods)), error["loc"][0]
+    if field == "id":
+        return _error(None, INVALID_REQUEST, message, 400)
+    if field == "params":
+        return _error(request_id, INVALID_PARAMS, message)
+    return _error(
+        request_id, METHOD_NOT_FOUND if isinstance(error["input"], str) else INVALID_REQUEST, message
+    )
+
+
+@functools.cache
+def call_params(tools: tuple[str, ...]) -> TypeAdapter[dict[str, Any]]:
+    """`tools/call`'s params: one of the pool's tools and its arguments (none: null or absent)."""
+    return typed_dict(
+        "CallToolParams", {"name": Literal[tools], "arguments": NotRequired[dict[str, Any] | None]}
+    )
+
+
+def call_messages(tools: Iterable[str]) -> FieldMessages:
+    served = ", ".join(tools)
+    return {
+        "name": lambda _, got: f"unknown tool {shown(got)}; this pool serves {served}",
+        "arguments": lambda _, got: f"arguments must be an object, got {json_kind(got)}",
+    }
+
+
 def routes(service: Service) -> web.RouteTableDef:
     routes = web.RouteTableDef()
 
@@ -102,13 +168,13 @@ def routes(service: Service) -> web.RouteTableDef:
         return {"tools": tools}
 
     async def call_tool(params: dict[str, Any]) -> dict[str, Any]:
-        name, arguments = params.get("name"), params.get("arguments")
-        arguments = {} if arguments is None else arguments
-        if not isinstance(name, str) or name not in service.tools:
-            served = ", ".join(service.tools)
-            raise RpcError(INVALID_PARAMS, f"unknown tool {shown(name)}; this pool serves {served}")
-        if not isinstance(arguments, dict):
-            raise RpcError(INVALID_PARAMS, f"arguments must be an object, got {json_kind(arguments)}")
+        try:
+            call = call_params(tuple(service.tools)).validate_python(params)
+        except ValidationError as exc:
+            raise RpcError(
+                INVALID_PARAMS, error_message(first_error(exc), call_messages(service.tools))
+            ) from None
+        name, arguments = call["name"], call.get("arguments") or {}
         try:
             result = await service.call(name, arguments, PROTOCOL)
         except ToolInputError as exc:
@@ -143,23 +209,14 @@ def routes(service: Service) -> web.RouteTableDef:
             )
         if "method" not in message:  # a response to the server: it sends no requests, so nothing to do
             return web.Response(status=202)
-        method, params = message["method"], message.get("params", {})
         if "id" not in message:  # a notification (notifications/initialized, cancelled, ...)
             return web.Response(status=202)
         request_id = message["id"]
-        if not isinstance(request_id, str | int) or isinstance(request_id, bool):
-            return _error(None, INVALID_REQUEST, "the request id must be a string or an integer", 400)
-        if not isinstance(method, str):
-            return _error(request_id, INVALID_REQUEST, "method must be a string")
-        handler = methods.get(method)
-        if handler is None:
-            return _error(
-                request_id,
-                METHOD_NOT_FOUND,
-                f"method {shown(method)} is not served; this pool serves {', '.join(methods)}",
-            )
-        if not isinstance(params, dict):
-            return _error(request_id, INVALID_PARAMS, f"params must be an object, got {json_kind(params)}")
+        try:
+            call = request_body(tuple(methods)).validate_python(message)
+        except ValidationError as exc:
+            return _invalid(first_error(exc), request_id, methods)
+        handler, params = methods[call["method"]], call.get("params", {})
         try:
             result = await handler(params)
         except RpcError as exc:

@@ -19,21 +19,30 @@ The HTTP routes are OpenEnv's stateless ones: `POST /reset`, `POST /step` (one c
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import secrets
-from typing import Any
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal, NotRequired
 
 from aiohttp import WSMsgType, web
+from pydantic import AfterValidator, Discriminator, Tag, TypeAdapter, ValidationError
 
 from tool_sandbox.admission import Rejected
 from tool_sandbox.api.requests import (
     ExecuteRequest,
+    FieldMessages,
+    PositiveFinite,
     RequestError,
-    finite,
+    error_message,
+    first_error,
     json_kind,
+    our_error,
     parse_json,
     require_object,
     shown,
+    strict_typed_dict,
+    typed_dict,
 )
 from tool_sandbox.api.web import json_response, read_json
 from tool_sandbox.sandbox import outcome
@@ -128,27 +137,76 @@ def _refused(tool: str, message: str, fault: str) -> dict[str, Any]:
     return observation(ToolResult(status=status, message=message, fault=fault), tool)
 
 
+_TIMEOUT = NotRequired[PositiveFinite | None]  # checked first: declared first in each kind
+
+
+def _action_kind(action: Any) -> str:
+    return "code" if "code" in action else "tool"
+
+
+@functools.cache
+def action_body(tools: tuple[str, ...]) -> TypeAdapter[dict[str, Any]]:
+    """An action of either kind: code (when it has `code`, whatever else it holds) or a tool call."""
+    code = strict_typed_dict("CodeAction", {"timeout_s": _TIMEOUT, "code": str, "stdin": NotRequired[str]})
+    tool = strict_typed_dict(
+        "ToolAction",
+        {"timeout_s": _TIMEOUT, "tool": Literal[tools], "arguments": NotRequired[dict[str, Any]]},
+    )
+    return TypeAdapter(
+        Annotated[
+            Annotated[code, Tag("code")] | Annotated[tool, Tag("tool")],  # type: ignore[valid-type]
+            Discriminator(_action_kind),
+        ]
+    )
+
+
+def action_messages(tools: Iterable[str]) -> FieldMessages:
+    served = ", ".join(tools)
+
+    def tool(_: Any, name: Any) -> str:
+        if isinstance(name, str):
+            return f"unknown tool {shown(name)}; this pool serves {served}"
+        return f"the action has neither code nor tool; {ACTION_HELP}"
+
+    return {
+        "timeout_s": lambda _, got: f"timeout_s must be a positive number of seconds, got {shown(got)}",
+        "code": lambda *_: f"code and stdin must be strings; {ACTION_HELP}",
+        "stdin": lambda *_: f"code and stdin must be strings; {ACTION_HELP}",
+        "tool": tool,
+        "arguments": lambda _, got: f"arguments must be an object, got {json_kind(got)}",
+    }
+
+
 def parse_action(action: Any, service: Service) -> tuple[str, Any, float | None]:
     """(tool name, its input, timeout) of an action; "" as the tool name for code run in the
     episode's session."""
     action = require_object(action, "the action")
-    timeout = action.get("timeout_s")
-    if timeout is not None and (not finite(timeout) or timeout <= 0):
-        raise ActionError(f"timeout_s must be a positive number of seconds, got {shown(timeout)}")
-    if "code" in action:
-        code, stdin = action["code"], action.get("stdin", "")
-        if not isinstance(code, str) or not isinstance(stdin, str):
-            raise ActionError(f"code and stdin must be strings; {ACTION_HELP}")
-        return "", {"code": code, "stdin": stdin}, timeout
-    name = action.get("tool")
-    if not isinstance(name, str):
-        raise ActionError(f"the action has neither code nor tool; {ACTION_HELP}")
-    if name not in service.tools:
-        raise ActionError(f"unknown tool {shown(name)}; this pool serves {', '.join(service.tools)}")
-    arguments = action.get("arguments", {})
-    if not isinstance(arguments, dict):
-        raise ActionError(f"arguments must be an object, got {json_kind(arguments)}")
-    return name, arguments, timeout
+    try:
+        parsed = action_body(tuple(service.tools)).validate_python(action)
+    except ValidationError as exc:
+        raise ActionError(error_message(first_error(exc), action_messages(service.tools))) from None
+    timeout = parsed.get("timeout_s")
+    if "code" in parsed:
+        return "", {"code": parsed["code"], "stdin": parsed.get("stdin", "")}, timeout
+    return parsed["tool"], parsed.get("arguments", {}), timeout
+
+
+EPISODE_ID_HELP = f"episode_id must be a string of at most {MAX_EPISODE_ID_CHARS} characters"
+
+
+def _episode_id(episode_id: str) -> str:
+    if len(episode_id) > MAX_EPISODE_ID_CHARS:
+        raise our_error(EPISODE_ID_HELP)
+    return episode_id
+
+
+# `reset`'s data: an episode id of OpenEnv's ResetRequest, or none (a fresh one is made). Its length
+# is a check of ours: pydantic's max_length refuses a lone surrogate, which JSON allows and the
+# pool takes.
+RESET_DATA = typed_dict(
+    "ResetData", {"episode_id": NotRequired[Annotated[str, AfterValidator(_episode_id)] | None]}
+)
+RESET_MESSAGES: FieldMessages = {"episode_id": lambda *_: EPISODE_ID_HELP}
 
 
 class Episode:
@@ -165,11 +223,10 @@ class Episode:
         return next((t for t in self.service.tools.values() if isinstance(t, PythonTool)), None)
 
     async def reset(self, data: dict[str, Any]) -> dict[str, Any]:
-        episode_id = data.get("episode_id")
-        if episode_id is not None and (
-            not isinstance(episode_id, str) or len(episode_id) > MAX_EPISODE_ID_CHARS
-        ):
-            raise ActionError(f"episode_id must be a string of at most {MAX_EPISODE_ID_CHARS} characters")
+        try:
+            episode_id = RESET_DATA.validate_python(data).get("episode_id")
+        except ValidationError as exc:
+            raise ActionError(error_message(first_error(exc), RESET_MESSAGES)) from None
         await self.close()
         self.episode_id = episode_id or secrets.token_hex(8)
         self.step_count, self.ended = 0, False

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NotRequired
@@ -76,7 +75,8 @@ def error_message(error: ErrorDetails, messages: FieldMessages) -> str:
     field's entry in `messages` (what to send), given the value sent."""
     if error["type"] == OUR_MESSAGE:
         return error["ctx"]["message"]
-    field = next((part for part in reversed(error["loc"]) if isinstance(part, str)), "")
+    names = [part for part in error["loc"] if isinstance(part, str)]  # with a union's tags ("str")
+    field = next((name for name in reversed(names) if name in messages), names[-1] if names else "")
     value = None if error["type"] == "missing" else error["input"]
     return messages[field](error, value) if field in messages else f"{field}: {error['msg']}"
 
@@ -88,15 +88,22 @@ def first_error(exc: ValidationError) -> ErrorDetails:
 
 
 PositiveFinite = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-# No "5" for 5, no true for 1. The bodies are TypedDicts, not models: validated into a plain dict
-# (a third of a model's cost, on every call's path).
-STRICT = ConfigDict(strict=True)
 
 
-def strict_typed_dict(name: str, fields: dict[str, Any]) -> type:
+def strict_typed_dict(
+    name: str, fields: dict[str, Any], extra: Literal["ignore", "allow"] = "ignore"
+) -> type:
+    """A body of `fields`, strict: no "5" for 5, no true for 1 (other keys: dropped, or kept
+    unchecked with `extra="allow"`). The bodies are TypedDicts, not models: validated into a plain
+    dict (a third of a model's cost, on every call's path)."""
     body = TypedDict(name, fields)  # type: ignore[operator]
-    body.__pydantic_config__ = STRICT  # type: ignore[attr-defined]
+    body.__pydantic_config__ = ConfigDict(strict=True, extra=extra)  # type: ignore[attr-defined]
     return body
+
+
+def or_empty(value: Any) -> Any:
+    """A falsy value (null, [], {}, "", 0, false) read as an empty list: none given."""
+    return value or []
 
 
 def typed_dict(name: str, fields: dict[str, Any]) -> TypeAdapter[dict[str, Any]]:
@@ -195,17 +202,6 @@ def parse_session_create(body: Any, session_tools: list[str]) -> str:
 
 def json_kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
-
-
-def finite(value: Any) -> bool:
-    """A JSON number a float can hold: not a bool, not NaN or infinite, and no integer past a
-    float's range (10**400 is valid JSON)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 def shown(value: Any, chars: int = 40) -> str:

@@ -19,6 +19,7 @@ from tool_sandbox.api.requests import (
     error_message,
     first_error,
     json_kind,
+    or_empty,
     our_error,
     require_object,
     shown,
@@ -96,10 +97,6 @@ _fetched = _ours(_fetch_count)
 _files = _ours(lambda files: parse_files(files or {}))
 
 
-def _or_empty(value: Any) -> Any:
-    return value or []
-
-
 def _finite_message(key: str) -> Callable[[Any, Any], str]:
     return lambda _, got: f"{key} must be a finite number, got {shown(got)}"
 
@@ -119,7 +116,7 @@ RUN_CODE = TypeAdapter(
             "stdin": NotRequired[str | None],
             "files": NotRequired[Annotated[Any, BeforeValidator(_files)]],
             "fetch_files": NotRequired[
-                Annotated[list[str], BeforeValidator(_or_empty), AfterValidator(_fetched)]
+                Annotated[list[str], BeforeValidator(or_empty), AfterValidator(_fetched)]
             ],
         },
     )

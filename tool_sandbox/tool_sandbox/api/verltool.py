@@ -6,12 +6,24 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, NotRequired
 
 from aiohttp import web
+from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError
 
 from tool_sandbox.admission import Rejected
-from tool_sandbox.api.requests import ExecuteRequest, RequestError, json_kind, require_object, shown
+from tool_sandbox.api.requests import (
+    ExecuteRequest,
+    FieldMessages,
+    RequestError,
+    error_message,
+    first_error,
+    json_kind,
+    or_empty,
+    require_object,
+    shown,
+    strict_typed_dict,
+)
 from tool_sandbox.api.web import json_response, read_json
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.service import Service
@@ -44,24 +56,47 @@ class Step:
         return value if isinstance(value, str) else ""
 
 
+TRAJECTORIES_REQUIRED = "trajectory_ids and actions are required: two non-empty lists of equal length"
+EXTRA_FIELDS = "extra_fields must be a list of objects, one per trajectory"
+# The per-trajectory lists' types (any other key is one more per-trajectory list, checked below with
+# the lengths: rules across fields). A trajectory id's type is checked last, by `trajectory_key`.
+GET_OBSERVATION = TypeAdapter(
+    strict_typed_dict(
+        "GetObservationBody",
+        {
+            "trajectory_ids": Annotated[list[Any], Field(min_length=1)],
+            "actions": list[str],
+            "extra_fields": NotRequired[Annotated[list[dict[str, Any]], BeforeValidator(or_empty)]],
+        },
+        extra="allow",
+    )
+)
+GET_OBSERVATION_MESSAGES: FieldMessages = {
+    "trajectory_ids": lambda *_: TRAJECTORIES_REQUIRED,
+    "actions": lambda error, _: (
+        TRAJECTORIES_REQUIRED
+        if len(error["loc"]) == 1
+        else "actions must be strings (the model's latest turn)"
+    ),
+    "extra_fields": lambda *_: EXTRA_FIELDS,
+}
+
+
 def parse_request(body: Any) -> list[Step]:
     """`{trajectory_ids, actions, finish?, extra_fields?, <other per-trajectory lists>}`."""
     body = require_object(body)
-    ids, actions = body.get("trajectory_ids"), body.get("actions")
-    if not isinstance(ids, list) or not isinstance(actions, list) or not ids:
-        raise RequestError("trajectory_ids and actions are required: two non-empty lists of equal length")
-    if len(ids) != len(actions):
-        raise RequestError(f"trajectory_ids has {len(ids)} entries but actions has {len(actions)}")
-    if not all(isinstance(a, str) for a in actions):
-        raise RequestError("actions must be strings (the model's latest turn)")
-    extras = body.get("extra_fields") or [{} for _ in ids]
-    if (
-        not isinstance(extras, list)
-        or len(extras) != len(ids)
-        or not all(isinstance(e, dict) for e in extras)
-    ):
-        raise RequestError("extra_fields must be a list of objects, one per trajectory")
-    extras = [dict(e) for e in extras]
+    try:
+        parsed = GET_OBSERVATION.validate_python(body)
+    except ValidationError as exc:
+        error = first_error(exc)
+        if error["loc"] not in (("trajectory_ids",), ("actions",)):  # both are lists: lengths first
+            _same_length(body["trajectory_ids"], body["actions"])
+        raise RequestError(error_message(error, GET_OBSERVATION_MESSAGES)) from None
+    ids, actions = parsed["trajectory_ids"], parsed["actions"]
+    _same_length(ids, actions)
+    extras = parsed.get("extra_fields") or [{} for _ in ids]
+    if len(extras) != len(ids):
+        raise RequestError(EXTRA_FIELDS)
     for key, values in body.items():
         if key in _RESERVED:
             continue
@@ -73,6 +108,11 @@ def parse_request(body: Any) -> list[Step]:
         Step(trajectory_key(tid, i), action, bool(extra.get("finish", False)), extra)
         for i, (tid, action, extra) in enumerate(zip(ids, actions, extras, strict=True))
     ]
+
+
+def _same_length(ids: list[Any], actions: list[Any]) -> None:
+    if len(ids) != len(actions):
+        raise RequestError(f"trajectory_ids has {len(ids)} entries but actions has {len(actions)}")
 
 
 def trajectory_key(value: Any, index: int) -> str:
