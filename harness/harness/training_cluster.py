@@ -66,7 +66,6 @@ class JobState(NamedTuple):
     ready_replicas: int | None
     reason: str | None = None  # the job's (kubectl get trj -o wide, describe)
     restarts: int | None = None
-    message: str | None = None
     attempt: int | None = None
 
 
@@ -103,7 +102,6 @@ class TrainingCluster:
             pool.get("readyReplicas"),
             status.get("reason"),
             status.get("restarts"),
-            status.get("message"),
             status.get("attempt"),
         )
 
