@@ -20,7 +20,7 @@ cluster-down:
 images: setup
 	@$(LOCALCLUSTER) images
 
-# build the trainer's GPU variant (~4 GB of CUDA wheels, ~55 GB free disk) and check it in a pod on a
+# build the trainer's GPU variant (~4 GB of CUDA wheels; the free disk it needs: images/README.md) and check it in a pod on a
 # local cluster's real node: vLLM, verl and torch import, the GPU example's dry run passes (no GPU
 # needed; not part of `make test`)
 gpu-image-check: setup
