@@ -118,13 +118,18 @@ async def start_reconciler(
     )
 
 
-@kopf.on.cleanup()
-async def stop_reconciler(memo: kopf.Memo, **_: Any) -> None:
-    task: asyncio.Task[None] | None = memo.get("reconciler_task")
+async def cancel_background(memo: kopf.Memo, key: str) -> None:
+    """Cancel the background task kept in `memo[key]` at start-up (if any) and wait for it to end."""
+    task: asyncio.Task[None] | None = memo.get(key)
     if task is not None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+@kopf.on.cleanup()
+async def stop_reconciler(memo: kopf.Memo, **_: Any) -> None:
+    await cancel_background(memo, "reconciler_task")
 
 
 # ---- indexes: what the sync and the autoscaler read ------------------------------------------

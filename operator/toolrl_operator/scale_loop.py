@@ -3,7 +3,7 @@ the operator watches.
 
 Every `autoscaler_interval_seconds` the loop takes the jobs and their pool Deployments from the
 operator's in-memory indexes, and for each job (a bounded number at a time) reads the pool's
-load and the trainer's phase (signals), asks the pure decision function (autoscaler) for a size
+load and the trainer's phase (signals), asks the pure decision function (scale_decision) for a size
 and writes it to `status.toolPool.desiredReplicas`; the reconcile handlers make the Deployment
 follow. Each change of size is an Event with the inputs; while the metrics cannot be trusted the
 size holds and the `AutoscalerHealthy` condition says why.
@@ -31,7 +31,7 @@ from prometheus_client import Counter, Gauge
 
 from . import events, scale_decision, signals
 from .apply import ApiError
-from .handlers import first, runtime
+from .handlers import cancel_background, first, runtime
 from .job import Job, SpecError, parse_job
 from .keda import uses_keda
 from .naming import API_VERSION, AUTOSCALER_FIELD_MANAGER, KIND
@@ -96,11 +96,7 @@ async def start(memo: kopf.Memo, jobs: kopf.Index, deployments: kopf.Index, **_:
 
 @kopf.on.cleanup()
 async def stop(memo: kopf.Memo, **_: Any) -> None:
-    task: asyncio.Task[None] | None = memo.get("autoscaler")
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    await cancel_background(memo, "autoscaler")
 
 
 class Autoscaler:

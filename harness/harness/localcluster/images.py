@@ -169,6 +169,7 @@ def _run(cmd: list[str], log: Path) -> None:
         fh.write(f"$ {' '.join(cmd)}\n")
         fh.flush()
         build_tmp().mkdir(parents=True, exist_ok=True)
+        floor = min_free()
         proc = subprocess.Popen(
             cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=build_env()
         )
@@ -178,7 +179,7 @@ def _run(cmd: list[str], log: Path) -> None:
                 break
             except subprocess.TimeoutExpired:
                 pass
-            free, floor = _free(), min_free()
+            free = _free()
             if free >= floor:
                 continue
             proc.terminate()
