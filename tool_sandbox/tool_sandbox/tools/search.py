@@ -6,13 +6,16 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
-
-import bm25s
+from typing import TYPE_CHECKING, Any
 
 from tool_sandbox.config import ConfigError, ToolConfig
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.tools.base import Tool, ToolInputError, ToolResult
+
+# bm25s (and numpy with it) is imported by a search tool when it indexes, not with this module: every
+# pool imports it, most serve no search tool (the server's import alone: 141 -> 54 MiB without it).
+if TYPE_CHECKING:
+    import bm25s
 
 _TEXT_KEYS = ("contents", "text", "content", "body", "passage")
 _MAX_QUERY_CHARS = 4096
@@ -102,12 +105,16 @@ class SearchTool(Tool):
                 f"search tool {self.name}: cannot read corpus {self.config.corpus}: "
                 f"{exc.strerror}; mount the data volume or fix the path"
             ) from exc
+        import bm25s
+
         corpus = [f"{doc.title} {doc.text}" for doc in self.documents]
         index = bm25s.BM25()
         index.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
         self.index = index
 
     def search(self, query: str, k: int) -> list[tuple[Document, float]]:
+        import bm25s
+
         assert self.index is not None
         tokens = bm25s.tokenize([query], stopwords="en", show_progress=False)
         if not tokens.vocab:
