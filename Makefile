@@ -31,7 +31,7 @@ demo: setup
 
 # all three tiers (tests/conftest.py marks each test): pure, process and cluster
 test: setup lint
-	$(PY) -m pytest tests
+	@$(PY) -m pytest --junitxml=.test-results.xml tests; rc=$$?; $(PY) -m harness.test_report .test-results.xml; exit $$rc
 
 # the edit loop: the pure tier only (in-process, no servers, no verl)
 test-fast: setup
@@ -52,8 +52,10 @@ bench: setup
 	@$(LOCALCLUSTER) up --no-real-node
 	$(PY) -m bench $(BENCH)
 
+# ruff, and mypy strict on the operator (pyproject.toml [tool.mypy])
 lint: setup
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 # regenerate the chart's dashboard JSON, alert rules and CRD copy after editing charts/chartgen or crds/
 chart-generate: setup

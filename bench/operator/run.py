@@ -9,14 +9,19 @@ toolrl_operator`) against it.
     (written once all its children are applied) and to `phase: Running` (KubeRay's cluster up
     on the fake GPU nodes). p50/p95. Each job is deleted after it is measured.
 (2) burst: jobs created at once; the time until every job has all its children and a current
-    status (Provisioning or Running: 32 fake GPUs cannot run them all), and the operator's peak
-    RSS (VmHWM).
+    status that says so (`Reconciled` True; Provisioning or Running: 32 fake GPUs cannot run them
+    all), the operator's peak RSS (VmHWM), its CPU seconds over the burst per sync (its
+    toolrl_operator_reconcile_duration_seconds_count) and per job, and the CPU seconds of the API
+    server and the other control-plane processes over the same span (their share of the whole).
+
+    A 1000-job burst (issue 37): python bench/operator/run.py --serial 5 --burst 1000
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -32,6 +37,7 @@ from harness.localcluster import LocalCluster
 from harness.localcluster.__main__ import DEFAULT_ROOT
 from harness.operator_process import OperatorProcess, install_crd
 from kubernetes import client, config
+from prometheus_client.parser import text_string_to_metric_families
 from toolrl_operator.children import CHILD_KINDS as OPERATOR_CHILD_KINDS
 
 GROUP, VERSION, PLURAL = "toolrl.dev", "v1alpha1", "toolrljobs"
@@ -52,6 +58,30 @@ def job(name: str) -> dict[str, Any]:
     # the example's claims are the user's to make (examples/data-prep-job.yaml); the fake nodes need none
     spec["data"]["volume"] = spec["checkpoint"]["volume"] = {"emptyDir": {}}
     return doc
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/<pid>/stat, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def metric_total(text: str, family: str) -> float:
+    """The sum of a metric family's samples named `<family>_count` or `<family>_total` (or itself)."""
+    total = 0.0
+    for metric in text_string_to_metric_families(text):
+        if metric.name == family:
+            names = {f"{family}_count", f"{family}_total", family}
+            total += sum(s.value for s in metric.samples if s.name in names)
+    return total
+
+
+def reconciled(job: dict[str, Any]) -> bool:
+    """The job's status is current and says every child is applied."""
+    status = job.get("status") or {}
+    if status.get("observedGeneration") != job["metadata"]["generation"]:
+        return False
+    return any(c["type"] == "Reconciled" and c["status"] == "True" for c in status.get("conditions", []))
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -121,7 +151,7 @@ def serial(bench: Bench, count: int) -> dict[str, Any]:
                     or {}
                 )
                 now = time.monotonic() - started
-                if first is None and status.get("observedGeneration"):
+                if first is None and reconciled({"metadata": {"generation": 1}, "status": status}):
                     first = now
                 if status.get("phase") == "Running":
                     break
@@ -155,34 +185,52 @@ def serial(bench: Bench, count: int) -> dict[str, Any]:
     return {"jobs": count, "children_and_status": summary(to_status), "running": summary(to_running)}
 
 
-def burst(bench: Bench, count: int, op: OperatorProcess) -> dict[str, Any]:
+def burst(
+    bench: Bench, count: int, op: OperatorProcess, cluster: LocalCluster, timeout: float
+) -> dict[str, Any]:
     namespace = bench.namespace("bench-op-burst")
     names = [f"burst-{i:03d}" for i in range(count)]
+    pids = {"operator": op.pid, **cluster.pids}
     try:
+        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        metrics_before = op.metrics()
         started = time.monotonic()
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda n: bench.create(namespace, n), names))
         created = time.monotonic() - started
         while True:
             jobs = bench.jobs(namespace)
-            current = [
-                j
-                for j in jobs
-                if (j.get("status") or {}).get("observedGeneration") == j["metadata"]["generation"]
-            ]
+            current = [j for j in jobs if reconciled(j)]
             if len(current) == count:
                 break
-            if time.monotonic() - started > 600:
-                raise RuntimeError(f"only {len(current)}/{count} jobs converged after 600 s")
+            if time.monotonic() - started > timeout:
+                refused = Counter(
+                    c["reason"] for j in jobs for c in (j.get("status") or {}).get("conditions", [])
+                    if c["type"] == "Reconciled" and c["status"] == "False"
+                )  # fmt: skip
+                raise RuntimeError(
+                    f"only {len(current)}/{count} jobs converged after {timeout:.0f} s; "
+                    f"Reconciled False by reason: {dict(refused)}"
+                )
             time.sleep(0.25)
         converged = time.monotonic() - started
+        cpu = {name: round(cpu_seconds(pid) - cpu_before[name], 2) for name, pid in pids.items()}
+        metrics_after = op.metrics()
+        family = "toolrl_operator_reconcile_duration_seconds"
+        syncs = metric_total(metrics_after, family) - metric_total(metrics_before, family)
+        errors_family = "toolrl_operator_reconcile_errors"
+        errors = metric_total(metrics_after, errors_family) - metric_total(metrics_before, errors_family)
         counts = bench.children(namespace)
         complete = sum(1 for n in names if all(counts[(n, kind)] == PER_JOB[kind] for kind in CHILD_KINDS))
         phases = Counter(j["status"]["phase"] for j in jobs)
         rss = op.peak_rss_bytes()
+        total_cpu = sum(cpu.values())
+        per_sync = 1000 * cpu["operator"] / syncs if syncs else float("nan")
         print(
             f"burst: {count} jobs created in {created:.1f}s, converged in {converged:.1f}s, "
-            f"{complete} with all children, phases {dict(phases)}, peak RSS {rss / 2**20:.0f} MiB",
+            f"{complete} with all children, phases {dict(phases)}, peak RSS {rss / 2**20:.0f} MiB; "
+            f"operator CPU {cpu['operator']:.1f} s for {syncs:.0f} syncs ({per_sync:.1f} ms a sync, "
+            f"{1000 * cpu['operator'] / count:.1f} ms a job, {errors:.0f} failed), CPU s by process {cpu}",
             flush=True,
         )
     finally:
@@ -194,6 +242,14 @@ def burst(bench: Bench, count: int, op: OperatorProcess) -> dict[str, Any]:
         "jobs_with_all_children": complete,
         "phases": dict(phases),
         "operator_peak_rss_mib": round(rss / 2**20, 1),
+        "operator_cpu_s": cpu["operator"],
+        "syncs": int(syncs),
+        "failed_syncs": int(errors),
+        "operator_cpu_ms_per_sync": round(per_sync, 2),
+        "operator_cpu_ms_per_job": round(1000 * cpu["operator"] / count, 2),
+        "cpu_s_by_process": cpu,  # the operator and each control-plane process, over the burst
+        "apiserver_cpu_share": round(cpu.get("kube-apiserver", 0.0) / total_cpu, 3) if total_cpu else None,
+        "operator_cpu_share": round(cpu["operator"] / total_cpu, 3) if total_cpu else None,
     }
 
 
@@ -203,6 +259,7 @@ def main() -> None:
     )
     parser.add_argument("--serial", type=int, default=50)
     parser.add_argument("--burst", type=int, default=200)
+    parser.add_argument("--burst-timeout", type=float, default=600, help="seconds the burst may take")
     parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="the local cluster's directory")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "operator.json")
     args = parser.parse_args()
@@ -218,7 +275,7 @@ def main() -> None:
         if args.serial:
             results["serial"] = serial(bench, args.serial)
         if args.burst:
-            results["burst"] = burst(bench, args.burst, op)
+            results["burst"] = burst(bench, args.burst, op, cluster, args.burst_timeout)
         results["operator_peak_rss_mib"] = round(op.peak_rss_bytes() / 2**20, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")

@@ -110,9 +110,7 @@ class _Renderer:
             elif annotation in self.names:
                 literal = python_literal(default)
                 options.insert(0, f"default_factory=lambda: {annotation}.model_validate({literal})")
-            elif isinstance(default, dict | list):  # a fresh copy for each job
-                options.insert(0, f"default_factory=lambda: {python_literal(default)}")
-            else:
+            else:  # a list or dict too: pydantic copies a mutable default for each job
                 options.insert(0, f"default={python_literal(default)}")
         elif not required:
             annotation += " | None"

@@ -15,10 +15,15 @@ never printed). Checks, each printed with its numbers:
 - weights synced: every step pushed the actor's weights into the rollout engine
   (`timing_s/update_weights`) after a real update (`actor/grad_norm` finite and > 0). The agreement
   from step 2 on is what shows the engine sampled from the updated weights: with the smoke job's
-  learning rate a stale engine disagrees with the actor far beyond the thresholds.
+  learning rate a stale engine disagrees with the actor far beyond the thresholds;
+- vLLM served (`--engine vllm`): verl's vLLM server actor (`vLLMHttpServer`, as Ray prefixes its lines)
+  logged vLLM's own engine statistics with a generation throughput above 0 at least once: a line only
+  vLLM's stat logger writes, and only after it generated tokens (run.sh turns the statistics on with
+  `actor_rollout_ref.rollout.disable_log_stats=false`; verl's default is off). The other checks pass
+  with the hf engine too.
 
-`python acceptance.py --log trainer.log --pool-metrics pool.txt --exit-code 0 --steps 3`; exits 0
-when every check passes, 1 when one fails, 2 on bad arguments or unreadable inputs.
+`python acceptance.py --log trainer.log --pool-metrics pool.txt --exit-code 0 --steps 3 [--engine vllm]`;
+exits 0 when every check passes, 1 when one fails, 2 on bad arguments or unreadable inputs.
 """
 
 from __future__ import annotations
@@ -45,6 +50,10 @@ PROB_DIFF_MEAN = "training/rollout_probs_diff_mean"
 CORRELATION = "training/rollout_actor_probs_pearson_corr"
 UPDATE_WEIGHTS = "timing_s/update_weights"
 GRAD_NORM = "actor/grad_norm"
+# vLLM's stat logger (vllm/v1/metrics/loggers.py), in a line Ray forwards from verl's server actor
+# (verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMHttpServer, or a subclass of it)
+VLLM_SERVER_LINE = re.compile(r"^\((?:\w*)vLLMHttpServer pid=\d+(?:, ip=[^)]*)?\) (?P<rest>.*)$")
+VLLM_GENERATION = re.compile(r"Avg generation throughput: (?P<rate>[0-9.]+) tokens/s")
 
 
 class InputError(ValueError):
@@ -91,6 +100,17 @@ def pool_calls(metrics: str) -> dict[str, float]:
     return out
 
 
+def vllm_generation(log: str) -> list[float]:
+    """The generation throughputs vLLM's stat logger reported from verl's vLLM server actors."""
+    rates = []
+    for line in log.splitlines():
+        match = VLLM_SERVER_LINE.match(COLOR.sub("", line).rstrip("\r"))
+        found = VLLM_GENERATION.search(match["rest"]) if match else None
+        if found:
+            rates.append(float(found["rate"]))
+    return rates
+
+
 def _each(steps: dict[int, dict[str, float]], key: str) -> list[float | None]:
     return [steps[s].get(key) for s in sorted(steps)]
 
@@ -106,6 +126,7 @@ def verdict(
     total_steps: int,
     max_prob_diff: float,
     min_correlation: float,
+    engine: str = "hf",
 ) -> list[Check]:
     steps = parse_steps(log)
     wanted = list(range(1, total_steps + 1))
@@ -145,6 +166,16 @@ def verdict(
             f"per step: weight sync seconds {_show(synced)}, actor grad norm {_show(norms)}",
         )
     )
+    if engine == "vllm":
+        rates = vllm_generation(log)
+        checks.append(
+            Check(
+                "vLLM served",
+                any(rate > 0 for rate in rates),
+                f"verl's vLLM server logged {len(rates)} engine statistics, generation throughput "
+                f"{_show(list(rates)) if rates else 'never'} tokens/s (wanted one above 0)",
+            )
+        )
     return checks
 
 
@@ -156,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, required=True, help="the job's totalTrainingSteps")
     parser.add_argument("--max-prob-diff", type=float, default=0.05)
     parser.add_argument("--min-correlation", type=float, default=0.9)
+    parser.add_argument(
+        "--engine", choices=("vllm", "hf"), default="hf", help="the job's engine (vllm: check that it served)"
+    )
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be at least 1")
@@ -164,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         log = args.log.read_text(errors="replace")
         metrics = args.pool_metrics.read_text(errors="replace")
-        checks = verdict(args.exit_code, log, metrics, args.steps, args.max_prob_diff, args.min_correlation)
+        checks = verdict(
+            args.exit_code, log, metrics, args.steps, args.max_prob_diff, args.min_correlation, args.engine
+        )
     except (OSError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -86,6 +86,8 @@ spec["data"]["trainFiles"] = [f"{work}/data/train.parquet"]  # Ray actors run in
 spec["algorithm"]["totalTrainingSteps"] = int(steps)
 spec["rollout"].update(protocol=protocol, engine=engine)
 spec["cluster"]["workers"]["gpusPerWorker"] = int(gpus)
+if engine == "vllm":  # vLLM's engine statistics in the log: acceptance.py's proof that vLLM served
+    spec["trainer"]["extraArgs"].append("actor_rollout_ref.rollout.disable_log_stats=false")
 json.dump(job, sys.stdout, indent=1)
 PY
 if [ "$dry" = 1 ]; then cat "$work/job.json"; exit 0; fi
@@ -127,7 +129,7 @@ PY
 
 phase "training: $steps GRPO steps, engine $engine (log: $work/trainer.log)"
 set +e
-TOOLRL_TOOL_POOL_URL="http://127.0.0.1:$port" TOOLRL_POOL_WAIT_SECONDS=60 \
+TOOLRL_TOOL_POOL_URL="http://127.0.0.1:$port" TOOLRL_POOL_WAIT_SECONDS=60 VLLM_LOG_STATS_INTERVAL=2 \
   timeout "${SMOKE_TRAIN_TIMEOUT:-1500}" "$python" -m trainer_entry run --spec "$work/job.json" \
   --workdir "$work/workdir" > "$work/trainer.log" 2>&1
 rc=$?
@@ -136,7 +138,7 @@ set -e
   > "$work/pool-metrics.txt"
 phase "verdict"
 "$python" "$here/acceptance.py" --log "$work/trainer.log" --pool-metrics "$work/pool-metrics.txt" \
-  --exit-code "$rc" --steps "$steps" && verdict=0 || verdict=$?
+  --exit-code "$rc" --steps "$steps" --engine "$engine" && verdict=0 || verdict=$?
 [ "$rc" = 0 ] || tail -40 "$work/trainer.log" >&2
 phase "done; files in $work"
 exit "$verdict"

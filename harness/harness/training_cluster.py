@@ -25,10 +25,11 @@ from chartgen.helm import helm
 from chartgen.monitoring import crd_files
 from harness import REPO
 from harness.localcluster import LocalCluster
+from harness.localcluster.addresses import BRIDGE_IP
 from harness.localcluster.build import ensure_prometheus_built
 from harness.localcluster.cluster import free_port
 from harness.localcluster.images import Image, ensure_image
-from harness.localcluster.node import BRIDGE_IP, NODE_LABEL
+from harness.localcluster.node import NODE_LABEL
 from harness.localcluster.prometheus import Prometheus, monitor_scrape_configs
 from harness.operator_process import get_json, wait_until
 

@@ -21,6 +21,7 @@ from .children import CHILD_KINDS
 # (status) and Events.
 PLURALS = {child.kind: child.plural for child in CHILD_KINDS} | {"ToolRLJob": "toolrljobs", "Event": "events"}
 RETRIABLE = frozenset({409, 429, 500, 502, 503, 504})
+APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply
 # (connect, read) seconds: a hung API server must not hold a job's lock or a worker forever.
 REQUEST_TIMEOUT = (5, 30)
 
@@ -91,6 +92,10 @@ class Kube:
         multiplied the attempts and held a sync thread through every inner backoff."""
         if query:
             path = f"{path}?{urlencode(query)}"
+        if content_type == APPLY_PATCH and body is not None and not isinstance(body, str):
+            # JSON is YAML: sent as text, the client passes it on as it is. Given a dict, the client
+            # walks every field of it first (sanitize_for_serialization: a quarter of a resync's CPU)
+            body = json.dumps(body)
         method_, url, headers, body_, _ = self.api_client.param_serialize(
             method,
             path,
@@ -103,7 +108,8 @@ class Kube:
         )
         response.read()
         if 200 <= response.status < 300:
-            return json.loads(response.data or b"{}")
+            answer: dict[str, Any] = json.loads(response.data or b"{}")
+            return answer
         raise api_error(response.status, response.data)
 
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -114,7 +120,7 @@ class Kube:
             "PATCH",
             path,
             manifest,
-            content_type="application/apply-patch+yaml",
+            content_type=APPLY_PATCH,
             query={"fieldManager": self.field_manager, "force": "true"},
         )
 
@@ -154,6 +160,6 @@ class Kube:
             "PATCH",
             resource_path(api_version, kind, namespace, name, "status"),
             body,
-            content_type="application/apply-patch+yaml",
+            content_type=APPLY_PATCH,
             query={"fieldManager": field_manager or self.field_manager, "force": "true"},
         )

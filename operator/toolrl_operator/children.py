@@ -8,7 +8,7 @@ Adding a child kind is one entry here (and its builder module).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,6 +109,17 @@ CHILD_KINDS: tuple[ChildKind, ...] = (
     ChildKind("RayJob", "ray.io/v1", "rayjobs", _rayjob, after_others=True),
 )
 BY_KIND = {child.kind: child for child in CHILD_KINDS}
+
+
+def status_read_by_builders(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The only fields of a job's status that the builders read: whether it finished (no RayJob
+    again, no pool) and the autoscaler's size. The sync builds again only when these, the metadata
+    or the spec change (reconcile.inputs_key), so a builder that reads another status field must
+    add it here (tests/unit/operator/test_builders.py checks the builders against a full status)."""
+    return {
+        "phase": status.get("phase"),
+        "desiredReplicas": (status.get("toolPool") or {}).get("desiredReplicas"),
+    }
 
 
 def build_children(job: Job, settings: Settings, live: Live | None = None) -> list[dict[str, Any]]:

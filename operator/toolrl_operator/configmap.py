@@ -5,6 +5,7 @@ Both are copies of the job's spec as the API server holds it (CRD defaults appli
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -51,18 +52,30 @@ def function_source(tool: str) -> str:
 def tools_yaml(spec: Mapping[str, Any]) -> str:
     """The job's `spec.tools` (`spec`: as the API server holds it) as the tool pool reads it: verbatim,
     plus where each function tool's source is mounted (`source`, see toolpool.build_deployment)."""
-    tools = [
-        {**tool, "source": f"{CONFIG_MOUNT}/{function_source(tool['name'])}"}
-        if tool["type"] == "function"
-        else tool
-        for tool in spec["tools"]
-    ]
-    return yaml.safe_dump({"tools": tools}, sort_keys=True)
+    return _tools_yaml(json.dumps(spec["tools"], sort_keys=True))
 
 
 def tools_checksum(spec: Mapping[str, Any]) -> str:
     """Changes whenever the tool config does, so the pool's pods roll to pick it up."""
-    return hashlib.sha256(tools_yaml(spec).encode()).hexdigest()[:16]
+    return _tools_checksum(json.dumps(spec["tools"], sort_keys=True))
+
+
+# PyYAML's emitter is pure Python (~2 ms for a job's tools, twice a build: most of a build's CPU);
+# both are pure functions of the tools, which jobs often share, so a few hundred are remembered.
+@functools.lru_cache(maxsize=256)
+def _tools_yaml(tools_json: str) -> str:
+    tools = [
+        {**tool, "source": f"{CONFIG_MOUNT}/{function_source(tool['name'])}"}
+        if tool["type"] == "function"
+        else tool
+        for tool in json.loads(tools_json)
+    ]
+    return yaml.safe_dump({"tools": tools}, sort_keys=True)
+
+
+@functools.lru_cache(maxsize=256)
+def _tools_checksum(tools_json: str) -> str:
+    return hashlib.sha256(_tools_yaml(tools_json).encode()).hexdigest()[:16]
 
 
 def build_configmap(job: Job) -> dict[str, Any]:

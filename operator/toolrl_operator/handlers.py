@@ -25,6 +25,7 @@ from .naming import (
     LABEL_JOB,
     LABEL_MANAGED_BY,
     LABEL_RAY_GROUP,
+    LABEL_RAY_NODE_TYPE,
     MANAGED_BY,
     PLURAL,
     VERSION,
@@ -37,6 +38,8 @@ from .status import lost_trainer, pod_ready, pod_waiting_cause
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
 OWNED = {LABEL_MANAGED_BY: MANAGED_BY}
+# each index keeps one view of an object per job key (job_view, rayjob_view, deployment_view)
+ViewIndex = kopf.Index[Key, dict[str, Any]]
 
 
 class Runtime:
@@ -71,6 +74,21 @@ def first(store: Iterable[Any] | None) -> Any:
     return next(iter(store), None) if store is not None else None
 
 
+def index(kwargs: Mapping[str, Any], name: str) -> ViewIndex:
+    """The index of that name (the indexing function's) among a handler's keyword arguments: kopf
+    passes its indexes to every handler, but its handler types do not name them."""
+    found: ViewIndex = kwargs[name]
+    return found
+
+
+def job_key(namespace: str | None, job: str) -> Key:
+    """The key of a job in the indexes and the queue. kopf types a handler's `namespace` as optional
+    (for cluster-scoped resources); every object the operator watches is namespaced."""
+    if namespace is None:
+        raise ValueError(f"job {job}: an object without a namespace")
+    return namespace, job
+
+
 # ---- startup: settings, the reconciler ------------------------------------------------------
 
 
@@ -94,9 +112,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 OWNED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_JOB}"
 
 
-def watched_resources() -> list[tuple[str, ...]]:
+def watched_resources() -> list[tuple[str, str] | tuple[str, str, str]]:
     """kopf resource selectors of the children's and pods' watches."""
-    kinds = [
+    kinds: list[tuple[str, str] | tuple[str, str, str]] = [
         (c.group, c.version, c.plural) if c.group else (c.version, c.plural) for c in CHILD_KINDS if c.watched
     ]
     return [*kinds, ("v1", "pods")]
@@ -108,10 +126,9 @@ def watch_only_owned(settings: kopf.OperatorSettings) -> None:
 
 
 @kopf.on.startup()
-async def start_reconciler(
-    memo: kopf.Memo, jobs: kopf.Index, rayjobs: kopf.Index, deployments: kopf.Index, **_: Any
-) -> None:
+async def start_reconciler(memo: kopf.Memo, **kwargs: Any) -> None:
     rt = runtime()
+    jobs, rayjobs, deployments = (index(kwargs, name) for name in ("jobs", "rayjobs", "deployments"))
     memo.reconciler = Reconciler(rt.settings, rt.kube, jobs, rayjobs, deployments)
     memo.reconciler_task = asyncio.create_task(
         memo.reconciler.run(rt.settings.resync_seconds), name="toolrl reconciler"
@@ -136,26 +153,30 @@ async def stop_reconciler(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-def jobs(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
-    return {(namespace, name): job_view(body)}
+def jobs(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
+    return {job_key(namespace, name): job_view(body)}
 
 
 def job_view(body: Mapping[str, Any]) -> dict[str, Any]:
     """A job as the index keeps it: without managedFields and annotations, which nothing read
     from the index needs and which were most of the operator's memory in a burst of jobs."""
-    job = plain(body)
+    job: dict[str, Any] = plain(body)
     job["metadata"] = {k: v for k, v in job["metadata"].items() if k not in ("managedFields", "annotations")}
     return job
 
 
 @kopf.index("ray.io", "v1", "rayjobs", labels=OWNED)
-def rayjobs(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
-    return {(namespace, labels[LABEL_JOB]): rayjob_view(body)}
+def rayjobs(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> dict[Key, dict[str, Any]]:
+    return {job_key(namespace, labels[LABEL_JOB]): rayjob_view(body)}
 
 
 @kopf.index("apps", "v1", "deployments", labels={**OWNED, LABEL_COMPONENT: COMPONENT_TOOL_POOL})
-def deployments(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
-    return {(namespace, labels[LABEL_JOB]): deployment_view(body)}
+def deployments(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> dict[Key, dict[str, Any]]:
+    return {job_key(namespace, labels[LABEL_JOB]): deployment_view(body)}
 
 
 def rayjob_view(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -182,16 +203,16 @@ def deployment_view(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def job_event(type: str, namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
-    memo.reconciler.job_seen((namespace, name), deleted=type == "DELETED")
+async def job_event(type: str, namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+    memo.reconciler.job_seen(job_key(namespace, name), deleted=type == "DELETED")
 
 
 async def child_event(
-    type: str, body: kopf.Body, namespace: str, labels: kopf.Labels, memo: kopf.Memo, **_: Any
+    type: str, body: kopf.Body, namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any
 ) -> None:
     meta = body["metadata"]
     memo.reconciler.child_seen(
-        (namespace, labels[LABEL_JOB]),
+        job_key(namespace, labels[LABEL_JOB]),
         body["kind"],
         meta["name"],
         meta.get("resourceVersion", ""),
@@ -209,13 +230,13 @@ for _child in CHILD_KINDS:
 
 @kopf.on.event("", "v1", "pods", labels={**OWNED, LABEL_JOB: kopf.PRESENT})
 async def pod_event(
-    type: str, body: kopf.Body, namespace: str, labels: kopf.Labels, memo: kopf.Memo, **_: Any
+    type: str, body: kopf.Body, namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any
 ) -> None:
     """The job's Ray, submitter and tool-pool pods (KubeRay copies the templates' labels): why
-    they wait, whether a submitter pod shows the trainer lost, and a Ray pod's group (KubeRay's
-    label) and readiness."""
+    they wait, whether a submitter pod shows the trainer lost, a Ray pod's group (KubeRay's
+    label) and readiness, and a ready pool pod's or Ray head's IP (the autoscaler's targets)."""
     memo.reconciler.pod_seen(
-        (namespace, labels[LABEL_JOB]),
+        job_key(namespace, labels[LABEL_JOB]),
         body["metadata"]["name"],
         labels.get(LABEL_COMPONENT, ""),
         pod_waiting_cause(body),
@@ -223,4 +244,6 @@ async def pod_event(
         lost=lost_trainer(body),
         group=labels.get(LABEL_RAY_GROUP, ""),
         ready=pod_ready(body),
+        ip=(body.get("status") or {}).get("podIP") or "",
+        head=labels.get(LABEL_RAY_NODE_TYPE) == "head",
     )

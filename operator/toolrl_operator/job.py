@@ -32,7 +32,8 @@ class Job:
 
     @property
     def metadata(self) -> Mapping[str, Any]:
-        return self.body["metadata"]
+        metadata: Mapping[str, Any] = self.body["metadata"]
+        return metadata
 
     @property
     def status(self) -> Mapping[str, Any]:
@@ -40,11 +41,13 @@ class Job:
 
     @property
     def name(self) -> str:
-        return self.metadata["name"]
+        name: str = self.metadata["name"]
+        return name
 
     @property
     def namespace(self) -> str:
-        return self.metadata["namespace"]
+        namespace: str = self.metadata["namespace"]
+        return namespace
 
 
 def _where(loc: tuple[int | str, ...]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 GROUP = "toolrl.dev"
@@ -21,6 +22,7 @@ LABEL_JOB = "toolrl.dev/job"
 LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 # KubeRay's label on each Ray pod: its group's name (a worker group's groupName, or headgroup)
 LABEL_RAY_GROUP = "ray.io/group"
+LABEL_RAY_NODE_TYPE = "ray.io/node-type"  # KubeRay's: head or worker
 
 COMPONENT_TOOL_POOL = "tool-pool"
 COMPONENT_TRAINER = "trainer"
@@ -81,7 +83,7 @@ def labels(job: str, component: str) -> dict[str, str]:
     return {LABEL_MANAGED_BY: MANAGED_BY, **selector_labels(job, component)}
 
 
-def owner_reference(job: dict[str, Any]) -> dict[str, Any]:
+def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
     """A controller reference to the job, so deleting the job garbage-collects the child."""
     meta = job["metadata"]
     return {
@@ -94,7 +96,7 @@ def owner_reference(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def child_metadata(job: dict[str, Any], name: str, component: str) -> dict[str, Any]:
+def child_metadata(job: Mapping[str, Any], name: str, component: str) -> dict[str, Any]:
     """metadata of a child object: name, namespace, labels and the owner reference."""
     meta = job["metadata"]
     return {

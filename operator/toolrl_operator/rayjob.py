@@ -48,6 +48,15 @@ LOGICAL_GPUS_PER_CPU_WORKER = 1
 # per GPU bundle plus its agent-loop, reward and storage actors, which would never schedule on a
 # 1-CPU worker (translate.LOGICAL_CPUS_PER_CPU_WORKER; a test checks they agree).
 LOGICAL_CPUS_PER_CPU_WORKER = 16
+# A GPU worker's Ray CPUs: verl's placement group asks each GPU for 3 (ResourcePoolManager's
+# max_colocate_count), TransferQueue pins one storage unit to every Ray node (trainer_entry sets one per
+# node), and verl's vLLM server actors, hard-pinned to the node, each need 1 free CPU to be placed.
+# KubeRay would give Ray the pod's CPU limit, else its request, and nothing else reserves the rest: so
+# the operator says `num-cpus` itself, never below that need (trainer_entry.placement.worker_cpus; a
+# test checks they agree). The head holds TransferQueue's controller and its own storage unit.
+VERL_CPUS_PER_GPU = 3
+WORKER_CPUS_BEYOND_GPUS = 2
+HEAD_CPUS_FOR_VERL = 2
 ENTRYPOINT = f"python -m trainer_entry run --spec {CONFIG_MOUNT}/{JOB_KEY}"
 RAY_UID = 1000  # the trainer image's user (images/trainer/Dockerfile)
 CONTAINER_SECURITY: dict[str, Any] = {
@@ -209,19 +218,38 @@ def _worker_resources(workers: ClusterWorkers | ClusterRolloutWorkers) -> dict[s
     return resources
 
 
+def ray_cpus(resources: Mapping[str, Any] | None) -> int:
+    """The Ray CPUs KubeRay gives a pod of these resources: its CPU limit, else its request, rounded
+    up (0: neither, and Ray would count the machine's)."""
+    for kind in ("limits", "requests"):
+        cpu = ((resources or {}).get(kind) or {}).get("cpu")
+        if cpu is not None and str(cpu) not in ("0", "0m"):
+            text = str(cpu)
+            millis = int(text[:-1]) if text.endswith("m") else round(float(text) * 1000)
+            return -(-millis // 1000)
+    return 0
+
+
+def gpu_worker_cpus(gpus: int) -> int:
+    """The Ray CPUs verl needs on a worker of `gpus` GPUs (see VERL_CPUS_PER_GPU)."""
+    return VERL_CPUS_PER_GPU * gpus + WORKER_CPUS_BEYOND_GPUS
+
+
 def _worker_start_params(workers: ClusterWorkers | ClusterRolloutWorkers) -> dict[str, str]:
     if workers.gpus_per_worker:
-        return {}
+        return {"num-cpus": str(max(ray_cpus(workers.resources), gpu_worker_cpus(workers.gpus_per_worker)))}
     return {"num-gpus": str(LOGICAL_GPUS_PER_CPU_WORKER), "num-cpus": str(LOGICAL_CPUS_PER_CPU_WORKER)}
 
 
-def _head_start_params(workers: ClusterWorkers) -> dict[str, str]:
+def _head_start_params(head: ClusterHead, workers: ClusterWorkers) -> dict[str, str]:
     params = {"dashboard-host": "0.0.0.0", "num-gpus": "0"}
     if not workers.gpus_per_worker:
         # The head of a CPU job hosts verl's TaskRunner and its data-queue controller and storage
         # unit (1 CPU each, the storage unit pinned round-robin from the head): with the logical
         # CPU that a small CPU request gives, the storage unit never scheduled and the run hung.
         params["num-cpus"] = str(LOGICAL_CPUS_PER_CPU_WORKER)
+    elif ray_cpus(head.resources):  # else Ray counts the machine's
+        params["num-cpus"] = str(max(ray_cpus(head.resources), HEAD_CPUS_FOR_VERL))
     return params
 
 
@@ -298,7 +326,7 @@ def build_rayjob(job: Job, settings: Settings, current_suspend: bool | None = No
         "suspend": suspend,
         "rayClusterSpec": {
             "headGroupSpec": {
-                "rayStartParams": _head_start_params(workers),
+                "rayStartParams": _head_start_params(head, workers),
                 "template": _pod_template(job, head_container, head, trainer_name(name)),
             },
             "workerGroupSpecs": groups,

@@ -6,10 +6,14 @@ the job's spec into its typed form (job.py; a spec that does not parse is report
 generation, naming the field, and nothing is applied), build every child from the job as it is now,
 server-side apply the ones that may differ from the cluster, compute the status from the children,
 and write it if it changed. Syncs of one key never overlap (the queue hands a key to one worker at
-a time). A transient failure (a conflict, throttling, a server error, a connection reset, a quota)
-requeues the key with exponential backoff; a permanent one (a manifest the API server rejects, KEDA
-not set up) sets the `Reconciled` condition once, posts one Event, and waits for a spec change (or
-the periodic resync, which also catches anything a watch missed).
+a time). A child that is not applied says so in the job's status either way: `Reconciled` False with
+the API's reason (QuotaExceeded, Forbidden, Invalid, InternalError...) and its message naming the
+child, and the phase's reason and message (a transient one from its first retry on: a blip the retry
+clears is not written). A transient failure (a conflict, throttling, a server error, a connection
+reset, a quota, a full Service range) requeues the key with exponential backoff (one Warning Event
+per streak); a permanent one (a manifest the API server rejects, KEDA not set up) posts
+one Event and waits for a spec change (or the periodic resync, which also catches anything a watch
+missed). The condition clears with the first sync that applies every child.
 
 What is cached, and why it is safe: for each child, the hash of the manifest last applied and
 the resourceVersion the API server answered with. Between resyncs a child is skipped while both
@@ -33,17 +37,19 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import re
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 from . import events
 from .apply import RETRIABLE, ApiError, Kube
-from .children import BY_KIND, Live, build_children
+from .children import BY_KIND, Live, build_children, status_read_by_builders
 from .job import Job, SpecError, parse_job
 from .keda import KedaConfigError, explain_api_error
 from .metrics import PHASES, RECONCILE_DURATION, RECONCILE_ERRORS
@@ -69,6 +75,9 @@ ChildId = tuple[str, str]  # (kind, name) within the job's namespace
 DELETED = ""  # a child's resourceVersion once its watch saw it deleted
 APPLY_THREADS = 16  # a job's independent children are applied in parallel
 INVALID_SPEC = "InvalidSpec"  # the reason of a spec that does not parse (job.SpecError)
+# A transient refusal reaches the status once it outlasts this many attempts (the first retry comes
+# 1 s later): a conflict or a throttled call that the retry clears costs no two status writes.
+TRANSIENT_UNREPORTED = 1
 
 
 class PermanentError(Exception):
@@ -79,27 +88,77 @@ class PermanentError(Exception):
         self.reason, self.message = reason, message
 
 
+class ChildError(Exception):
+    """One child was not applied: which one, and why (the API's refusal, or no answer)."""
+
+    def __init__(self, kind: str, name: str, cause: Exception) -> None:
+        super().__init__(f"{kind} {name} not applied: {cause}")
+        self.kind, self.name, self.cause = kind, name, cause
+
+    @property
+    def reason(self) -> str:
+        return refusal_reason(self.cause)
+
+
+# metav1.Condition's reason: CamelCase, what `kubectl get -o wide` and alerts match on
+CONDITION_REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
+QUOTA_EXCEEDED = "QuotaExceeded"
+
+
+def refusal_reason(err: Exception) -> str:
+    """A condition reason for why an API call failed: the API server's own (Forbidden, Invalid,
+    InternalError...), QuotaExceeded for a ResourceQuota's refusal, the HTTP status's name where
+    the answer had no Kubernetes reason (a proxy's), the exception's type where no answer came."""
+    if isinstance(err, KedaConfigError):
+        return "KedaConfig"
+    if not isinstance(err, ApiError):
+        return type(err).__name__
+    if err.status == 403 and "exceeded quota" in err.message:
+        return QUOTA_EXCEEDED
+    if CONDITION_REASON.fullmatch(err.reason):
+        return err.reason
+    try:
+        return "".join(HTTPStatus(err.status).phrase.title().split())
+    except ValueError:
+        return f"HTTPStatus{err.status}"
+
+
 def classify(err: Exception) -> PermanentError | None:
     """A PermanentError for errors no retry fixes, None for transient ones. A quota refusal is
     a 403 that goes away when the quota is raised or other objects go: transient."""
-    if isinstance(err, KedaConfigError):
+    cause = err.cause if isinstance(err, ChildError) else err
+    if isinstance(cause, KedaConfigError):
         return PermanentError("KedaConfig", str(err))
-    if isinstance(err, ApiError):
-        if err.status == 500 and "failed to convert new object" in err.message:
+    if isinstance(cause, ApiError):
+        if cause.status == 500 and "failed to convert new object" in cause.message:
             # how server-side apply reports a field the object's type cannot hold (seen: a
             # malformed quantity): the manifest, not the server, is wrong
             return PermanentError("Invalid", str(err))
-        if err.status in RETRIABLE or (err.status == 403 and "quota" in err.message.lower()):
+        if cause.status in RETRIABLE or (cause.status == 403 and "quota" in cause.message.lower()):
             return None
-        if err.status == 404 and "could not find the requested resource" not in err.message:
+        if cause.status == 404 and "could not find the requested resource" not in cause.message:
             return None  # an object, not the API, is missing (an apply racing a deletion): retry
-        if 400 <= err.status < 500:
-            return PermanentError(err.reason or str(err.status), str(err))
+        if 400 <= cause.status < 500:
+            return PermanentError(refusal_reason(cause), str(err))
     return None
 
 
 def manifest_hash(manifest: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def inputs_key(job: Job, settings: Settings, rayjob_suspend: bool | None) -> bytes:
+    """A digest of everything the builders read: the job's metadata (less its resourceVersion,
+    which every write of its status changes) and spec, the fields of its status they read (not the
+    conditions and messages every status write changes), the settings, the RayJob's suspend."""
+    meta = {k: v for k, v in job.metadata.items() if k != "resourceVersion"}
+    inputs = [meta, job.body.get("spec"), status_read_by_builders(job.status), repr(settings), rayjob_suspend]
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).digest()
+
+
+def _current(applied: Applied | None, digest: str, live_version: str | None) -> bool:
+    """Whether the child needs no apply: applied as built, and its watch shows that apply's state."""
+    return applied is not None and applied.digest == digest and applied.resource_version == live_version
 
 
 def first(store: Iterable[Any] | None) -> Any:
@@ -115,6 +174,8 @@ class PodSeen:
     lost: LostTrainer | None  # the trainer it shows lost (lost_trainer)
     group: str = ""  # a Ray pod's group (KubeRay's ray.io/group label: a worker group, headgroup)
     ready: bool = False  # pod_ready
+    ip: str = ""  # its IP while it is ready (the autoscaler scrapes it: ready_pods)
+    head: bool = False  # a Ray head (KubeRay's ray.io/node-type label), where the trainer serves metrics
 
 
 @dataclass(frozen=True)
@@ -138,6 +199,9 @@ class JobState:
     status: dict[str, Any] = field(default_factory=dict)  # the operator's fields as last written
     permanent: tuple[int, str, str, float] | None = None  # generation, reason, message, when
     reapply: bool = True  # the next sync applies every child, cached or not (resync sets it)
+    refused: int = 0  # syncs in a row that a transient error stopped
+    # what the builders made of the inputs last time: inputs_key(...) and each child's digest
+    built: tuple[bytes, tuple[tuple[ChildId, str], ...]] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
 
@@ -190,21 +254,35 @@ class Reconciler:
         lost: LostTrainer | None = None,
         group: str = "",
         ready: bool = False,
+        ip: str = "",
+        head: bool = False,
     ) -> None:
         """A pod of the job: only a change of why it waits, of whether it shows a lost trainer, or
-        of whether it is a Ready pod of its Ray group matters to the status."""
+        of whether it is a Ready pod of its Ray group matters to the status (the IP of a ready pod
+        is kept for the autoscaler)."""
         state = self.state.get(key)
         if state is None:
             if deleted:
                 return
             state = self.state.setdefault(key, JobState())  # pruned by resync if the job is gone
-        seen = None if deleted else PodSeen(component, cause, lost, group, ready)
+        seen = None if deleted else PodSeen(component, cause, lost, group, ready, ip if ready else "", head)
         with state.lock:
             before = state.pods.pop(name, None)
             if seen is not None:
                 state.pods[name] = seen
         if _shown(before) != _shown(seen):
             self.queue.add(key)
+
+    def ready_pods(self, key: Key) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """(name, IP) of the job's ready tool-pool pods and of its ready Ray heads, by name, as the
+        pod watch last saw them (what the autoscaler scrapes without Prometheus)."""
+        state = self.state.get(key)
+        if state is None:
+            return [], []
+        with state.lock:
+            pods = sorted((name, pod) for name, pod in state.pods.items() if pod.ip)
+        pool = [(name, pod.ip) for name, pod in pods if pod.component == COMPONENT_TOOL_POOL]
+        return pool, [(name, pod.ip) for name, pod in pods if pod.head]
 
     def resync(self) -> None:
         """Queue every known job for a sync that applies all its children: repairs anything no
@@ -267,6 +345,7 @@ class Reconciler:
             self._report_invalid_spec(key, job, state, generation, str(err))
             return
         error: tuple[str, str] | None = None
+        transient: ChildError | None = None  # reported in the status, then raised for the backoff
         announcements: list[tuple[str, str, str]] = []
         waiting_on_spec = (
             state.permanent is not None
@@ -279,7 +358,7 @@ class Reconciler:
         else:
             try:
                 announcements = self._apply_children(parsed, rayjob, state)
-                state.permanent = None
+                state.permanent, state.refused = None, 0
                 observed = int(parsed.status.get("observedGeneration") or 0)
                 if not observed:
                     announcements.insert(0, (events.NORMAL, events.CREATED, "created the job's children"))
@@ -288,22 +367,36 @@ class Reconciler:
                     announcements.insert(0, (events.NORMAL, events.SPEC_APPLIED, message))
             except Exception as err:
                 permanent = classify(err)
-                if permanent is None:
+                if permanent is None and not isinstance(err, ChildError):
                     raise
-                error = (permanent.reason, permanent.message)
-                if state.permanent is None or state.permanent[:3] != (generation, *error):
-                    log.warning("sync of %s/%s: %s (waits for a spec change)", *key, permanent)
-                    RECONCILE_ERRORS.labels(permanent.reason).inc()
-                    announcements = [(events.WARNING, events.RECONCILE_ERROR, permanent.message)]
-                state.permanent = (generation, *error, time.monotonic())
+                if permanent is None:
+                    assert isinstance(err, ChildError)
+                    state.refused += 1
+                    if state.refused <= TRANSIENT_UNREPORTED:
+                        raise  # a blip (a conflict, a race, a throttled call) its first retry clears
+                    transient, error = err, (err.reason, f"{err} (retried with backoff)")
+                else:
+                    error = (permanent.reason, permanent.message)
+                    if state.permanent is None or state.permanent[:3] != (generation, *error):
+                        log.warning("sync of %s/%s: %s (waits for a spec change)", *key, permanent)
+                        RECONCILE_ERRORS.labels(permanent.reason).inc()
+                        announcements = [(events.WARNING, events.RECONCILE_ERROR, permanent.message)]
+                    state.permanent = (generation, *error, time.monotonic())
         problems = Problems(
             reconcile_error=error,
             trainer_waiting=_first_cause(state, COMPONENT_TRAINER),
             pool_waiting=_first_cause(state, COMPONENT_TOOL_POOL),
             lost_trainers=_lost_trainers(state),
         )
-        self._write_status(key, parsed, state, generation, problems, _ready_workers(state), announcements)
+        try:
+            self._write_status(key, parsed, state, generation, problems, _ready_workers(state), announcements)
+        except Exception as err:
+            if transient is None:
+                raise
+            log.warning("status of %s/%s not written: %s", *key, err)  # the refusal is raised below
         RECONCILE_DURATION.observe(time.monotonic() - started)
+        if transient is not None:
+            raise transient  # the work queue retries the key with backoff (and posts its Event)
 
     def _report_invalid_spec(
         self, key: Key, job: dict[str, Any], state: JobState, generation: int, message: str
@@ -321,20 +414,27 @@ class Reconciler:
     def _apply_children(
         self, job: Job, rayjob: dict[str, Any] | None, state: JobState
     ) -> list[tuple[str, str, str]]:
-        """Apply the children that may differ from the cluster; what to announce."""
+        """Apply the children that may differ from the cluster; what to announce. The builders are
+        pure: inputs equal to the last sync's give the same manifests, so while every child is
+        applied as built and its watch shows that apply's resourceVersion, nothing is built."""
         suspend = rayjob["spec"]["suspend"] if rayjob else None
-        children = build_children(job, self.settings, Live(rayjob_suspend=suspend))
         with state.lock:
             reapply, state.reapply = state.reapply, False
             live = dict(state.live)
-        due = []
+        key = inputs_key(job, self.settings, suspend)
+        if not reapply and state.built is not None and state.built[0] == key:
+            applied = state.applied
+            if all(_current(applied.get(child), digest, live.get(child)) for child, digest in state.built[1]):
+                return []
+        children = build_children(job, self.settings, Live(rayjob_suspend=suspend))
+        due, built = [], []
         for manifest in children:
             child = (manifest["kind"], manifest["metadata"]["name"])
             digest = manifest_hash(manifest)
-            applied = state.applied.get(child)
-            unchanged = applied is not None and applied.digest == digest
-            if reapply or not unchanged or applied.resource_version != live.get(child):
+            built.append((child, digest))
+            if reapply or not _current(state.applied.get(child), digest, live.get(child)):
                 due.append((child, digest, manifest))
+        state.built = (key, tuple(built))
         try:
             return self._apply_due(job, rayjob, state, due)
         except Exception:
@@ -375,14 +475,17 @@ class Reconciler:
         return announcements
 
     def _apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        """Apply one child; a ScaledObject the cluster refuses says how to set KEDA up."""
+        """Apply one child; a failure raises ChildError, which names it. A ScaledObject the cluster
+        refuses says how to set KEDA up."""
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
         try:
             return self.kube.apply(manifest)
         except ApiError as err:
-            advice = explain_api_error(err.status) if manifest["kind"] == "ScaledObject" else ""
-            if advice:
-                raise KedaConfigError(f"{advice} ({err})") from err
-            raise
+            advice = explain_api_error(err.status) if kind == "ScaledObject" else ""
+            cause: Exception = KedaConfigError(f"{advice} ({err})") if advice else err
+            raise ChildError(kind, name, cause) from err
+        except Exception as err:
+            raise ChildError(kind, name, err) from err
 
     def _write_status(
         self,
@@ -411,7 +514,7 @@ class Reconciler:
             self._post(key, type_, reason, message, job.body)
 
     def _post(
-        self, key: Key, type_: str, reason: str, message: str, job: dict[str, Any] | None = None
+        self, key: Key, type_: str, reason: str, message: str, job: Mapping[str, Any] | None = None
     ) -> None:
         """An Event on the job; best effort, as kopf's own are."""
         job = job or first(self.jobs.get(key))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from .scale_decision import Policy
+
 
 class SettingsError(ValueError):
     """An operator environment variable has a value the operator cannot use."""
@@ -17,6 +19,9 @@ class Settings:
     monitoring_namespace: str = "monitoring"
     prometheus_url: str = ""  # the autoscaler reads pool load here; empty: it scrapes the pods
     autoscaler_interval_seconds: float = 5.0
+    # The autoscaler's stable window: the load is averaged over it, and a burst's panic mode lasts
+    # that long after the last burst-sized reading (at least the panic window, 6 s).
+    autoscaler_stable_window_seconds: float = Policy.stable_window_seconds
     # Every job is synced this often even without events: a safety net for missed watch events
     # and the pace at which permanent errors are retried without a spec change.
     resync_seconds: float = 300.0
@@ -32,18 +37,26 @@ class Settings:
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
         """Read TOOLRL_TRAINER_IMAGE, TOOLRL_TOOL_SANDBOX_IMAGE, TOOLRL_MONITORING_NAMESPACE,
-        TOOLRL_PROMETHEUS_URL, TOOLRL_AUTOSCALER_INTERVAL_SECONDS, TOOLRL_RESYNC_SECONDS,
-        TOOLRL_KUBERAY_NAMESPACE and
+        TOOLRL_PROMETHEUS_URL, TOOLRL_AUTOSCALER_INTERVAL_SECONDS,
+        TOOLRL_AUTOSCALER_STABLE_WINDOW_SECONDS, TOOLRL_RESYNC_SECONDS, TOOLRL_KUBERAY_NAMESPACE and
         POD_NAMESPACE (the operator's own, set by the chart)."""
         env = dict(os.environ) if env is None else env
         defaults = cls()
         seconds = _seconds(env, "TOOLRL_AUTOSCALER_INTERVAL_SECONDS", defaults.autoscaler_interval_seconds)
+        window_name = "TOOLRL_AUTOSCALER_STABLE_WINDOW_SECONDS"
+        window = _seconds(env, window_name, defaults.autoscaler_stable_window_seconds)
+        if window < Policy.panic_window_seconds:
+            raise SettingsError(
+                f"{window_name}={env[window_name]!r}: use at least the panic window, "
+                f"{Policy.panic_window_seconds:g} seconds"
+            )
         return cls(
             trainer_image=env.get("TOOLRL_TRAINER_IMAGE") or defaults.trainer_image,
             tool_sandbox_image=env.get("TOOLRL_TOOL_SANDBOX_IMAGE") or defaults.tool_sandbox_image,
             monitoring_namespace=env.get("TOOLRL_MONITORING_NAMESPACE") or defaults.monitoring_namespace,
             prometheus_url=env.get("TOOLRL_PROMETHEUS_URL", "").rstrip("/"),
             autoscaler_interval_seconds=seconds,
+            autoscaler_stable_window_seconds=window,
             resync_seconds=_seconds(env, "TOOLRL_RESYNC_SECONDS", defaults.resync_seconds),
             operator_namespace=env.get("POD_NAMESPACE", ""),
             kuberay_namespace=env.get("TOOLRL_KUBERAY_NAMESPACE", ""),

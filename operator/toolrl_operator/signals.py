@@ -21,8 +21,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .naming import (
     COMPONENT_TOOL_POOL,
-    LABEL_COMPONENT,
-    LABEL_JOB,
     TOOL_POOL_PORT,
     TRAINER_METRICS_PORT,
 )
@@ -31,7 +29,6 @@ INFLIGHT = "toolrl_tool_inflight"
 QUEUE_DEPTH = "toolrl_tool_queue_depth"
 PHASE = "toolrl_trainer_rollout_phase"
 EXPECTED_CALLS = "toolrl_trainer_expected_tool_calls"
-RAY_NODE_TYPE = "ray.io/node-type"
 # Series labels the chart's PodMonitors relabel from the pod labels (docs/contracts.md).
 PROM_JOB_LABEL = "toolrl_job"  # from toolrl.dev/job
 PROM_COMPONENT_LABEL = "toolrl_component"  # from app.kubernetes.io/component
@@ -142,33 +139,10 @@ async def read_prometheus(
 # ---- direct scraping ------------------------------------------------------------------------------
 
 
-# Every job's pool pods, and every job's Ray head (where the trainer serves its metrics): listed
-# once per namespace and tick, then split by job.
-POOL_PODS_SELECTOR = f"{LABEL_JOB},{LABEL_COMPONENT}={COMPONENT_TOOL_POOL}"
-TRAINER_HEADS_SELECTOR = f"{LABEL_JOB},{RAY_NODE_TYPE}=head"
-
-
-def by_job(pods: list[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    """Pods grouped by their `toolrl.dev/job` label."""
-    grouped: dict[str, list[Mapping[str, Any]]] = {}
-    for pod in pods:
-        job = pod.get("metadata", {}).get("labels", {}).get(LABEL_JOB)
-        if job:
-            grouped.setdefault(job, []).append(pod)
-    return grouped
-
-
-def ready_pod_ips(pods: list[Mapping[str, Any]]) -> list[tuple[str, str]]:
-    """(name, IP) of the pods that are Ready and not terminating: those the Service routes to."""
-    out = []
-    for pod in pods:
-        meta, status = pod.get("metadata", {}), pod.get("status", {})
-        ready = any(
-            c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", [])
-        )
-        if ready and status.get("podIP") and not meta.get("deletionTimestamp"):
-            out.append((meta.get("name", "?"), status["podIP"]))
-    return out
+# The pods come from the operator's pod watch (reconcile.Reconciler.ready_pods): the pool's and the
+# Ray head's, each as (name, IP) while Ready and not terminating, those the Service routes to. Listing
+# every pool pod and Ray head of a namespace each tick cost a 1000-job burst ~9 MB of JSON every 5 s.
+Target = tuple[str, str]  # (pod name, IP)
 
 
 def parse_pool_metrics(text: str) -> float:
@@ -216,32 +190,25 @@ async def scrape_pool(session: aiohttp.ClientSession, targets: list[tuple[str, s
     return Reading(total, pods=len(targets))
 
 
-def unlisted(err: BaseException) -> Reading:
-    """The reading when the pool's pods could not be listed: hold (the API server is the
-    operator's own problem, but guessing a load would be worse)."""
-    return Reading(None, f"cannot list the pool's pods: {_describe(err)}")
-
-
 async def read_direct(
     session: aiohttp.ClientSession,
-    pool_pods: list[Mapping[str, Any]],
-    head_pods: list[Mapping[str, Any]],
+    pool_pods: list[Target],
+    head_pods: list[Target],
     expected_pods: int,
     pool_port: int = TOOL_POOL_PORT,
     trainer_port: int = TRAINER_METRICS_PORT,
 ) -> Reading:
     """The pool's load from its ready pods' /metrics, the phase from the Ray head's /metrics.
-    `pool_pods` and `head_pods` are the job's pods; `expected_pods` is the Deployment's replicas
-    (0: nothing to scrape, the load is 0)."""
-    pods = ready_pod_ips(pool_pods)
-    if not pods and expected_pods:
+    `pool_pods` and `head_pods` are the job's ready pods; `expected_pods` is the Deployment's
+    replicas (0: nothing to scrape, the load is 0)."""
+    if not pool_pods and expected_pods:
         return Reading(None, f"none of the pool's {expected_pods} pods is ready to read the load from")
-    reading = await scrape_pool(session, [(name, f"http://{ip}:{pool_port}/metrics") for name, ip in pods])
+    targets = [(name, f"http://{ip}:{pool_port}/metrics") for name, ip in pool_pods]
+    reading = await scrape_pool(session, targets)
     phase, expected = None, None
-    heads = ready_pod_ips(head_pods)
-    if heads:
+    if head_pods:
         try:
-            text = await _get_text(session, f"http://{heads[0][1]}:{trainer_port}/metrics")
+            text = await _get_text(session, f"http://{head_pods[0][1]}:{trainer_port}/metrics")
             phase, expected = parse_trainer_metrics(text)
         except Exception:  # best effort: no phase only turns the rollout-aware part off
             phase, expected = None, None

@@ -39,6 +39,13 @@ class AlgorithmKlLoss(_Object):
     coef: int | float = Field(default=0.001, alias="coef", ge=0)
 
 
+class AlgorithmClipRatio(_Object):
+    """`spec.algorithm.clipRatio`."""
+
+    low: int | float = Field(default=0.2, alias="low", ge=0, le=1)
+    high: int | float = Field(default=0.2, alias="high", ge=0, le=10)
+
+
 class Algorithm(_Object):
     """`spec.algorithm`."""
 
@@ -50,6 +57,8 @@ class Algorithm(_Object):
     ppo_mini_batch_size: int | None = Field(default=None, alias="ppoMiniBatchSize", ge=1)
     total_epochs: int | None = Field(default=None, alias="totalEpochs", ge=1)
     total_training_steps: int | None = Field(default=None, alias="totalTrainingSteps", ge=1)
+    clip_ratio: AlgorithmClipRatio = Field(default_factory=AlgorithmClipRatio, alias="clipRatio")
+    loss_aggregation: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = Field(default="token-mean", alias="lossAggregation")
 
 
 class RolloutToolCall(_Object):
@@ -150,6 +159,14 @@ class ToolPool(_Object):
     resources: dict[str, Any] | None = Field(default=None, alias="resources")
 
 
+class RewardOverlongPenalty(_Object):
+    """`spec.reward.overlongPenalty`."""
+
+    enabled: bool = Field(default=False, alias="enabled")
+    buffer_length: int | None = Field(default=None, alias="bufferLength", ge=1)
+    penalty_factor: int | float = Field(default=1.0, alias="penaltyFactor", ge=0)
+
+
 class RewardToolbench(_Object):
     """`spec.reward.toolbench`."""
 
@@ -171,7 +188,8 @@ class RewardCustom(_Object):
 class Reward(_Object):
     """`spec.reward`."""
 
-    preset: Literal["code-execution", "exact-match", "toolbench", "custom"] = Field(default="code-execution", alias="preset")
+    preset: Literal["code-execution", "exact-match", "math", "toolbench", "custom"] = Field(default="code-execution", alias="preset")
+    overlong_penalty: RewardOverlongPenalty = Field(default_factory=RewardOverlongPenalty, alias="overlongPenalty")
     toolbench: RewardToolbench = Field(default_factory=RewardToolbench, alias="toolbench")
     custom: RewardCustom | None = Field(default=None, alias="custom")
 
@@ -227,6 +245,7 @@ class Checkpoint(_Object):
 
     volume: dict[str, Any] | None = Field(default=None, alias="volume")
     save_freq: int | None = Field(default=None, alias="saveFreq", ge=-1)
+    max_to_keep: int | None = Field(default=None, alias="maxToKeep", ge=1, le=1000)
     resume: str = Field(default="auto", alias="resume", max_length=1024)
 
 
@@ -244,7 +263,7 @@ class Trainer(_Object):
 
     mode: Literal["sync", "colocate-async", "separate-async"] = Field(default="sync", alias="mode", max_length=32)
     async_: TrainerAsync = Field(default_factory=TrainerAsync, alias="async")
-    loggers: list[Literal["console", "wandb", "mlflow", "tensorboard"]] = Field(default_factory=lambda: ["console"], alias="loggers")
+    loggers: list[Literal["console", "wandb", "mlflow", "tensorboard"]] = Field(default=["console"], alias="loggers")
     extra_args: list[str] | None = Field(default=None, alias="extraArgs")
 
 
@@ -253,7 +272,7 @@ class RunPolicy(_Object):
 
     backoff_limit: int = Field(default=0, alias="backoffLimit", ge=0, le=100)
     active_deadline_seconds: int = Field(default=0, alias="activeDeadlineSeconds", ge=0)
-    ttl_seconds_after_finished: int = Field(default=3600, alias="ttlSecondsAfterFinished", ge=0)
+    ttl_seconds_after_finished: int = Field(default=300, alias="ttlSecondsAfterFinished", ge=0)
     pending_deadline_seconds: int = Field(default=0, alias="pendingDeadlineSeconds", ge=0)
 
 

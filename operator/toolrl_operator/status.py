@@ -273,12 +273,12 @@ def _condition(
 ) -> dict[str, Any]:
     status = "True" if ok else "False"
     old = previous.get(ctype)
-    changed = old is None or old.get("status") != status
+    since = old["lastTransitionTime"] if old is not None and old.get("status") == status else now
     return {
         "type": ctype,
         "status": status,
         "observedGeneration": generation,
-        "lastTransitionTime": now if changed else old["lastTransitionTime"],
+        "lastTransitionTime": since,
         "reason": reason,
         "message": message,
     }
@@ -290,6 +290,44 @@ def attempt(rayjob: dict[str, Any] | None) -> int:
     rj = (rayjob or {}).get("status") or {}
     ended = int(rj.get("failed") or 0) + int(rj.get("succeeded") or 0)
     return max(ended, 1) if rj.get("jobDeploymentStatus") in ("Complete", "Failed") else ended + 1
+
+
+@dataclass(frozen=True)
+class AttemptFailure:
+    """An attempt of the training that failed and that KubeRay retries (runPolicy.backoffLimit)."""
+
+    attempt: int
+    reason: str  # KubeRay's (AppFailed, SubmissionFailed, ...), else the phase table's (JobFailed)
+    message: str  # KubeRay's message (the Ray job's), else the RayJob's state in words
+
+
+def failed_attempt(job: Job, rayjob: dict[str, Any] | None, phase: Phase) -> AttemptFailure | None:
+    """The attempt the RayJob shows failed with a retry to come, or None; `phase` is the RayJob's
+    own (rayjob_phase). KubeRay counts the failed attempt when it moves the RayJob to Retrying; both
+    moments say which attempt failed and why until KubeRay clears its status for the next one (the
+    Ray cluster is deleted in between: 4 s seen on the real node), so the status keeps it as
+    `lastAttemptFailure` (last_attempt_failure)."""
+    rj = (rayjob or {}).get("status") or {}
+    failed = int(rj.get("failed") or 0)
+    deployment = rj.get("jobDeploymentStatus")
+    if phase.phase == FAILED and deployment == "Running" and failed < job.spec.run_policy.backoff_limit:
+        return AttemptFailure(failed + 1, phase.reason, phase.message)
+    if deployment == "Retrying" and failed:
+        return AttemptFailure(failed, rj.get("reason") or "JobFailed", phase.message)
+    return None
+
+
+def last_attempt_failure(
+    old: Mapping[str, Any], failure: AttemptFailure | None, now: str
+) -> dict[str, Any] | None:
+    """`status.lastAttemptFailure`: the last attempt seen to fail and be retried, kept while the next
+    attempts start and run and after the job ends (the status is the record: the RayJob forgets it).
+    `time` is when the operator first saw that attempt fail; what it says is the latest seen of it."""
+    last = old.get("lastAttemptFailure")
+    if failure is None:
+        return last
+    seen = last["time"] if last and last.get("attempt") == failure.attempt and last.get("time") else now
+    return {"attempt": failure.attempt, "reason": failure.reason, "message": failure.message, "time": seen}
 
 
 def judge(job: Job, rayjob: dict[str, Any] | None, phase: Phase) -> Phase:
@@ -312,16 +350,11 @@ def judge(job: Job, rayjob: dict[str, Any] | None, phase: Phase) -> Phase:
                 INCOMPLETE_TRAINING,
                 f"the Ray job exited 0 at step {step} of {total}: the trainer did not reach totalSteps",
             )
-    # KubeRay counts the failed attempt when it moves the RayJob to Retrying; both moments say which
-    # attempt failed and why until KubeRay clears its status for the next one (the Ray cluster is
-    # deleted in between: 4 s seen on the real node; the phase change's Event keeps it)
-    deployment = rj.get("jobDeploymentStatus")
-    if phase.phase == FAILED and deployment == "Running" and failed < limit:
+    failure = failed_attempt(job, rayjob, phase)
+    if failure is not None:
         return Phase(
-            PROVISIONING, RETRYING, f"attempt {failed + 1} failed ({phase.message}); KubeRay retries"
+            PROVISIONING, RETRYING, f"attempt {failure.attempt} failed ({failure.message}); KubeRay retries"
         )
-    if deployment == "Retrying" and failed:
-        return Phase(PROVISIONING, RETRYING, f"attempt {failed} failed ({phase.message}); KubeRay retries")
     if phase.phase == FAILED and limit and failed > limit:
         return Phase(
             FAILED,
@@ -347,11 +380,15 @@ def compute_status(
     meta = job.metadata
     old = job.status
     queue = waiting_queue(job)
+    failure = None
     if rayjob is None and old.get("phase") in TERMINAL_PHASES:
         # The finished job's RayJob is gone (its TTL, or deleted): the outcome stays.
         phase = Phase(old["phase"], old.get("reason", ""), old.get("message", ""))
     else:
-        phase = judge(job, rayjob, rayjob_phase(rayjob, queue))
+        observed = rayjob_phase(rayjob, queue)
+        failure = failed_attempt(job, rayjob, observed)
+        phase = judge(job, rayjob, observed)
+    last_failure = last_attempt_failure(old, failure, now)
     waiting = phase.phase in (PENDING, PROVISIONING) and not queued(rayjob, queue)
     if waiting and problems.reconcile_error:
         phase = Phase(phase.phase, *problems.reconcile_error)
@@ -400,6 +437,7 @@ def compute_status(
         "observedGeneration": observed_generation,
         "attempt": attempt(rayjob) if rayjob is not None else old.get("attempt", 1),
         **restarts,
+        **({"lastAttemptFailure": last_failure} if last_failure else {}),
         "rayJobName": (rayjob or {}).get("metadata", {}).get("name", ""),
         "rayClusterName": rj.get("rayClusterName", ""),
         "dashboardURL": rj.get("dashboardURL", ""),
@@ -457,14 +495,14 @@ def _differs(old: Any, new: Any) -> bool:
         return any(_differs(before.get(c["type"]), c) for c in new)
     if isinstance(old, dict) and isinstance(new, dict):
         return any(_differs(old.get(key), value) for key, value in new.items())
-    return old != new
+    return bool(old != new)
 
 
 def _is_conditions(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(c, dict) and "type" in c for c in value)
 
 
-def status_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def status_changes(old: Mapping[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """The top-level keys of `new` that differ from `old` (empty: no write needed). Keys
     other writers own inside a nested object (e.g. `toolPool.desiredReplicas`) are ignored."""
     return {key: value for key, value in new.items() if _differs(old.get(key), value)}

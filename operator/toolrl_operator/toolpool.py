@@ -168,7 +168,7 @@ def build_deployment(job: Job, settings: Settings) -> dict[str, Any]:
     }
     pod_spec.update({field: copy.deepcopy(value) for field, value in placement.items() if value})
 
-    deployment = {
+    deployment: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": child_metadata(job.body, tool_pool_name(name), COMPONENT_TOOL_POOL),

@@ -56,7 +56,7 @@ class WorkQueue(Generic[K]):
         """Queue `key` again after its next backoff (1 s, 2 s, 4 s ... up to `max_delay`); the delay."""
         failures = self._failures.get(key, 0) + 1
         self._failures[key] = failures
-        delay = min(self.base_delay * 2 ** (failures - 1), self.max_delay)
+        delay = min(self.base_delay * 2.0 ** (failures - 1), self.max_delay)
         self.add_after(key, delay)
         return delay
 

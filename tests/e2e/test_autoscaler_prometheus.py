@@ -33,6 +33,12 @@ JOB = "scale"
 # The series labels the chart's PodMonitor gives a pool pod (docs/contracts.md).
 POOL_LABELS = {"toolrl_job": JOB, "toolrl_component": "tool-pool"}
 MIN, MAX, TARGET, DELAY = 1, 5, 10, 15
+# The operator's stable window (TOOLRL_AUTOSCALER_STABLE_WINDOW_SECONDS, 60 by default): a burst's panic
+# mode lasts this long after its last burst-sized reading, which came ~12 s before the burst's last answer
+# here. Longer than that tail, so max is still recommended after the burst; shorter than the tail plus
+# DELAY, so it is the delay, not the window, that holds the pool for DELAY after the burst (measured: the
+# first drop came 23 s after the burst, so ~8 s after it without the delay).
+WINDOW = 20
 PODS = 3
 BURST = 150  # concurrent calls, each sleeping CALL_SECONDS in the sandbox
 CALL_SECONDS = 3
@@ -133,7 +139,11 @@ def test_bursts_scale_up_in_panic_down_after_the_delay_and_hold_without_promethe
     }
     prom = prometheus(pods, labels)
     install_crd(cluster)
-    env = {"TOOLRL_PROMETHEUS_URL": prom.url, "TOOLRL_AUTOSCALER_INTERVAL_SECONDS": "1"}
+    env = {
+        "TOOLRL_PROMETHEUS_URL": prom.url,
+        "TOOLRL_AUTOSCALER_INTERVAL_SECONDS": "1",
+        "TOOLRL_AUTOSCALER_STABLE_WINDOW_SECONDS": str(WINDOW),
+    }
     with OperatorProcess(cluster.kubeconfig, [namespace], tmp_path / "operator.log", env) as op:
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(job_manifest()))
         healthy = wait_until(

@@ -51,8 +51,10 @@ CALLS_PER_TRAJECTORY = 1.5  # what the first step then reports
 SECOND_EXPECTED = TRAJECTORIES * CALLS_PER_TRAJECTORY  # 48 calls: 5 replicas
 FIRST_BURST, SECOND_BURST = math.ceil(FIRST_EXPECTED / TARGET), math.ceil(SECOND_EXPECTED / TARGET)
 # Training lasts this long; the operator pre-warms `prewarm_seconds` (30) before it is due to end,
-# so in the second training phase the pool sits at min for about TRAINING - 30 seconds.
-TRAINING = 60.0
+# so in the second training phase the pool sits at min for about TRAINING - 30 seconds (measured: from
+# ~2 s into the phase for ~16 s). TRAINING is shorter than DELAY: a return to min within TRAINING is no
+# scale-down delay's.
+TRAINING = 45.0
 
 
 class StandInTrainer:
@@ -165,7 +167,8 @@ def test_rollout_aware_pool_prescales_for_generation_and_idles_in_training(
     pools: dict[str, SandboxProcess] = {}
     try:
         for job in (AWARE, PLAIN):
-            pools[job] = SandboxProcess.start(tmp_path / f"sandbox-{job}", tools=tools)
+            # never called, only scraped: one worker starts in half the CPU time of the default two
+            pools[job] = SandboxProcess.start(tmp_path / f"sandbox-{job}", "--workers", "1", tools=tools)
         targets, labels = {}, {}
         for job in (AWARE, PLAIN):
             targets[f"pool-{job}"] = [pools[job].url.removeprefix("http://")]
@@ -215,7 +218,7 @@ def test_rollout_aware_pool_prescales_for_generation_and_idles_in_training(
                         f"{field} {size}: {why}",
                     )
 
-            with Sampler(lambda: sizes(cluster, namespace)) as rec:
+            with Sampler(lambda: sizes(cluster, namespace), interval=0.2) as rec:
                 # The trainer starts its first generation: the rollout-aware pool is pre-scaled for
                 # the expected calls while the pool is still idle.
                 trainer.start()

@@ -31,9 +31,10 @@ import yaml
 from harness.localcluster.cluster import free_port
 from harness.operator_process import get_json, mount_service_account, wait_until
 from harness.sandbox_process import SandboxProcess
+from harness.tiny_models import warmed_model
 from toolrl_operator import naming
 from trainer_entry.metrics import console_steps
-from trainer_entry.tiny_model import build_tiny_model, warm_up, write_toy_data
+from trainer_entry.tiny_model import write_toy_data
 
 STEPS = 3
 # verl's start-up dominates a run (4-8 min on a loaded 2-core machine: imports, Ray, ~30 actors);
@@ -53,10 +54,9 @@ MIN_LOG_PROB_PEARSON = 0.99
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The tiny model (heads of 32, what vLLM's CPU attention takes), warmed up to write python-tags
-    calls, and the toy task's data."""
+    calls (cached across runs by its inputs: harness.tiny_models), and the toy task's data."""
     root = tmp_path_factory.mktemp("toy")
-    model = build_tiny_model(root, "tiny-qwen2", hidden=64, layers=2)
-    result = warm_up(model, "python-tags", seconds=900)
+    model, result = warmed_model(root, "python-tags")
     assert result.call_rate >= 0.2, f"the warm-up did not teach the tool-call format: {result}"
     return {"model": model, "data": write_toy_data(root / "data")}
 
@@ -82,8 +82,7 @@ FUNCTION_TOOL = {
 def toy_function(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The tiny model warmed up to call FUNCTION_TOOL in hermes, and the toy task prompted for it."""
     root = tmp_path_factory.mktemp("toy-function")
-    model = build_tiny_model(root, "tiny-qwen2", hidden=64, layers=2)
-    result = warm_up(model, "hermes", seconds=900, tools=[FUNCTION_TOOL])
+    model, result = warmed_model(root, "hermes", tools=[FUNCTION_TOOL])
     assert result.call_rate >= 0.2, f"the warm-up did not teach the function call: {result}"
     return {"model": model, "data": write_toy_data(root / "data", tool="echo_number", protocol="hermes")}
 
@@ -325,24 +324,48 @@ def train(
     return output, watch, rejected
 
 
-def test_ppo_with_critic_and_kl_loss_trains_on_cpu_and_checkpoints(
+# DAPO's knobs (issue 38), trained through on the vLLM run: clip-higher, a loss aggregation other than verl's
+# default, and an overlong penalty whose buffer penalises every response past 4 tokens: verl's dapo manager
+# penalises the tokens past maxResponseLength - bufferLength, so the buffer is 124 of the run's 128 tokens
+# (a wrong answer scores 0 by exact-match, and any of more than 4 tokens then scores below 0).
+DAPO_KNOBS = {"clipRatio": {"low": 0.2, "high": 0.28}, "lossAggregation": "seq-mean-token-mean"}
+PPO_RESPONSE_LENGTH = 128
+OVERLONG_PENALTY = {"enabled": True, "bufferLength": PPO_RESPONSE_LENGTH - 4, "penaltyFactor": 1.0}
+
+
+def test_ppo_with_critic_kl_loss_and_dapo_knobs_on_vllms_cpu_build_calls_a_function_tool_and_checkpoints(
     cluster, namespace, operator, tmp_path, toy_function
 ) -> None:
-    """GAE (a critic) and a KL loss (a reference model), checkpointing at the last step: where the
-    RayJob mounts the checkpoint volume, here a local directory. The model calls a function tool
-    (hermes) whose source is a ConfigMap, through the pool as the operator configured it (`train`
-    checks the pool counted its calls)."""
+    """PPO on `rollout.engine: vllm` on CPUs, in one run (verl's start-up is most of a run's time):
+
+    - GAE (a critic) and a KL loss (a reference model), checkpointing at the last step: the actor's and
+      the critic's checkpoints are written where the RayJob mounts the checkpoint volume, here a local
+      directory;
+    - the model calls a function tool (hermes, verl's tool agent loop) whose source is a ConfigMap,
+      through the pool as the operator configured it (`train` checks the pool counted its calls);
+    - verl's own vLLM server and replica (AsyncLLM, hybrid mode) on vLLM's CPU build (CPUvLLMHttpServer,
+      no HFRolloutServer), and verl's weight sync from the FSDP actor into vLLM after every step (over
+      shared memory): everything of the GPU path but the CUDA kernels. `train` checks the rollout
+      engine's log-probs agree with the actor's at every step (it generated with the actor's weights);
+    - DAPO's clip-higher, seq-mean-token-mean loss and overlong penalty as spec fields: verl's config
+      (which its TaskRunner prints) has them, and the penalty reached the scores (exact-match gives 0 or
+      1; only the penalty makes one negative);
+    - `train` checks the rest of a run: grad_norm, status.progress and the trainer's metrics.
+
+    The hf engine (its server's weights moving from the initial ones) is covered by this file's other
+    runs: the infrastructure-failure (sync GRPO), colocate-async and separate-async tests."""
+    started = time.monotonic()
     checkpoints = tmp_path / "checkpoints"
     cluster.kubectl(
         "create", "configmap", "cpu-tools", "-n", namespace, "--from-literal", f"tools.py={FUNCTION_SOURCE}"
     )
-    train(
+    output, _, _ = train(
         cluster,
         namespace,
         operator,
         tmp_path,
         toy_function,
-        "cpu-ppo",
+        "cpu-ppo-vllm",
         spec={
             # a volume is what allows saving (the RayJob mounts it; this run writes to extraArgs' dir)
             "checkpoint": {"saveFreq": STEPS, "resume": "disable", "volume": {"emptyDir": {}}},
@@ -351,35 +374,39 @@ def test_ppo_with_critic_and_kl_loss_trains_on_cpu_and_checkpoints(
             "data": {
                 "trainFiles": [str(toy_function["data"])],
                 "maxPromptLength": 512,
-                "maxResponseLength": 128,
+                "maxResponseLength": PPO_RESPONSE_LENGTH,
             },
+            "reward": {"preset": "exact-match", "overlongPenalty": OVERLONG_PENALTY},
         },
+        engine="vllm",
         protocol="hermes",
-        # 12 trajectories at the warmed model's call rate of ~0.4-0.5: fewer than 3 calls in 2-8 % of
-        # runs, none in < 0.3 % (`train` also checks the function tool's own calls)
+        # The penalty rewards short answers, and the actor learns to stop calling within the run (measured
+        # with 2 rollouts per prompt: 2, 1 and 0 of 4 trajectories called at steps 1-3), so the calls come
+        # from steps 1-2: 8 trajectories a step at the warmed model's call rate of ~0.4-0.5 make a run with
+        # none < 0.3 % likely (`train` also checks the function tool's own calls)
         min_calls=1,
         advantageEstimator="gae",
-        rolloutsPerPrompt=2,
+        rolloutsPerPrompt=4,
         klLoss={"enabled": True, "coef": 0.01},
+        **DAPO_KNOBS,
     )
     saved = checkpoints / f"global_step_{STEPS}"
     assert (saved / "actor").is_dir() and (saved / "critic").is_dir(), sorted(checkpoints.rglob("*"))[:20]
     assert any((saved / "actor").iterdir()), "the actor's checkpoint is empty"
-
-
-def test_grpo_with_vllms_cpu_build_generates_with_the_actors_weights_every_step(
-    cluster, namespace, operator, tmp_path, toy
-) -> None:
-    """`rollout.engine: vllm` on CPUs: verl's own vLLM server and replica (AsyncLLM, hybrid mode) on
-    vLLM's CPU build, the python-tags agent loop calling the pool, and verl's weight sync from the FSDP
-    actor into vLLM after every step (over shared memory): everything of the GPU path but the CUDA
-    kernels. `train` checks the pool's calls, grad_norm, the per-step log-prob agreement and
-    status.progress."""
-    started = time.monotonic()
-    output, _, _ = train(cluster, namespace, operator, tmp_path, toy, "cpu-vllm", engine="vllm")
     assert "CPUvLLMHttpServer" in output, "verl's vLLM server (trainer_entry.vllm_on_cpu) did not run"
     assert "HFRolloutServer" not in output
-    print(f"GRPO with vLLM's CPU build: {STEPS} steps in {time.monotonic() - started:.0f}s")
+    for setting in (  # lines of verl's config as its TaskRunner pprints it
+        "'adv_estimator': 'gae'",
+        "'use_kl_loss': True",
+        "'clip_ratio_high': 0.28,",
+        "'loss_agg_mode': 'seq-mean-token-mean',",
+        "'overlong_buffer_cfg': {'enable': True,",
+        "'name': 'dapo',",  # reward.reward_manager's: nothing else in the config is named so
+    ):
+        assert setting in output, f"verl's config has no {setting}"
+    lowest = [values["critic/score/min"] for values in console_steps(output).values()]
+    assert lowest and min(lowest) < 0, f"no score was penalised for length: critic/score/min by step {lowest}"
+    print(f"PPO with vLLM's CPU build: {STEPS} steps in {time.monotonic() - started:.0f}s")
 
 
 ASYNC_STEPS = 3
@@ -475,9 +502,11 @@ def test_colocate_async_overlaps_rollouts_with_updates_within_the_staleness_boun
     )
 
 
-# 3, not 2: until step 1 the pool rejects the trainer's calls (FirstStepHog), so its tool-latency
-# histogram fills only after step 1; with 2 steps the trainer once exited before a scrape saw it
-SEPARATE_STEPS = 3
+# 4, not 2: until step 1 the pool rejects the trainer's calls (FirstStepHog), so its tool-latency
+# histogram fills only after step 1; with 2 steps the trainer once exited before a scrape saw it. Not 3:
+# samples of steps 2 and 3 are begun while the pool is saturated (async), and once (2026-12-06) every
+# group trained in all three had one reward (grad_norm 0, 0, 0); a step after them costs ~1 s
+SEPARATE_STEPS = 4
 SYNCED = re.compile(
     r"gloo checkpoint engine: rollout worker 1 received \d+ tensors \(\d+ bytes\) of step (\d+)"
 )

@@ -118,10 +118,52 @@ def _train(tc: TrainingCluster, job: dict[str, Any]) -> Run:
     return _finished_run(tc, name, sampler.samples, applied)
 
 
+BROKEN = "broken-reward"
+
+
 @pytest.fixture(scope="module")
-def run(tc: TrainingCluster) -> Run:
-    """examples/toolrljob-cpu.yaml, applied as the demo does, to its end."""
+def broken_applied(tc: TrainingCluster) -> float:
+    """The CPU example with BROKEN_REWARD as its custom reward, applied beside the demo's job (its two
+    verl start-ups overlap: the broken job asks the node for less, so both fit); returns when (unix)."""
+    tc.cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": BROKEN},
+            "data": {"reward.py": BROKEN_REWARD},
+        },
+        "-n",
+        tc.namespace,
+    )
+    job = yaml.safe_load(CPU_EXAMPLE.read_text())
+    job["metadata"]["name"] = BROKEN
+    job["spec"]["reward"] = {"preset": "custom", "custom": {"configMap": BROKEN}}
+    cluster = job["spec"]["cluster"]
+    cluster["head"]["resources"]["requests"].update(cpu="100m", memory="2Gi")
+    cluster["workers"]["resources"]["requests"].update(cpu="100m", memory="3Gi")
+    applied = time.time()
+    tc.cluster.apply(job, "-n", tc.namespace)
+    return applied
+
+
+@pytest.fixture(scope="module")
+def run(tc: TrainingCluster, broken_applied: float) -> Run:
+    """examples/toolrljob-cpu.yaml, applied as the demo does, to its end (the broken job beside it)."""
     return _train(tc, yaml.safe_load(CPU_EXAMPLE.read_text()))
+
+
+@pytest.fixture(scope="module")
+def broken(tc: TrainingCluster, broken_applied: float) -> Run:
+    """The broken-reward job, once it ended (it usually has by the time the demo's job ends)."""
+    wait_until(lambda: _ended(tc, BROKEN), TRAINING_TIMEOUT, f"{BROKEN} to end", interval=5)
+    job = tc.job(BROKEN)
+    ends = [
+        c
+        for c in job["status"]["conditions"]
+        if c["type"] in ("Failed", "Succeeded") and c["status"] == "True"
+    ]
+    assert ends, job["status"]
+    return Run(job, [], broken_applied, dt.datetime.fromisoformat(ends[0]["lastTransitionTime"]).timestamp())
 
 
 def _first(values: list, wanted: Any) -> int:
@@ -220,22 +262,8 @@ def test_the_run_is_drawn_as_a_png(tc: TrainingCluster, run: Run, tmp_path: Path
 
 
 def test_a_reward_that_raises_in_training_fails_the_job_with_the_trainers_reason(
-    tc: TrainingCluster, run: Run
+    tc: TrainingCluster, broken: Run
 ) -> None:
-    tc.cluster.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "broken-reward"},
-            "data": {"reward.py": BROKEN_REWARD},
-        },
-        "-n",
-        tc.namespace,
-    )
-    job = yaml.safe_load(CPU_EXAMPLE.read_text())
-    job["metadata"]["name"] = "broken-reward"
-    job["spec"]["reward"] = {"preset": "custom", "custom": {"configMap": "broken-reward"}}
-    broken = _train(tc, job)
     status = broken.job["status"]
     assert status["phase"] == "Failed", status
     failed = {c["type"]: c for c in status["conditions"]}["Failed"]
@@ -246,7 +274,7 @@ def test_a_reward_that_raises_in_training_fails_the_job_with_the_trainers_reason
     assert "progress" not in status or not status["progress"].get("step"), (
         "no step trained on a raising reward"
     )
-    events = [e for e in tc.events("broken-reward") if e["type"] == "Warning"]
+    events = [e for e in tc.events(BROKEN) if e["type"] == "Warning"]
     raised = [
         e for e in events if e["reason"] == "RewardFunctionFailed" and "invalid literal" in e["message"]
     ]
@@ -259,7 +287,7 @@ def test_a_reward_that_raises_in_training_fails_the_job_with_the_trainers_reason
     # verl alone evicts the prompt's group and generates another, for ever: the run ends at the first raise
     after = broken.ended - dt.datetime.fromisoformat(raised[0]["firstTimestamp"]).timestamp()
     assert after < 300, f"the job ended {after:.0f} s after the reward raised"
-    assert get_json(tc.cluster, "trj", "broken-reward", "-n", tc.namespace)["status"]["phase"] == "Failed"
+    assert get_json(tc.cluster, "trj", BROKEN, "-n", tc.namespace)["status"]["phase"] == "Failed"
 
 
 # ----- faults mid-training: the run loses nothing -----------------------------------------------
@@ -500,7 +528,7 @@ def separate(tc: TrainingCluster) -> SeparateRun:
     print(f"\n{name}: {run.job['status']}")
     logs = tc.trainer_logs(name)
     # the status says Retrying only while KubeRay deletes the failed attempt's cluster (4 s seen): the
-    # Event of that phase change keeps it (kubectl describe)
+    # Event of that phase change keeps it (kubectl describe), status.lastAttemptFailure too
     retried = [
         e["message"]
         for e in tc.events(name)
@@ -543,6 +571,10 @@ def test_a_checkpoint_that_cannot_be_written_fails_the_attempt_and_the_retry_res
     assert said in message and "spec.checkpoint.volume" in message, message
     status = separate.run.job["status"]
     assert status["attempt"] == 2, status
+    # the status keeps why attempt 1 failed through attempt 2 and after the job's end (KubeRay forgot it)
+    failure = status.get("lastAttemptFailure") or {}
+    assert failure.get("attempt") == 1 and said in failure.get("message", ""), status
+    assert failure.get("reason") and failure.get("time"), failure
     # the retried attempt's first step follows the good checkpoint (a step saved past it was refused);
     # the trainer restarted after the head's kill starts later still (a submitter pod that found no Ray
     # to submit to logged no step)

@@ -77,7 +77,7 @@ def test_apply_creates_every_child_and_reaches_running(cluster, namespace, opera
     spec = rayjob["spec"]
     assert spec["entrypoint"] == "python -m trainer_entry run --spec /etc/toolrl/job.json"
     assert spec["shutdownAfterJobFinishes"] is True
-    assert spec["ttlSecondsAfterFinished"] == 3600
+    assert spec["ttlSecondsAfterFinished"] == 300  # the Ray cluster (its GPUs) goes 5 min after the end
     assert spec.get("suspend", False) is False  # omitted when false
     workers = spec["rayClusterSpec"]["workerGroupSpecs"][0]
     assert workers["replicas"] == 2

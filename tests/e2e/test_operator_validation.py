@@ -118,12 +118,18 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     (
         "cpus-per-gpu-request",
         {"cluster.workers.resources": {"requests": {"cpu": "16"}}},
-        "a GPU worker needs at least 3 CPUs per GPU",
+        "a GPU worker needs 3 CPUs per GPU + 2",
+    ),
+    (
+        # exactly 3 per GPU: verl's group takes every CPU, the node's storage unit and server actors wait
+        "cpus-per-gpu-request-exactly-3",
+        {"cluster.workers.resources": {"requests": {"cpu": "24"}}},
+        "(26 for 8 GPUs)",
     ),
     (
         "cpus-per-gpu-limit",
         {"cluster.workers.resources": {"requests": {"cpu": "32"}, "limits": {"cpu": "20"}}},
-        "a GPU worker needs at least 3 CPUs per GPU",
+        "a GPU worker needs 3 CPUs per GPU + 2",
     ),
     ("sglang-not-yet", {"rollout.engine": "sglang"}, "sglang is not supported yet"),
     ("engine-known", {"rollout.engine": "tgi"}, "rollout.engine must be vllm or hf"),
@@ -204,9 +210,9 @@ def test_a_colocate_async_job_is_accepted(cluster, crd, namespace) -> None:
 @pytest.mark.parametrize(
     "changes",
     [
-        {"cluster.workers.resources": {"requests": {"cpu": "24"}}},
-        {"cluster.workers.resources": {"requests": {"cpu": "8"}, "limits": {"cpu": "23500m"}}},  # Ray: 24
-        {"cluster.workers": {"replicas": 1, "gpusPerWorker": 1, "resources": {"requests": {"cpu": "2500m"}}}},
+        {"cluster.workers.resources": {"requests": {"cpu": "26"}}},
+        {"cluster.workers.resources": {"requests": {"cpu": "8"}, "limits": {"cpu": "25500m"}}},  # Ray: 26
+        {"cluster.workers": {"replicas": 1, "gpusPerWorker": 1, "resources": {"requests": {"cpu": "4500m"}}}},
         {"cluster.workers": {"replicas": 1, "gpusPerWorker": 1}},  # no cpu given: Ray counts the node's
         {"checkpoint": {"saveFreq": -1}},
         {"checkpoint": {}},  # no volume, no saveFreq: never saves

@@ -22,16 +22,10 @@ import pytest
 from chartgen.helm import helm
 from harness import REPO
 from harness.localcluster import LocalCluster
+from harness.localcluster.addresses import BRIDGE_IP, kubernetes_service_ip
 from harness.localcluster.cluster import real_node_cluster
 from harness.localcluster.images import Image, ensure_image
-from harness.localcluster.node import (
-    BRIDGE,
-    BRIDGE_IP,
-    GUARD_CHAIN,
-    NODE_LABEL,
-    NODE_NAME,
-    SERVICE_CIDR,
-)
+from harness.localcluster.node import BRIDGE, GUARD_CHAIN, NODE_LABEL, NODE_NAME
 from harness.operator_process import (
     OperatorProcess,
     delete_jobs,
@@ -193,7 +187,7 @@ def test_a_pod_reaches_the_api_server_and_cluster_dns(real: LocalCluster, images
     out = real.kubectl("logs", "api", "-n", ns).stdout
     assert pod_phase(real, ns, "api") == "Succeeded", out
     seen = json.loads(out.strip().splitlines()[-1])
-    assert seen == {"dns": SERVICE_CIDR.rsplit(".", 1)[0] + ".1", "version": "v1.36.3"}
+    assert seen == {"dns": kubernetes_service_ip(), "version": "v1.36.3"}
     slices = get_json(real, "endpointslices", "-n", "default", "-l", "kubernetes.io/service-name=kubernetes")
     assert slices["items"][0]["endpoints"][0]["addresses"] == [BRIDGE_IP]
 

@@ -55,6 +55,12 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
     )
     serve.add_argument("--max-connections", type=int, default=defaults.max_connections)
     serve.add_argument(
+        "--ws-heartbeat-seconds",
+        type=float,
+        default=defaults.ws_heartbeat_seconds,
+        help="OpenEnv WebSockets: ping interval; a client silent for half of it is closed",
+    )
+    serve.add_argument(
         "--header-timeout-seconds",
         type=float,
         default=defaults.header_timeout_seconds,
@@ -85,6 +91,7 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
         "max_tasks",
         "max_connections",
         "header_timeout_seconds",
+        "ws_heartbeat_seconds",
     ):
         if not getattr(args, name) >= 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -105,6 +112,7 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
         max_body_bytes=args.max_body_bytes,
         max_tasks=args.max_tasks,
         max_connections=args.max_connections,
+        ws_heartbeat_seconds=args.ws_heartbeat_seconds,
         header_timeout_seconds=args.header_timeout_seconds,
         drain_seconds=args.drain_seconds,
         landlock=not args.no_landlock,

@@ -115,6 +115,9 @@ class ServerSettings:
     header_timeout_seconds: float = 15.0
     body_timeout_seconds: float = 60.0
     max_connections: int = 512
+    # OpenEnv's /ws: the server pings every this many seconds and closes a socket whose client has not
+    # answered within half of it (a trainer pod gone without closing frees its slot).
+    ws_heartbeat_seconds: float = 20.0
     # SIGTERM: calls in flight get this long to end, then answer as the pool's failure (below the
     # pod's terminationGracePeriodSeconds, which the operator sets from it).
     drain_seconds: float = 20.0

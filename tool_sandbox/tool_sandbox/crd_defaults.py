@@ -22,6 +22,11 @@ SPEC_DEFAULTS: dict[str, Any] = {
         },
         "learningRate": 1e-06,
         "trainBatchSize": 256,
+        "clipRatio": {
+            "low": 0.2,
+            "high": 0.2,
+        },
+        "lossAggregation": "token-mean",
     },
     "rollout": {
         "engine": "vllm",
@@ -54,6 +59,10 @@ SPEC_DEFAULTS: dict[str, Any] = {
     },
     "reward": {
         "preset": "code-execution",
+        "overlongPenalty": {
+            "enabled": False,
+            "penaltyFactor": 1.0,
+        },
         "toolbench": {
             "formatWeight": 0.1,
             "functionCallWeight": 0.2,
@@ -86,7 +95,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "runPolicy": {
         "backoffLimit": 0,
         "activeDeadlineSeconds": 0,
-        "ttlSecondsAfterFinished": 3600,
+        "ttlSecondsAfterFinished": 300,
         "pendingDeadlineSeconds": 0,
     },
 }

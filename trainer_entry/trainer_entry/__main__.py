@@ -1,4 +1,4 @@
-"""`python -m trainer_entry run --spec job.json [--dry-run]`."""
+"""`python -m trainer_entry run --spec job.json [--dry-run [--compare verl-command]]`."""
 
 from __future__ import annotations
 
@@ -6,13 +6,31 @@ import argparse
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-from trainer_entry.run import Environment, TrainingError, check_engine, describe, run, use_cpu_platform
+from trainer_entry.dry_run import dry_run
+from trainer_entry.dry_run import load as load_dry_run
+from trainer_entry.placement import PlacementError, check_spec
+from trainer_entry.run import Environment, TrainingError, run, use_cpu_platform
 from trainer_entry.spec import SpecError, cpu_only, load_job
-from trainer_entry.translate import translate
 
-DRY_RUN_POOL_URL = "http://<tool-pool>:8080"
+# What a command's error exits with: 2 the input is wrong (the spec, a bound it set), 1 the run or the
+# cluster failed (what the RayJob's retries are for)
+INPUT_ERRORS = (SpecError, TimeoutError)
+RUN_ERRORS = (TrainingError, PlacementError)
+
+
+def exit_code(command: Callable[[], int]) -> int:
+    """Run a command; its errors as one line on stderr and their exit code."""
+    try:
+        return command()
+    except INPUT_ERRORS as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except RUN_ERRORS as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,7 +39,21 @@ def main(argv: list[str] | None = None) -> int:
     run_cmd = sub.add_parser("run", help="run the verl training a ToolRLJob describes")
     run_cmd.add_argument("--spec", default=os.environ.get("TOOLRL_JOB_SPEC", "/etc/toolrl/job.json"))
     run_cmd.add_argument(
-        "--dry-run", action="store_true", help="print the verl call and generated files, then exit"
+        "--dry-run",
+        action="store_true",
+        help="check the job (--spec: its manifest as applied, YAML or JSON, or its spec; - for stdin) as far "
+        "as it can without a cluster and print the composed verl config and generated files, then exit",
+    )
+    run_cmd.add_argument(
+        "--compare",
+        default=None,
+        help="with --dry-run: a verl command line or overrides file; print the key-by-key difference",
+    )
+    run_cmd.add_argument(
+        "--reward-file", type=Path, default=None, help="with --dry-run: the custom reward's file, to call it"
+    )
+    run_cmd.add_argument(
+        "--overrides", action="store_true", help="with --dry-run: the overrides, not the composed config"
     )
     run_cmd.add_argument("--workdir", type=Path, default=None, help="where to write the generated files")
     tiny = sub.add_parser("tiny-model", help="write a tiny local Qwen2 model for CPU runs (no hub)")
@@ -40,36 +72,45 @@ def main(argv: list[str] | None = None) -> int:
     tiny.add_argument(
         "--toy-data", type=Path, default=None, help="also write the toy task's train.parquet here"
     )
+    check = sub.add_parser(
+        "placement-check",
+        help="check that verl can place the job on a Ray cluster (fails in seconds, saying what to change)",
+    )
+    check.add_argument(
+        "--spec",
+        default=os.environ.get("TOOLRL_JOB_SPEC", "/etc/toolrl/job.json"),
+        help="the job: its manifest as applied (YAML or JSON) or its spec",
+    )
+    check.add_argument("--ray-address", default=None, help="the Ray cluster (default: $RAY_ADDRESS)")
     args = parser.parse_args(argv)
     if args.command == "tiny-model":
         return tiny_model(args)
-    try:
-        job = load_job(args.spec)
-        if cpu_only(job.spec):
-            use_cpu_platform()
-        if args.dry_run:
-            return dry_run(job, args.spec)
-        workdir = args.workdir or Path(tempfile.mkdtemp(prefix=f"toolrl-{job.name}-"))
-        run(job, Environment.from_env(job), workdir)
-    except (SpecError, TimeoutError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except TrainingError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    if args.command == "placement-check":
+        return exit_code(lambda: placement_check(args))
+    return exit_code(lambda: run_command(args))
+
+
+def placement_check(args: argparse.Namespace) -> int:
+    """`placement-check`: whether verl can place the job on the Ray cluster, said in seconds."""
+    print(check_spec(args.spec, args.ray_address))
     return 0
 
 
-def dry_run(job, spec_path: str) -> int:
-    from trainer_entry import verl_config
-
-    check_engine(job)
-    pool_url = os.environ.get("TOOLRL_TOOL_POOL_URL", DRY_RUN_POOL_URL)
-    translation = translate(job, pool_url)
-    notes = verl_config.check(verl_config.compose(translation.overrides))
-    print(describe(job, translation, spec_path))
-    for note in notes:
-        print(f"note: {note}", file=sys.stderr)
+def run_command(args: argparse.Namespace) -> int:
+    """`run`: the dry run, or the training itself."""
+    job = load_dry_run(args.spec) if args.dry_run else load_job(args.spec)
+    if cpu_only(job.spec):
+        use_cpu_platform()
+    if args.dry_run:
+        return dry_run(
+            job,
+            args.spec,
+            compare=args.compare,
+            reward_file=args.reward_file,
+            overrides_only=args.overrides,
+        )
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix=f"toolrl-{job.name}-"))
+    run(job, Environment.from_env(job), workdir)
     return 0
 
 

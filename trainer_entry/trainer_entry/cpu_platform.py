@@ -159,8 +159,9 @@ def _platform_class() -> type:
 
 
 def _patch_verl() -> None:
-    """The three accelerator assumptions of verl 0.9.1 that no extension point reaches (the verl
-    functions replaced here are `verl_internals` entries, which the start-up probe checks).
+    """The two accelerator assumptions of verl 0.9.1 that no extension point reaches (the verl
+    functions replaced here are `verl_internals` entries, which the start-up probe checks; the critic's
+    flash_attention_2 is replaced on every platform without flash-attn: verl_plugin.use_sdpa_critic).
 
     1. Process groups are created with the backend `cpu:gloo,<device>:<backend>`; for device cpu
        that is `cpu:gloo,cpu:gloo`, which torch rejects (a device type given twice). Every verl
@@ -168,9 +169,6 @@ def _patch_verl() -> None:
        runs while `import verl` loads plugins, before any worker module binds the name.
     2. The FSDP2 reference model is built with `CPUOffloadPolicy(pin_memory=True)`; pinning needs
        a CUDA driver. On a CPU there is nothing to pin, so the policy is made unpinned.
-    3. The critic (GAE) is loaded as a token-classification model with `flash_attention_2`, which
-       exists only on GPUs (verl then falls back to trl, which it does not depend on). On a CPU it is
-       loaded the same way with torch's `sdpa` attention. verl imports the loader at call time.
     """
     from trainer_entry import verl_internals as internals
 
@@ -195,22 +193,6 @@ def _patch_verl() -> None:
                 super().__init__(pin_memory=False, **kwargs)
 
         internals.replace(internals.FSDP_OFFLOAD_POLICY, UnpinnedCPUOffloadPolicy)
-
-    if not getattr(internals.resolve(internals.VALUEHEAD_LOADER), "toolrl_cpu", False):
-
-        def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
-            from transformers import AutoModelForTokenClassification
-
-            return AutoModelForTokenClassification.from_pretrained(
-                pretrained_model_name_or_path=local_path,
-                torch_dtype=torch_dtype,
-                config=model_config,
-                attn_implementation="sdpa",
-                trust_remote_code=trust_remote_code,
-            )
-
-        load_valuehead_model.toolrl_cpu = True
-        internals.replace(internals.VALUEHEAD_LOADER, load_valuehead_model)
 
 
 def install() -> None:

@@ -81,13 +81,25 @@ SPEC_SCHEMA: dict[str, Any] = {
         "fieldPath": ".checkpoint.saveFreq",
         "message": "checkpoint.saveFreq needs checkpoint.volume: checkpoints are written under /checkpoints, which without a volume is not writable and is lost with the pod; add a volume (e.g. a persistentVolumeClaim), or set saveFreq to -1 (or leave it unset)",
     }, {
-        "rule": "self.cluster.workers.gpusPerWorker == 0 || !has(self.cluster.workers.resources) || (has(self.cluster.workers.resources.limits) && 'cpu' in self.cluster.workers.resources.limits ? quantity(string(self.cluster.workers.resources.limits['cpu'])).asApproximateFloat() > double(3 * self.cluster.workers.gpusPerWorker - 1) : !has(self.cluster.workers.resources.requests) || !('cpu' in self.cluster.workers.resources.requests) || quantity(string(self.cluster.workers.resources.requests['cpu'])).asApproximateFloat() > double(3 * self.cluster.workers.gpusPerWorker - 1))",
+        "rule": "self.cluster.workers.gpusPerWorker == 0 || !has(self.cluster.workers.resources) || (has(self.cluster.workers.resources.limits) && 'cpu' in self.cluster.workers.resources.limits ? quantity(string(self.cluster.workers.resources.limits['cpu'])).asApproximateFloat() > double(3 * self.cluster.workers.gpusPerWorker + 1) : !has(self.cluster.workers.resources.requests) || !('cpu' in self.cluster.workers.resources.requests) || quantity(string(self.cluster.workers.resources.requests['cpu'])).asApproximateFloat() > double(3 * self.cluster.workers.gpusPerWorker + 1))",
         "fieldPath": ".cluster.workers.resources",
-        "message": "cluster.workers.resources: a GPU worker needs at least 3 CPUs per GPU (verl's placement group asks each GPU for 3 CPUs and waits forever without them): raise the workers' cpu limit (or request, without a limit) to 3 x gpusPerWorker or more",
+        "message": "cluster.workers.resources: a GPU worker needs 3 CPUs per GPU + 2 (verl's placement group asks each GPU for 3, one TransferQueue storage unit is pinned to every node, and verl's vLLM server actors need one free CPU to be placed; short of that the job waits forever): set the workers' cpu limit (or request, without a limit) to 3 x gpusPerWorker + 2 or more (26 for 8 GPUs), or leave cpu unset and the operator gives Ray that many",
+    }, {
+        "rule": "self.trainer.mode == 'separate-async' || self.rollout.gpuMemoryUtilization <= 0.85",
+        "fieldPath": ".rollout.gpuMemoryUtilization",
+        "message": "rollout.gpuMemoryUtilization above 0.85 leaves the training worker that shares the GPU (sync, colocate-async) too little memory, and vLLM refuses to start: use 0.85 or less (0.6 is the default)",
     }, {
         "rule": "!(self.rollout.protocol in ['tool-tags', 'python-tags']) || self.tools.exists(t, t.type == 'python')",
         "fieldPath": ".tools",
         "message": "rollout.protocol tool-tags and python-tags run code: add a tool of type python to spec.tools",
+    }, {
+        "rule": "!self.reward.overlongPenalty.enabled || has(self.reward.overlongPenalty.bufferLength)",
+        "fieldPath": ".reward.overlongPenalty.bufferLength",
+        "message": "reward.overlongPenalty.enabled needs bufferLength: the tokens before data.maxResponseLength over which the penalty grows (DAPO: 4096 of 20480), less than data.maxResponseLength",
+    }, {
+        "rule": "!self.reward.overlongPenalty.enabled || !has(self.reward.overlongPenalty.bufferLength) || self.reward.overlongPenalty.bufferLength < self.data.maxResponseLength",
+        "fieldPath": ".reward.overlongPenalty.bufferLength",
+        "message": "reward.overlongPenalty.bufferLength must be less than data.maxResponseLength: the penalty starts bufferLength tokens before the longest response, so at the whole length or more every response would be penalised from its first token (verl's dapo manager refuses more): lower bufferLength or raise data.maxResponseLength",
     }, {
         "rule": "self.reward.preset != 'code-execution' || self.tools.exists(t, t.type == 'python')",
         "fieldPath": ".tools",
@@ -227,6 +239,34 @@ SPEC_SCHEMA: dict[str, Any] = {
                 "totalTrainingSteps": {
                     "type": "integer",
                     "minimum": 1,
+                },
+                "clipRatio": {
+                    "type": "object",
+                    "default": {},
+                    "description": "PPO's clip range of the policy ratio, [1 - low, 1 + high] (verl actor.clip_ratio_low / clip_ratio_high; verl's defaults 0.2 / 0.2). DAPO's clip-higher raises high alone (0.28) so that unlikely tokens can gain probability.",
+                    "properties": {
+                        "low": {
+                            "type": "number",
+                            "minimum": 0,
+                            "exclusiveMinimum": True,
+                            "maximum": 1,
+                            "exclusiveMaximum": True,
+                            "default": 0.2,
+                        },
+                        "high": {
+                            "type": "number",
+                            "minimum": 0,
+                            "exclusiveMinimum": True,
+                            "maximum": 10,
+                            "default": 0.2,
+                        },
+                    },
+                },
+                "lossAggregation": {
+                    "type": "string",
+                    "enum": ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"],
+                    "default": "token-mean",
+                    "description": "How the policy loss is averaged (verl actor.loss_agg_mode): token-mean (verl's default, DAPO's token-level loss: every token of the batch weighs the same), seq-mean-token-sum (each response's token sum, averaged over responses) or seq-mean-token-mean (GRPO's original: each response's token mean, averaged over responses).",
                 },
             },
         },
@@ -736,8 +776,32 @@ SPEC_SCHEMA: dict[str, Any] = {
             "properties": {
                 "preset": {
                     "type": "string",
-                    "enum": ["code-execution", "exact-match", "toolbench", "custom"],
+                    "enum": ["code-execution", "exact-match", "math", "toolbench", "custom"],
                     "default": "code-execution",
+                    "description": "code-execution (runs the answer's code in the tool pool), exact-match (GSM8K's final number), math (the last \\boxed{...} of the answer against the ground truth, normalised, as verl's math_dapo verifies: 1 or 0), toolbench (the calls of a StableToolBench trajectory), or custom (a function from a ConfigMap).",
+                },
+                "overlongPenalty": {
+                    "type": "object",
+                    "default": {},
+                    "description": "DAPO's overlong penalty (verl's dapo reward manager, reward.reward_kwargs.overlong_buffer_cfg): a response longer than data.maxResponseLength - bufferLength tokens loses penaltyFactor x (its excess / bufferLength) of its score, up to penaltyFactor at maxResponseLength. verl's dapo manager hands a custom reward function the row's extra_info alone (no num_turns, raw_prompt or the tool loop's records, which the default manager adds).",
+                    "properties": {
+                        "enabled": {
+                            "type": "boolean",
+                            "default": False,
+                        },
+                        "bufferLength": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "description": "Tokens before data.maxResponseLength where the penalty grows from 0 (DAPO: 4096 of 20480).",
+                        },
+                        "penaltyFactor": {
+                            "type": "number",
+                            "minimum": 0,
+                            "exclusiveMinimum": True,
+                            "default": 1.0,
+                            "description": "The penalty at data.maxResponseLength (DAPO: 1.0).",
+                        },
+                    },
                 },
                 "toolbench": {
                     "type": "object",
@@ -1102,6 +1166,12 @@ SPEC_SCHEMA: dict[str, Any] = {
                         "message": "checkpoint.saveFreq must be a positive step count, or -1 to never save",
                     }],
                 },
+                "maxToKeep": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 1000,
+                    "description": "Checkpoints kept on the volume, the newest; older ones are deleted after each save (verl's trainer.max_actor_ckpt_to_keep and max_critic_ckpt_to_keep). Unset: all are kept (a 3B model's checkpoint is ~45 GB).",
+                },
                 "resume": {
                     "type": "string",
                     "default": "auto",
@@ -1204,7 +1274,7 @@ SPEC_SCHEMA: dict[str, Any] = {
                 "ttlSecondsAfterFinished": {
                     "type": "integer",
                     "minimum": 0,
-                    "default": 3600,
+                    "default": 300,
                     "description": "Seconds KubeRay keeps the finished job's Ray cluster (its pods, for kubectl exec) before deleting it; the job, its RayJob and the submitter Job's log (the trainer's output) stay until the job is deleted.",
                 },
                 "pendingDeadlineSeconds": {

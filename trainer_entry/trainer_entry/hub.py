@@ -133,6 +133,12 @@ class MetricsHub:
         if self.job is not None:
             self.job.event(job_status.WARNING, job_status.RAY_NODE_LOST, message)
 
+    def placement_pending(self, message: str) -> None:
+        """verl's placement stayed pending past its bound (node_watch.PlacementWatch): posted as an Event
+        before the attempt ends."""
+        if self.job is not None:
+            self.job.event(job_status.WARNING, job_status.PLACEMENT_PENDING, message)
+
     def recorded_reward_failure(self) -> str | None:
         return self.reward_failure
 

@@ -38,6 +38,8 @@ POOL_READY = "PoolReady"  # False: training (an attempt) started with the pool r
 TOOL_POOL_RECOVERED = "ToolPoolRecovered"
 TRAJECTORIES_EXCLUDED = "TrajectoriesExcluded"
 RAY_NODE_LOST = "RayNodeLost"  # Warning: a Ray node died mid-run; the attempt ends (node_watch.py)
+# Warning: a placement group of verl's stayed pending past TOOLRL_PLACEMENT_TIMEOUT_SECONDS; the attempt ends
+PLACEMENT_PENDING = "PlacementPending"
 REWARD_FUNCTION_FAILED = "RewardFunctionFailed"  # Warning: the reward raised on an answer; the run stops
 NORMAL, WARNING = "Normal", "Warning"
 

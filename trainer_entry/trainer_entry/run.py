@@ -23,7 +23,12 @@ from typing import Any
 import yaml
 
 from trainer_entry import cpu_platform
-from trainer_entry.node_watch import NodeWatch
+from trainer_entry.node_watch import (
+    DEFAULT_PLACEMENT_TIMEOUT_SECONDS,
+    PLACEMENT_TIMEOUT_ENV,
+    NodeWatch,
+    PlacementWatch,
+)
 from trainer_entry.pool_client import PoolClient
 from trainer_entry.progress import SA_DIR
 from trainer_entry.spec import SEPARATE_TRAINER_MODE, Job, SpecError, cpu_only
@@ -33,7 +38,6 @@ from trainer_entry.translate import (
     DEFAULT_POOL_WAIT_SECONDS,
     LOGICAL_CPUS_PER_CPU_WORKER,
     TOOL_CONFIG_FILE,
-    VERL_CPUS_PER_GPU,
     Translation,
     mcp_tools,
     ray_gpus,
@@ -61,6 +65,7 @@ class Environment:
     pool_wait_seconds: float
     service_account_dir: str
     custom_reward_dir: Path = CUSTOM_REWARD_DIR
+    placement_timeout_seconds: float = DEFAULT_PLACEMENT_TIMEOUT_SECONDS  # node_watch.PlacementWatch
 
     @classmethod
     def from_env(cls, job: Job) -> Environment:
@@ -75,6 +80,9 @@ class Environment:
             pool_wait_seconds=_env_number("TOOLRL_POOL_WAIT_SECONDS", DEFAULT_POOL_WAIT_SECONDS, float, 0),
             service_account_dir=os.environ.get("TOOLRL_SERVICE_ACCOUNT_DIR", SA_DIR),
             custom_reward_dir=Path(os.environ.get("TOOLRL_CUSTOM_REWARD_DIR", str(CUSTOM_REWARD_DIR))),
+            placement_timeout_seconds=_env_number(
+                PLACEMENT_TIMEOUT_ENV, DEFAULT_PLACEMENT_TIMEOUT_SECONDS, float, 1
+            ),
         )
 
 
@@ -219,7 +227,9 @@ def start_ray(job: Job, runtime_env: dict[str, Any]) -> None:
     if address:
         ray.init(address=address, runtime_env=runtime_env)
         return
-    kwargs: dict[str, Any] = {"runtime_env": runtime_env, "include_dashboard": False}
+    # "local": a new Ray of its own even when another runs on the machine (without it, ray.init joins
+    # the newest one it finds, and refuses the CPU and GPU counts below: seen beside a test's Ray)
+    kwargs: dict[str, Any] = {"address": "local", "runtime_env": runtime_env, "include_dashboard": False}
     if cpu_only(job.spec):
         # verl schedules its actors by logical CPUs; the processes themselves share the machine
         num_cpus = max(LOGICAL_CPUS_PER_CPU_WORKER, os.cpu_count() or 1)
@@ -280,7 +290,9 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
 
     translation = translate(job, env.pool_url, env.pool_wait_seconds)
     write_workdir(job, translation, workdir, env.custom_reward_dir)
-    config = verl_config.compose(translation.overrides)
+    config, warnings = verl_config.compose_job(job, translation)
+    for warning in warnings:
+        print(f"trainer_entry: warning: {warning}", flush=True)
     check_model(job.spec["model"]["path"])
     verl_config.check(config)
     check_data(job)
@@ -298,10 +310,8 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     if cpu_only(job.spec):
         runtime_env.setdefault("env_vars", {})[cpu_platform.PLATFORM_ENV] = cpu_platform.PLATFORM
     start_ray(job, runtime_env)
-    shortfall = placement_shortfall(ray.nodes())
-    if shortfall:
-        ray.shutdown()
-        raise TrainingError(shortfall)
+    storage_units = int(config.transfer_queue.backend.SimpleStorage.num_data_storage_units)
+    check_placement(job, storage_units)
     algo = job.spec["algorithm"]
     hub = start_hub(
         HubSettings(
@@ -316,6 +326,13 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
         )
     )
     watch = NodeWatch(ray.nodes, lambda message: end_attempt(hub, message)).start()
+    placement_watch = PlacementWatch(
+        ray.util.placement_group_table,
+        ray.nodes,
+        lambda message: end_attempt(hub, message, event="placement_pending"),
+        timeout=env.placement_timeout_seconds,
+        advice=lambda nodes: placement_problem(job, storage_units, nodes),
+    ).start()
     try:
         run_ppo(config, task_runner_class=ToolRLTaskRunner)
     except ray.exceptions.RayError as exc:
@@ -323,18 +340,22 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
         raise TrainingError(explain_ray_failure(exc)) from exc
     finally:
         watch.stop()
+        placement_watch.stop()
         ray.get(hub.finish.remote())
         ray.shutdown()
 
 
-def end_attempt(hub: Any, message: str, exit: Callable[[int], Any] = os._exit) -> None:
-    """A Ray node died mid-run (NodeWatch): post the Event, write the status as it stands (the hub's
-    finish, as a run that ends normally does: the trajectory counts of the steps done), and end this
-    process, which fails the Ray job and so ends the attempt; verl would wait on the lost actors forever.
-    The main thread is blocked in verl's ray.get, so the process ends from here."""
+def end_attempt(
+    hub: Any, message: str, exit: Callable[[int], Any] = os._exit, event: str = "node_lost"
+) -> None:
+    """A Ray node died mid-run (NodeWatch), or verl's placement stayed pending (PlacementWatch): post the
+    Event (the hub's `event` method), write the status as it stands (the hub's finish, as a run that ends
+    normally does: the trajectory counts of the steps done), and end this process, which fails the Ray job
+    and so ends the attempt; verl would wait forever. The main thread is blocked in verl's ray.get, so the
+    process ends from here."""
     import ray
 
-    for report in (lambda: hub.node_lost.remote(message), hub.finish.remote):
+    for report in (lambda: getattr(hub, event).remote(message), hub.finish.remote):
         with contextlib.suppress(Exception):  # best effort: the message is in the log anyway
             ray.get(report(), timeout=30)
     print(f"error: {message}", file=sys.stderr, flush=True)
@@ -365,8 +386,36 @@ def check_data(job: Job) -> None:
         notes = check_protocol(files, job.spec["rollout"]["protocol"])
     except DataError as exc:
         raise SpecError(f"spec.data: {exc}") from None
+    for path in files:
+        check_columns(path)
     for note in notes:
         print(f"trainer_entry: note: {note}", flush=True)
+
+
+# The columns verl reads from every row: the prompt (`data.prompt_key`, which the job leaves at verl's
+# `prompt`), and for the reward `data_source` and `reward_model.ground_truth` (NaiveRewardManager).
+PROMPT_COLUMN = "prompt"
+
+
+def check_columns(path: str) -> None:
+    """A local parquet file has the columns verl reads (a remote one is not read here)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if "://" in path:
+        return
+    schema = pq.read_schema(path)
+    missing = [c for c in (PROMPT_COLUMN, "data_source", "reward_model") if c not in schema.names]
+    if not missing:
+        reward = schema.field("reward_model").type
+        if not pa.types.is_struct(reward) or reward.get_field_index("ground_truth") < 0:
+            missing = ["reward_model.ground_truth"]
+    if missing:
+        raise SpecError(
+            f"spec.data: {path}: no column {', '.join(missing)} (verl reads the prompt from 'prompt' and "
+            "scores with 'data_source' and 'reward_model.ground_truth'): prepare the data with `python -m "
+            "trainer_entry.data` or verl's data_preprocess scripts"
+        )
 
 
 def check_checkpoint_dir(save_freq: int, directory: str) -> None:
@@ -387,29 +436,33 @@ def check_checkpoint_dir(save_freq: int, directory: str) -> None:
         ) from None
 
 
-def placement_shortfall(nodes: list[dict[str, Any]]) -> str | None:
-    """What keeps verl's placement group from ever being scheduled, from Ray's view of its nodes
-    (`ray.nodes()`): a node with GPUs but fewer than VERL_CPUS_PER_GPU CPUs per GPU. None if fine."""
-    short = []
-    for node in nodes:
-        resources = node.get("Resources") or {}
-        gpus, cpus = resources.get("GPU", 0), resources.get("CPU", 0)
-        if node.get("Alive") and gpus and cpus < VERL_CPUS_PER_GPU * gpus:
-            short.append(f"{node.get('NodeManagerAddress', '?')} has {cpus:g} CPUs for {gpus:g} GPUs")
-    if not short:
-        return None
-    return (
-        f"verl's placement group needs {VERL_CPUS_PER_GPU} CPUs per GPU on each worker and would wait "
-        f"forever: {'; '.join(short)}. Raise cluster.workers.resources' cpu limit (or request, without "
-        f"a limit) to {VERL_CPUS_PER_GPU} x gpusPerWorker or more"
-    )
+def placement_problem(job: Job, storage_units: int, nodes: list[dict[str, Any]]) -> str | None:
+    """trainer_entry.placement's shortfall of `job` on `nodes` (`ray.nodes()`), None when it fits."""
+    import ray
+
+    from trainer_entry import placement
+
+    ray_nodes = placement.nodes_from_ray(nodes, ray.get_runtime_context().get_node_id())
+    return placement.shortfall(placement.demand(job, storage_units), ray_nodes)
 
 
-def check_custom_reward(job: Job, workdir: Path) -> None:
-    """Call a custom reward function once before training, on the first training example with its
-    ground truth as the answer: a function that cannot be imported or cannot score one plain answer
-    fails the job here, in seconds, instead of after verl's start-up (minutes). A function that raises
-    only on some generated answers stops the run during training (rewards.compute_score)."""
+def check_placement(job: Job, storage_units: int) -> None:
+    """Fail in seconds, saying what to change, when verl's requests cannot be placed on this Ray
+    cluster (trainer_entry.placement): verl would otherwise wait on its placement group forever."""
+    import ray
+
+    problem = placement_problem(job, storage_units, ray.nodes())
+    if problem:
+        ray.shutdown()
+        raise TrainingError(problem)
+
+
+def check_custom_reward(job: Job, workdir: Path, path: Path | None = None) -> None:
+    """Call a custom reward function once before training, as verl will call it, on the first training
+    example with its ground truth as the answer: a function that cannot be imported or cannot score one
+    plain answer fails the job here, in seconds, instead of after verl's start-up (minutes). A function
+    that raises only on some generated answers stops the run during training (rewards.compute_score).
+    `path`: the function's file (default: the one written into `workdir`)."""
     import pandas as pd
 
     from trainer_entry.rewards import RewardLoadError, load_function
@@ -419,12 +472,13 @@ def check_custom_reward(job: Job, workdir: Path) -> None:
     custom = job.spec["reward"]["custom"]
     where = f"spec.reward.custom ({custom['key']} of ConfigMap {custom['configMap']!r})"
     try:
-        score = load_function(str(workdir / CUSTOM_REWARD_FILE), custom["function"])
+        score = load_function(str(path or workdir / CUSTOM_REWARD_FILE), custom["function"])
     except RewardLoadError as exc:
         raise TrainingError(f"{where}: {exc}") from exc
     row = pd.read_parquet(job.spec["data"]["trainFiles"][0]).iloc[0]
     truth = row["reward_model"]["ground_truth"]
-    extra = row.get("extra_info")
+    dapo = bool(job.spec["reward"]["overlongPenalty"]["enabled"])
+    extra = verl_extra_info(row, job.spec["rollout"]["protocol"], dapo_manager=dapo)
     try:
         result = score(
             data_source=row["data_source"], solution_str=str(truth), ground_truth=truth, extra_info=extra
@@ -434,8 +488,47 @@ def check_custom_reward(job: Job, workdir: Path) -> None:
     except Exception as exc:
         raise TrainingError(
             f"{where}: {custom['function']}() raised {type(exc).__name__}: {exc} when scoring the first "
-            "training example with its ground truth as the answer; fix the function and apply the job again"
+            "training example with its ground truth as the answer (called as verl calls it in training, "
+            f"extra_info with keys {sorted(extra)}"
+            + (
+                ": verl's dapo reward manager, which spec.reward.overlongPenalty uses, hands on the row's "
+                "own extra_info alone, without num_turns or the tool loop's records"
+                if dapo
+                else ""
+            )
+            + "); fix the function and apply the job again"
         ) from exc
+
+
+PLAIN_ANSWER_TURNS = 2
+"""verl's `num_turns` of a trajectory that answered without a tool call: the prompt and one generation
+(`tool_agent_loop`: user_turns + assistant_turns + 1; agent_loop.TagAgentLoop: generations + tool turns
++ 1)."""
+
+
+def verl_extra_info(row: Any, protocol: str, dapo_manager: bool = False) -> dict[str, Any]:
+    """The `extra_info` verl 0.9.1 hands a reward function in training for a data row's trajectory that
+    answered without a tool call: the row's own `extra_info`, updated with the agent loop's `extra_fields`
+    (`tool_extra_fields`: `raw_prompt`, which verl's `_agent_loop_postprocess` adds, and what the job's
+    loop records), then `num_turns` and `rollout_reward_scores` (verl's reward loop,
+    `NaiveRewardManager.run_single`). verl's dapo manager (`dapo_manager`: spec.reward.overlongPenalty)
+    hands on the row's own `extra_info` alone (`DAPORewardManager.run_single`)."""
+    from trainer_entry.tools import TOOL_FAULTS, TOOL_OUTCOMES
+
+    own = row.get("extra_info")
+    info: dict[str, Any] = dict(own) if isinstance(own, dict) else {}
+    if dapo_manager:
+        return info
+    prompt = row.get("prompt")
+    info["raw_prompt"] = list(prompt) if prompt is not None else []
+    info.update({TOOL_OUTCOMES: [], TOOL_FAULTS: []})
+    if protocol == "hermes":  # verl's ToolAgentLoop (agent_loop.HermesAgentLoop)
+        info.update(turn_scores=[], tool_rewards=[])
+    else:  # agent_loop.TagAgentLoop
+        info.update(tool_call_counts=0, min_global_steps=0, max_global_steps=0)
+    info["num_turns"] = PLAIN_ANSWER_TURNS
+    info["rollout_reward_scores"] = {}
+    return info
 
 
 async def _await(awaitable: Any) -> Any:

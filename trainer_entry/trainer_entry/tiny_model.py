@@ -337,6 +337,8 @@ class WarmUp:
     """Share of answers sampled (temperature 1) for held-out prompts that call the tool."""
     copy_rate: float
     """Share of those calls after which the model answers with the tool's output."""
+    goal_met: bool = False
+    """Whether it stopped at its call and copy rates, not at its time bound."""
 
 
 def _example(
@@ -429,6 +431,7 @@ def warm_up(
     ]
     start, step, loss = time.monotonic(), 0, float("nan")
     call_rate = copy_rate = 0.0
+    done = False
     while True:
         model.train()
         batch = rng.sample(examples, 16)
@@ -454,7 +457,7 @@ def warm_up(
                 break
     model.save_pretrained(path)
     torch.set_num_threads(threads)
-    return WarmUp(step, time.monotonic() - start, loss, call_rate, copy_rate)
+    return WarmUp(step, time.monotonic() - start, loss, call_rate, copy_rate, done)
 
 
 def write_toy_data(

@@ -32,6 +32,9 @@ CHECKPOINT_ROOT = "/checkpoints"
 TOOL_CONFIG_FILE = "toolrl_tools.yaml"
 AGENT_LOOPS_FILE = "toolrl_agent_loops.yaml"
 CUSTOM_REWARD_FILE = "toolrl_custom_reward.py"
+# TransferQueue's storage units (verl's default 8), each 1 CPU held and hard-pinned round-robin over every
+# Ray node: a GPU job gets one per Ray node, so each node's CPU need is known (trainer_entry.placement).
+STORAGE_UNITS_KEY = "transfer_queue.backend.SimpleStorage.num_data_storage_units"
 # verl's cpu platform (trainer_entry.cpu_platform) for jobs whose workers have no GPUs: gloo, plain
 # torch attention, FSDP2 (FSDP1 refuses CPU parameters), and one logical Ray GPU per worker, since
 # verl's resource pools always ask Ray for "GPU" bundles. Sized for 2 cores and a tiny model: one
@@ -43,7 +46,7 @@ CPU_OVERRIDES = (
     "critic.strategy=fsdp2",
     "actor_rollout_ref.rollout.agent.num_workers=1",
     "reward.num_workers=1",
-    "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    f"{STORAGE_UNITS_KEY}=1",
 )
 # verl's vLLM server on vLLM's CPU build (trainer_entry.vllm_on_cpu): vLLM has no sleep mode on CPUs
 # (it refuses to start with it; verl enables it by default), and it reads gpu_memory_utilization as a
@@ -252,7 +255,37 @@ def _reward(job: Job, pool_url: str) -> list[str]:
         kwargs["weights"] = dict(reward["toolbench"])
     if reward["preset"] == "code-execution":
         kwargs["tool"] = next(t["name"] for t in job.spec["tools"] if t["type"] == "python")
-    return [*REWARD.overrides(hydra_value), f"+{REWARD.key}.reward_kwargs={hydra_value(kwargs)}"]
+    return [
+        *REWARD.overrides(hydra_value),
+        f"+{REWARD.key}.reward_kwargs={hydra_value(kwargs)}",
+        *overlong_penalty(job),
+    ]
+
+
+DAPO_REWARD_MANAGER = "dapo"
+
+
+def overlong_penalty(job: Job) -> list[str]:
+    """DAPO's overlong penalty (spec.reward.overlongPenalty) as verl 0.9.1 applies it: its `dapo` reward
+    manager (experimental/reward_loop/reward_manager/dapo.py) reads `reward.reward_kwargs.overlong_buffer_cfg`
+    {enable, len, penalty_factor, log} and `max_resp_len`, and adds min(0, -(length - (max_resp_len - len))
+    / len x penalty_factor) to each response's score. Nothing when disabled: verl's naive manager stays."""
+    penalty = job.spec["reward"]["overlongPenalty"]
+    if not penalty["enabled"]:
+        return []
+    kwargs = {
+        "overlong_buffer_cfg": {
+            "enable": True,
+            "len": int(penalty["bufferLength"]),
+            "penalty_factor": float(penalty["penaltyFactor"]),
+            "log": False,  # read unconditionally; True would add per-sample fields the job does not use
+        },
+        "max_resp_len": int(job.spec["data"]["maxResponseLength"]),
+    }
+    return [
+        f"reward.reward_manager.name={DAPO_REWARD_MANAGER}",
+        f"+reward.reward_kwargs={hydra_value(kwargs)}",
+    ]
 
 
 def _checkpoint(job: Job) -> list[str]:
@@ -264,6 +297,9 @@ def _checkpoint(job: Job) -> list[str]:
         out.append(f"trainer.resume_mode={resume}")
     else:
         out += ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={hydra_value(resume)}"]
+    if ckpt.get("maxToKeep") is not None:
+        keep = ckpt["maxToKeep"]
+        out += [f"trainer.max_actor_ckpt_to_keep={keep}", f"trainer.max_critic_ckpt_to_keep={keep}"]
     return out
 
 
@@ -297,6 +333,14 @@ def ray_gpus(job: Job) -> int:
     return total
 
 
+def ray_nodes(job: Job) -> int:
+    """The Ray nodes of the job's cluster as the operator builds it: the head and every worker."""
+    nodes = 1 + job.spec["cluster"]["workers"]["replicas"]
+    if job.spec["trainer"]["mode"] == SEPARATE_TRAINER_MODE:
+        nodes += job.spec["cluster"]["rolloutWorkers"]["replicas"]
+    return nodes
+
+
 def gpus_per_node(job: Job) -> int:
     """verl's `trainer.n_gpus_per_node`: the workers' GPUs, or on CPUs the logical Ray GPUs a
     worker advertises (one training process each)."""
@@ -327,6 +371,9 @@ def _overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list[str]:
         f"actor_rollout_ref.actor.use_kl_loss={v(bool(algo['klLoss']['enabled']))}",
         f"actor_rollout_ref.actor.kl_loss_coef={v(float(algo['klLoss']['coef']))}",
         f"actor_rollout_ref.actor.optim.lr={v(float(algo['learningRate']))}",
+        f"actor_rollout_ref.actor.clip_ratio_low={v(float(algo['clipRatio']['low']))}",
+        f"actor_rollout_ref.actor.clip_ratio_high={v(float(algo['clipRatio']['high']))}",
+        f"actor_rollout_ref.actor.loss_agg_mode={algo['lossAggregation']}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_batch}",
         "actor_rollout_ref.actor.use_dynamic_bsz=true",
         f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={max(16384, seq_len)}",
@@ -362,8 +409,116 @@ def _overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list[str]:
         out += list(CPU_OVERRIDES)
         if rollout["engine"] == "vllm":
             out += list(CPU_VLLM_OVERRIDES)
+    else:
+        out.append(f"{STORAGE_UNITS_KEY}={ray_nodes(job)}")
     out += _reward(job, pool_url) + _checkpoint(job) + breaker_overrides(job, pool_url, pool_wait_seconds)
     return out + list(s["trainer"].get("extraArgs") or [])
+
+
+# Where each verl key the job sets comes from (the README's table as data): the spec field, by verl key or
+# key prefix. A key the job sets that is not here is forced by the job (FORCED_REASONS says why).
+SPEC_SOURCES: tuple[tuple[str, str], ...] = (
+    ("actor_rollout_ref.model.path", "spec.model.path"),
+    ("critic.model.path", "spec.model.path"),
+    ("data.train_files", "spec.data.trainFiles"),
+    ("data.val_files", "spec.data.valFiles (empty: trainFiles)"),
+    ("data.max_prompt_length", "spec.data.maxPromptLength"),
+    ("data.max_response_length", "spec.data.maxResponseLength"),
+    ("data.train_batch_size", "spec.algorithm.trainBatchSize"),
+    ("algorithm.adv_estimator", "spec.algorithm.advantageEstimator"),
+    ("actor_rollout_ref.rollout.n", "spec.algorithm.rolloutsPerPrompt"),
+    ("actor_rollout_ref.actor.use_kl_loss", "spec.algorithm.klLoss.enabled"),
+    ("actor_rollout_ref.actor.kl_loss_coef", "spec.algorithm.klLoss.coef"),
+    ("actor_rollout_ref.actor.optim.lr", "spec.algorithm.learningRate"),
+    ("actor_rollout_ref.actor.clip_ratio_low", "spec.algorithm.clipRatio.low"),
+    ("actor_rollout_ref.actor.clip_ratio_high", "spec.algorithm.clipRatio.high"),
+    ("actor_rollout_ref.actor.loss_agg_mode", "spec.algorithm.lossAggregation"),
+    ("actor_rollout_ref.actor.ppo_mini_batch_size", "spec.algorithm.ppoMiniBatchSize (or trainBatchSize)"),
+    (
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+        "spec.data.maxPromptLength + maxResponseLength, at least 16384",
+    ),
+    ("critic.ppo_max_token_len_per_gpu", "2 x (spec.data.maxPromptLength + maxResponseLength), >= 32768"),
+    ("actor_rollout_ref.rollout.name", "spec.rollout.engine"),
+    ("actor_rollout_ref.rollout.tensor_model_parallel_size", "spec.rollout.tensorParallelSize"),
+    ("actor_rollout_ref.rollout.gpu_memory_utilization", "spec.rollout.gpuMemoryUtilization"),
+    ("actor_rollout_ref.rollout.multi_turn.tool_config_path", f"spec.tools ({TOOL_CONFIG_FILE})"),
+    ("actor_rollout_ref.rollout.multi_turn.max_user_turns", "spec.rollout.maxToolTurns"),
+    ("actor_rollout_ref.rollout.multi_turn.max_assistant_turns", "spec.rollout.maxToolTurns + 1"),
+    ("actor_rollout_ref.rollout.multi_turn.max_parallel_calls", "spec.rollout.maxParallelCalls"),
+    ("actor_rollout_ref.rollout.multi_turn.max_tool_response_length", "spec.rollout.maxToolResponseLength"),
+    ("actor_rollout_ref.rollout.agent.default_agent_loop", "spec.rollout.protocol"),
+    ("trainer.nnodes", "spec.cluster.workers.replicas"),
+    ("trainer.n_gpus_per_node", "spec.cluster.workers.gpusPerWorker (0: one logical GPU)"),
+    ("trainer.project_name", "metadata.namespace"),
+    ("trainer.experiment_name", "metadata.name"),
+    ("trainer.logger", "spec.trainer.loggers"),
+    ("trainer.v1.trainer_mode", "spec.trainer.mode"),
+    ("trainer.v1.colocate_async.num_warmup_batches", "spec.trainer.async.warmupBatches"),
+    ("trainer.v1.separate_async.num_warmup_batches", "spec.trainer.async.warmupBatches"),
+    ("trainer.v1.separate_async.parameter_sync_step", "spec.trainer.async.parameterSyncStep"),
+    ("trainer.v1.sampler.max_off_policy_threshold", "spec.trainer.async.maxPolicyVersions"),
+    ("trainer.v1.sampler.max_off_policy_strategy", "spec.trainer.async.onStale"),
+    ("actor_rollout_ref.rollout.nnodes", "spec.cluster.rolloutWorkers.replicas"),
+    ("actor_rollout_ref.rollout.n_gpus_per_node", "spec.cluster.rolloutWorkers.gpusPerWorker"),
+    ("trainer.total_training_steps", "spec.algorithm.totalTrainingSteps"),
+    ("trainer.total_epochs", "spec.algorithm.totalEpochs"),
+    ("trainer.val_before_train", "spec.data.valFiles (empty: no validation)"),
+    ("trainer.test_freq", "spec.data.valFiles (empty: no validation)"),
+    ("reward.custom_reward_function.reward_kwargs", "spec.reward"),
+    ("reward.reward_manager.name", "spec.reward.overlongPenalty.enabled (verl's dapo reward manager)"),
+    ("reward.reward_kwargs", "spec.reward.overlongPenalty"),
+    ("trainer.save_freq", "spec.checkpoint.saveFreq"),
+    ("trainer.default_local_dir", f"{CHECKPOINT_ROOT}/<metadata.namespace>/<metadata.name>"),
+    ("trainer.resume_mode", "spec.checkpoint.resume"),
+    ("trainer.resume_from_path", "spec.checkpoint.resume"),
+    (
+        "trainer.v1.sampler.sampler_kwargs",
+        "the circuit breaker: spec.rollout.toolCall.maxInfraFailureRatio, spec.algorithm.rolloutsPerPrompt",
+    ),
+)
+# verl keys a spec field covers even where it leaves them to verl (a disabled overlong penalty sets no
+# reward_kwargs): an extraArgs entry setting one is warned about all the same.
+COVERED_WHEN_UNSET: tuple[str, ...] = ("reward.reward_kwargs",)
+FORCED_REASONS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (ATTENTION_OVERRIDES, "SDPA attention: the image has no flash-attn (images/README.md)"),
+    (CPU_OVERRIDES, "CPU workers (verl's cpu platform)"),
+    (CPU_VLLM_OVERRIDES, "vLLM's CPU build"),
+    (("actor_rollout_ref.actor.use_dynamic_bsz=true",), "micro-batches by token count, sized from spec.data"),
+)
+
+
+def override_key(override: str) -> str:
+    """The key an override sets: `+a.b=1` -> `a.b`."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def spec_source(key: str) -> str | None:
+    """The spec field a verl key comes from (SPEC_SOURCES), or None."""
+    return next((src for k, src in SPEC_SOURCES if key == k or key.startswith(k + ".")), None)
+
+
+def source_of(key: str, translation: Translation, extra_args: list[str]) -> str:
+    """Where the value of verl key `key` in the job's config comes from: extraArgs, a spec field, the job
+    itself (why), or verl's default."""
+
+    def sets(override: str) -> bool:
+        k = override_key(override)
+        return key == k or key.startswith(k + ".")
+
+    if any(sets(o) for o in extra_args):
+        return "spec.trainer.extraArgs"
+    own = translation.overrides[: len(translation.overrides) - len(extra_args)]
+    if not any(sets(o) for o in own):
+        return "verl's default"
+    source = spec_source(key)
+    if source:
+        return source
+    reason = next(
+        (why for group, why in FORCED_REASONS if any(sets(o) and o in own for o in group)),
+        "the job's own classes, files and settings",
+    )
+    return f"forced by the job ({reason})"
 
 
 def translate(

@@ -174,9 +174,9 @@ INTERNALS: tuple[Internal, ...] = (
     ),
     Internal(
         VALUEHEAD_LOADER,
-        "replaced on CPUs: loads the critic with sdpa attention instead of flash_attention_2",
+        "replaced where flash-attn is not importable (any platform; verl_plugin.use_sdpa_critic): it passes "
+        "attn_implementation=flash_attention_2 itself, whatever the job's attention, and has no setting",
         params=("local_path", "torch_dtype", "model_config", "trust_remote_code"),
-        when=CPU,
     ),
     # vllm_on_cpu: verl's vLLM server and replica on vLLM's CPU build
     Internal(

@@ -8,6 +8,8 @@ the wrapper replaces each with the published `v0.<minor>.<patch>` it was cut as.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -18,6 +20,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -370,8 +373,24 @@ def _build_all(
     return manifest
 
 
+@contextlib.contextmanager
+def _build_lock(key: str) -> Iterator[None]:
+    """One build of a cache entry at a time on the machine: a second process (a test's fixture while
+    `make setup` builds) waits for the first and then finds its result, where both would otherwise
+    write the same wrapper module and staging directory."""
+    (cache_root() / key).mkdir(parents=True, exist_ok=True)
+    with (cache_root() / key / "build.lock").open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
 def ensure_built(verbose: bool = True) -> Toolchain:
     """Return the cached toolchain, building it first if missing, partial or corrupt."""
+    with _build_lock(cache_key()):
+        return _ensure_built(verbose)
+
+
+def _ensure_built(verbose: bool) -> Toolchain:
     root = cache_root()
     key = cache_key()
     bin_dir = root / key / "bin"
@@ -414,6 +433,11 @@ def ensure_built(verbose: bool = True) -> Toolchain:
 
 def ensure_node_built(verbose: bool = True) -> Path:
     """The real node's binaries (NODE_BINARIES), cached like the control plane's; their directory."""
+    with _build_lock(node_cache_key()):
+        return _ensure_node_built(verbose)
+
+
+def _ensure_node_built(verbose: bool) -> Path:
     root = cache_root()
     key = node_cache_key()
     bin_dir = root / key / "bin"
@@ -453,6 +477,11 @@ def ensure_prometheus_built(verbose: bool = True) -> Path:
     root = cache_root()
     spec = json.dumps({"prometheus": PROMETHEUS, "package": PROMETHEUS_PACKAGE, "go": _go_version()})
     key = f"prometheus-{PROMETHEUS}-" + hashlib.sha256(spec.encode()).hexdigest()[:12]
+    with _build_lock(key):
+        return _ensure_prometheus_built(root, key, verbose)
+
+
+def _ensure_prometheus_built(root: Path, key: str, verbose: bool) -> Path:
     binaries = {"prometheus": PROMETHEUS_PACKAGE}
     bin_dir = root / key / "bin"
     if _manifest_ok(bin_dir, binaries):

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from .node import SERVICE_CIDR
+from .addresses import kubernetes_service_ip
 
 VALIDITY = dt.timedelta(days=30)
 
@@ -87,7 +87,7 @@ def write_pki(directory: Path, extra_ips: Sequence[str] = ()) -> dict[str, Path]
             x509.DNSName("kubernetes.default.svc"),
             x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
             # the `kubernetes` Service's ClusterIP: the first address of the Service range
-            x509.IPAddress(next(ipaddress.ip_network(SERVICE_CIDR).hosts())),
+            x509.IPAddress(ipaddress.ip_address(kubernetes_service_ip())),
             *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in extra_ips),
         ],
     )

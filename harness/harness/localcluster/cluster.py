@@ -27,15 +27,14 @@ from pathlib import Path
 
 import yaml
 
+from .addresses import BRIDGE_IP, FAKE_NODE_IP, FAKE_POD_CIDR, SERVICE_CIDR
 from .build import Toolchain, ensure_built, ensure_node_built
 from .certs import write_pki
-from .node import BRIDGE_IP, NODE_NAME, PAUSE_IMAGE, SERVICE_CIDR, NodeError, RealNode, missing_requirements
+from .node import NODE_NAME, PAUSE_IMAGE, NodeError, RealNode, missing_requirements
 
 GPU_NODES = 4
 GPUS_PER_NODE = 8
 CPU_NODES = 2
-POD_CIDR = "127.65.0.0/16"
-NODE_IP = "127.0.0.1"
 START_ORDER = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kuberay"]
 NODE_ORDER = ["containerd", "kubelet", "kube-proxy", "coredns"]
 # fake GPU nodes carry this taint when a real node runs beside them, so only pods asking for a
@@ -447,9 +446,9 @@ class LocalCluster:
                     # autoscaler's scrape, the apiserver's service proxy for KubeRay) stays on
                     # this machine and is refused, instead of leaving it for a private range
                     "--cidr",
-                    POD_CIDR,
+                    FAKE_POD_CIDR,
                     "--node-ip",
-                    NODE_IP,
+                    FAKE_NODE_IP,
                     # renew node leases; without it the node controller marks the nodes NotReady
                     "--node-lease-duration-seconds",
                     "40",

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import yaml
 
+from .addresses import BRIDGE_IP, NETWORK, NODE_POD_CIDR, bridge_address, node_pod_range_start
 from .oci import single_file_layer, write_oci_archive
 
 # kubelet evicts pods once the node's or its images' file system has less free than this (evictionHard);
@@ -37,11 +38,7 @@ from .oci import single_file_layer, write_oci_archive
 EVICTION_FREE_PERCENT = 2
 
 NODE_NAME = "cpu-real-0"
-NETWORK = "198.18.0.0/15"  # pods and Services, nothing else (the workplace's network rule)
 BRIDGE = "toolrl0"
-BRIDGE_IP = "198.18.0.1"  # the host on the bridge: apiserver, kubelet, CoreDNS listen here
-POD_CIDR = "198.18.0.0/24"
-SERVICE_CIDR = "198.19.0.0/24"
 CNI_NETWORK = "toolrl-node"
 GUARD_CHAIN = "TOOLRL-EGRESS"
 CGROUP_ROOT = "toolrl-node"  # kubelet's --cgroup-root: every pod's cgroup is below it
@@ -243,6 +240,21 @@ def claim_owner() -> Path | None:
 # ----- the node ------------------------------------------------------------------------------
 
 
+def guard_rules() -> list[str]:
+    """The egress guard (iptables-restore lines of table mangle): mangle POSTROUTING sees every
+    packet about to leave by any interface, forwarded or local, after kube-proxy's DNAT, and
+    kube-proxy's ACCEPT rules (filter) do not skip it. What is from or to NETWORK leaves only by
+    loopback or the bridge."""
+    return [
+        f":{GUARD_CHAIN} - [0:0]",
+        f"-A POSTROUTING -j {GUARD_CHAIN}",
+        f"-A {GUARD_CHAIN} -o lo -j RETURN",
+        f"-A {GUARD_CHAIN} -o {BRIDGE} -j RETURN",
+        f"-A {GUARD_CHAIN} -s {NETWORK} -j DROP",
+        f"-A {GUARD_CHAIN} -d {NETWORK} -j DROP",
+    ]
+
+
 @dataclass
 class RealNode:
     """The real node of the cluster rooted at `cluster_root`; its files live in `<root>/node`."""
@@ -301,7 +313,7 @@ class RealNode:
         self._make_cgroup_root()
         if BRIDGE not in os.listdir("/sys/class/net"):
             _run("ip", "link", "add", BRIDGE, "type", "bridge")
-            _run("ip", "addr", "add", f"{BRIDGE_IP}/{POD_CIDR.split('/')[1]}", "dev", BRIDGE)
+            _run("ip", "addr", "add", bridge_address(), "dev", BRIDGE)
             _run("ip", "link", "set", BRIDGE, "up")
         self._install_guard()
 
@@ -316,19 +328,9 @@ class RealNode:
                     (top / knob).write_text((h / knob).read_text())
 
     def _install_guard(self) -> None:
-        """mangle POSTROUTING sees every packet about to leave by any interface, forwarded or
-        local, after kube-proxy's DNAT, and kube-proxy's ACCEPT rules (filter) do not skip it."""
-        rules = [
-            f":{GUARD_CHAIN} - [0:0]",
-            f"-A POSTROUTING -j {GUARD_CHAIN}",
-            f"-A {GUARD_CHAIN} -o lo -j RETURN",
-            f"-A {GUARD_CHAIN} -o {BRIDGE} -j RETURN",
-            f"-A {GUARD_CHAIN} -s {NETWORK} -j DROP",
-            f"-A {GUARD_CHAIN} -d {NETWORK} -j DROP",
-        ]
         if f":{GUARD_CHAIN}" in " ".join(iptables_rules("ip").get("mangle", [])):
             return
-        _run("iptables-restore", "--noflush", input="*mangle\n" + "\n".join(rules) + "\nCOMMIT\n")
+        _run("iptables-restore", "--noflush", input="*mangle\n" + "\n".join(guard_rules()) + "\nCOMMIT\n")
 
     def guard_drops(self) -> int:
         """Packets the egress guard dropped (each would have left the machine)."""
@@ -394,7 +396,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 """
 
     def _cni_config(self) -> dict:
-        net = POD_CIDR.rsplit(".", 1)[0]
+        pod_range = {"subnet": NODE_POD_CIDR, "rangeStart": node_pod_range_start(), "gateway": BRIDGE_IP}
         return {
             "cniVersion": "1.0.0",
             "name": CNI_NETWORK,
@@ -408,7 +410,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
                     "ipam": {
                         "type": "host-local",
                         "dataDir": str(self.root / "cni-ipam"),
-                        "ranges": [[{"subnet": POD_CIDR, "rangeStart": f"{net}.10", "gateway": BRIDGE_IP}]],
+                        "ranges": [[pod_range]],
                         # no default route: a pod reaches 198.18.0.0/15 (pods, Services, the
                         # host's bridge address) and nothing else
                         "routes": [{"dst": NETWORK, "gw": BRIDGE_IP}],
@@ -470,7 +472,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             "clientConnection": {"kubeconfig": str(kubeconfig)},
             "hostnameOverride": NODE_NAME,
             "mode": "iptables",
-            "clusterCIDR": POD_CIDR,
+            "clusterCIDR": NODE_POD_CIDR,
             "bindAddress": BRIDGE_IP,
             "healthzBindAddress": f"127.0.0.1:{ports['kube-proxy-healthz']}",
             "metricsBindAddress": f"127.0.0.1:{ports['kube-proxy-metrics']}",

@@ -70,16 +70,6 @@ def test_prometheus_vectors():
         s.vector({"status": "error", "errorType": "bad_data", "error": "parse error"})
 
 
-def test_ready_pod_ips_skips_unready_and_terminating_pods():
-    def pod(name, ready, ip="10.0.0.5", deleting=False):
-        meta = {"name": name, **({"deletionTimestamp": "now"} if deleting else {})}
-        cond = [{"type": "Ready", "status": "True" if ready else "False"}]
-        return {"metadata": meta, "status": {"podIP": ip, "conditions": cond}}
-
-    pods = [pod("a", True), pod("b", False), pod("c", True, deleting=True), pod("d", True, ip=None)]
-    assert s.ready_pod_ips(pods) == [("a", "10.0.0.5")]
-
-
 async def serve(routes: dict[str, str | int]) -> tuple[web.AppRunner, str]:
     """A real HTTP server on a free port: path -> exposition text (or an error status)."""
 
@@ -113,25 +103,12 @@ async def test_scrape_pool_sums_pods_and_spoils_on_any_failure():
         await runner.cleanup()
 
 
-def test_pods_are_listed_once_for_all_jobs_and_split_by_job():
-    assert s.TRAINER_HEADS_SELECTOR == "toolrl.dev/job,ray.io/node-type=head"
-    named = (("a1", "a"), ("b1", "b"), ("a2", "a"))
-    pods = [{"metadata": {"name": n, "labels": {"toolrl.dev/job": j}}} for n, j in named]
-    grouped = s.by_job([*pods, {"metadata": {"name": "stray"}}])
-    names = {job: [p["metadata"]["name"] for p in ps] for job, ps in grouped.items()}
-    assert names == {"a": ["a1", "a2"], "b": ["b1"]}
-    held = s.unlisted(ConnectionError("refused"))
-    assert held.load is None and held.problem == "cannot list the pool's pods: ConnectionError: refused"
-
-
 async def test_read_direct_reads_the_ready_pods_and_the_trainer():
     runner, base = await serve({"/metrics": pool_metrics(2, 5)})
     port = int(base.rsplit(":", 1)[1])
     trainer_runner, trainer_base = await serve({"/metrics": trainer_metrics("generating", 640)})
     trainer_port = int(trainer_base.rsplit(":", 1)[1])
-    ready = {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}
-    pods = [{"metadata": {"name": "j-tools-x"}, "status": ready}]
-    heads = [{"metadata": {"name": "j-head"}, "status": ready}]
+    pods, heads = [("j-tools-x", "127.0.0.1")], [("j-head", "127.0.0.1")]  # ready, as the pod watch saw them
     try:
         async with aiohttp.ClientSession() as session:
             r = await s.read_direct(session, pods, heads, 1, pool_port=port, trainer_port=trainer_port)

@@ -143,6 +143,47 @@ def test_a_step_logged_twice_is_not_one_runs_log(tmp_path, capsys):
     assert "the log is not one run's" in capsys.readouterr().err
 
 
+# vLLM's stat logger as Ray forwards it from verl's server actor (vllm/v1/metrics/loggers.py, vllm/logger.py)
+VLLM_STATS = (
+    "\x1b[36m(vLLMHttpServer pid=4242)\x1b[0m INFO 12-06 04:31:44 [loggers.py:257] Engine 000: Avg prompt "
+    "throughput: 61.2 tokens/s, Avg generation throughput: {rate} tokens/s, Running: 4 reqs, Waiting: 0 "
+    "reqs, GPU KV cache usage: 1.2%, Prefix cache hit rate: 40.0%"
+)
+
+
+def test_engine_vllm_needs_the_log_of_vllm_having_generated(tmp_path, capsys):
+    """The recorded run is the hf engine's: every other check passes, and `--engine vllm` refuses it."""
+    assert run_acceptance(tmp_path, LOG, POOL, 0, 2, "--engine", "vllm") == 1
+    out = capsys.readouterr().out
+    fails = [line for line in out.splitlines() if line.startswith("FAIL")]
+    assert fails == [
+        "FAIL  vLLM served: verl's vLLM server logged 0 engine statistics, generation throughput never "
+        "tokens/s (wanted one above 0)"
+    ], out
+    served = LOG + "\n" + VLLM_STATS.format(rate="0.0") + "\n" + VLLM_STATS.format(rate="143.9") + "\n"
+    assert run_acceptance(tmp_path, served, POOL, 0, 2, "--engine", "vllm") == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        VLLM_STATS.format(rate="0.0"),  # the engine was idle: nothing generated
+        VLLM_STATS.format(rate="143.9").replace("vLLMHttpServer", "AgentLoopWorkerTQ"),  # not the server
+        VLLM_STATS.format(rate="143.9").split("\x1b[0m ", 1)[1],  # not from a Ray actor
+    ],
+    ids=["idle", "another-actor", "not-an-actor"],
+)
+def test_only_vllms_server_having_generated_counts(tmp_path, capsys, line):
+    assert run_acceptance(tmp_path, LOG + "\n" + line + "\n", POOL, 0, 2, "--engine", "vllm") == 1
+    assert "FAIL  vLLM served" in capsys.readouterr().out
+
+
+def test_the_cpu_builds_server_subclass_counts_too():
+    """trainer_entry.vllm_on_cpu serves with a subclass of verl's server, CPUvLLMHttpServer."""
+    line = VLLM_STATS.format(rate="12.5").replace("vLLMHttpServer", "CPUvLLMHttpServer")
+    assert acceptance.vllm_generation(line) == [12.5]
+
+
 def test_the_task_runner_is_trainer_entrys():
     from trainer_entry.runner import _ToolRLTaskRunner
 
@@ -251,6 +292,30 @@ def test_run_sh_engine_hf_on_a_gpu_needs_no_vllm(tmp_path):
     assert "trainer.n_gpus_per_node=1" in overrides
     vllm = run_sh("--dry-run", "--work", str(tmp_path / "v"), env=env)
     assert vllm.returncode == 2 and "the GPU stack does not import" in vllm.stderr, vllm.stderr
+
+
+def test_run_sh_engine_vllm_turns_vllms_statistics_on(tmp_path):
+    """`--engine vllm` (the default) on a GPU: the job asks verl's vLLM server for vLLM's engine statistics,
+    the log line acceptance.py's "vLLM served" reads; the hf engine's job does not."""
+    (tmp_path / "bin").mkdir()
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 580.159.04\n")
+    smi.chmod(0o755)
+    (tmp_path / "site").mkdir()
+    gpu_only = FAKE_GPU[FAKE_GPU.index("import torch") :]  # this machine's vLLM (its CPU build) imports
+    (tmp_path / "site" / "sitecustomize.py").write_text(gpu_only)
+    env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "PYTHONPATH": str(tmp_path / "site")}
+    result = run_sh("--dry-run", "--work", str(tmp_path / "w"), env=env)
+    assert result.returncode == 0, result.stderr
+    job = json.loads(result.stdout[result.stdout.index("\n{") + 1 :])
+    assert job["spec"]["rollout"]["engine"] == "vllm"
+    from trainer_entry.spec import parse_job
+    from trainer_entry.translate import translate
+
+    overrides = translate(parse_job(job), "http://127.0.0.1:18080").overrides
+    assert "actor_rollout_ref.rollout.disable_log_stats=false" in overrides
+    hf = json.loads(run_sh("--dry-run", "--cpu", "--work", str(tmp_path / "h")).stdout)
+    assert "actor_rollout_ref.rollout.disable_log_stats=false" not in hf["spec"]["trainer"]["extraArgs"]
 
 
 def test_the_torch_stack_is_what_only_torch_needs():

@@ -19,6 +19,9 @@ def test_resource_paths_for_core_and_group_kinds() -> None:
 
 
 class _Response:
+    reason: str  # set by the fake transport (_Wire), as urllib3's response has them
+    headers: dict[str, str]
+
     def __init__(self, status: int, data: bytes) -> None:
         self.status, self.data = status, data
 
@@ -72,3 +75,58 @@ def test_a_transient_api_error_is_raised_at_once_for_the_callers_one_retry() -> 
         Kube(api, "test").request("PATCH", "/api/v1/x")  # type: ignore[arg-type]
     assert len(api.timeouts) == 1, "one call, no retry inside the client"
     assert classify(caught.value) is None, "transient: the work queue retries the key with backoff"
+
+
+class _Wire:
+    """The urllib3 pool manager under the kubernetes package's REST client: what went on the wire."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, object, dict[str, str]]] = []
+
+    def request(self, method, url, body=None, headers=None, **_):
+        self.sent.append((method, url, body, dict(headers or {})))
+        response = _Response(200, b'{"metadata": {"resourceVersion": "7", "uid": "u"}}')
+        response.reason, response.headers = "OK", {}
+        return response
+
+
+def test_an_apply_goes_through_the_real_client_as_the_manifests_json_without_its_field_walk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kubernetes package's ApiClient walks a dict body field by field before sending it
+    (sanitize_for_serialization: a quarter of a resync's CPU); an apply body is sent as JSON text
+    (JSON is YAML), which it passes on as it is."""
+    import json
+
+    from kubernetes import client
+    from toolrl_operator.apply import Kube
+
+    configuration = client.Configuration()
+    configuration.host = "https://apiserver.invalid"
+    api = client.ApiClient(configuration)
+    wire = _Wire()
+    api.rest_client.pool_manager = wire  # type: ignore[assignment]
+    walked: list[object] = []
+    sanitize = client.ApiClient.sanitize_for_serialization
+
+    def counting(self: client.ApiClient, obj: object) -> object:
+        if isinstance(obj, dict) and "apiVersion" in obj:  # a body (headers are dicts too)
+            walked.append(obj)
+        return sanitize(self, obj)
+
+    monkeypatch.setattr(client.ApiClient, "sanitize_for_serialization", counting)
+    manifest = {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "j-config", "namespace": "rl"}, "data": {"a": "ü: 1"},
+    }  # fmt: skip
+    live = Kube(api, "toolrl-operator").apply(manifest)
+    assert live["metadata"]["resourceVersion"] == "7"
+    status = {"phase": "Pending"}
+    Kube(api, "toolrl-operator").apply_status("toolrl.dev/v1alpha1", "ToolRLJob", "rl", "j", status)
+    [(method, url, body, headers), (_, status_url, status_body, _)] = wire.sent
+    assert method == "PATCH" and headers["Content-Type"] == "application/apply-patch+yaml"
+    assert url.endswith("/api/v1/namespaces/rl/configmaps/j-config?fieldManager=toolrl-operator&force=true")
+    assert isinstance(body, str) and json.loads(body) == manifest
+    assert status_url.split("?")[0].endswith("/toolrljobs/j/status")
+    assert isinstance(status_body, str) and json.loads(status_body)["status"] == status
+    assert walked == [], "no dict body walked by the client"

@@ -99,7 +99,7 @@ def test_rayjob_runs_trainer_entry_with_the_contract_environment(make_job) -> No
     assert spec["submissionMode"] == "K8sJobMode"
     assert "restartPolicy" not in spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
     assert spec["shutdownAfterJobFinishes"] is True
-    assert spec["ttlSecondsAfterFinished"] == 3600
+    assert spec["ttlSecondsAfterFinished"] == 300  # issue 32: 3600 kept 16 GPUs idle for an hour
     assert spec["backoffLimit"] == 0
     assert spec["suspend"] is False
     assert "activeDeadlineSeconds" not in spec, "0 means no deadline; KubeRay rejects 0"
@@ -554,8 +554,35 @@ def test_cpu_workers_ask_for_no_gpu_and_advertise_one_logical_ray_gpu(make_job) 
     head = build_rayjob(job, SETTINGS)["spec"]["rayClusterSpec"]["headGroupSpec"]
     assert head["rayStartParams"]["num-cpus"] == str(LOGICAL_CPUS_PER_CPU_WORKER)
     gpu = build_rayjob(make_job(), SETTINGS)["spec"]["rayClusterSpec"]
-    assert gpu["workerGroupSpecs"][0]["rayStartParams"] == {}, "GPU workers advertise their real GPUs"
-    assert "num-cpus" not in gpu["headGroupSpec"]["rayStartParams"], "a GPU job's head keeps its real CPUs"
+    # GPU workers advertise their real GPUs (KubeRay reads the limit) and the CPUs they ask for
+    assert gpu["workerGroupSpecs"][0]["rayStartParams"] == {"num-cpus": "26"}
+    assert gpu["headGroupSpec"]["rayStartParams"]["num-cpus"] == "4", "a GPU job's head keeps its real CPUs"
+
+
+@pytest.mark.parametrize(
+    ("resources", "num_cpus"),
+    [
+        ({}, "26"),  # no CPU asked: KubeRay would let Ray count the machine's; verl's need instead
+        ({"requests": {"memory": "8Gi"}}, "26"),
+        ({"requests": {"cpu": "40"}}, "40"),
+        ({"requests": {"cpu": "4"}, "limits": {"cpu": "26500m"}}, "27"),  # the limit, rounded up, as KubeRay
+    ],
+)
+def test_gpu_workers_give_ray_the_cpus_verl_places_with(make_job, resources, num_cpus) -> None:
+    """Issue 32: with no num-cpus KubeRay started Ray with the pod's 24 CPUs; verl's placement group took
+    24, a storage unit 1, and the vLLM server actors waited forever. The operator says num-cpus itself,
+    never below 3 x GPUs + 2 (trainer_entry.placement.worker_cpus; a test checks they agree)."""
+    job = make_job(cluster={"workers": {"replicas": 2, "gpusPerWorker": 8, "resources": resources}})
+    group = build_rayjob(job, SETTINGS)["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    assert group["rayStartParams"] == {"num-cpus": num_cpus}
+
+
+def test_the_operators_worker_cpus_are_the_trainers_placement_need() -> None:
+    from toolrl_operator.rayjob import HEAD_CPUS_FOR_VERL, gpu_worker_cpus
+    from trainer_entry.placement import head_cpus, worker_cpus
+
+    assert [gpu_worker_cpus(g) for g in (1, 2, 8, 16)] == [worker_cpus(g) for g in (1, 2, 8, 16)]
+    assert head_cpus() == HEAD_CPUS_FOR_VERL
 
 
 def test_separate_async_gets_a_rollout_worker_group_of_its_own(make_job, separate_async_cpu_job) -> None:
@@ -587,7 +614,7 @@ def test_separate_async_gets_a_rollout_worker_group_of_its_own(make_job, separat
     assert pod["nodeSelector"] == {"pool": "inference"}
     assert pod["tolerations"] == rollout["tolerations"]
     assert trainers["template"]["spec"]["containers"][0]["resources"]["limits"] == {GPU_RESOURCE: "8"}
-    assert rollouts["rayStartParams"] == {}
+    assert rollouts["rayStartParams"] == {"num-cpus": "8"}
 
     cpu = separate_async_cpu_job
     (_, cpu_rollouts) = build_rayjob(cpu, SETTINGS)["spec"]["rayClusterSpec"]["workerGroupSpecs"]
@@ -727,3 +754,38 @@ def test_network_policy_admits_exactly_the_mcp_servers(make_job) -> None:
     pinned = {"ports": [{"protocol": "TCP", "port": 8000}], "to": [{"ipBlock": {"cidr": "10.1.2.3/32"}}]}
     assert egress[4] == pinned
     assert len(egress) == 5
+
+
+@pytest.mark.parametrize("phase", ["Pending", "Running", "Succeeded", "Failed", "Suspended"])
+@pytest.mark.parametrize("autoscaler", ["native", "keda"])
+def test_builders_read_no_status_field_but_those_the_sync_keys_its_cache_by(
+    make_job_object, phase, autoscaler
+) -> None:
+    """The sync builds again only when the job's metadata, spec or `status_read_by_builders` change
+    (reconcile.inputs_key): a full status (the operator's, the trainer's progress, the autoscaler's
+    condition) must build the same children as those fields alone."""
+    from toolrl_operator.children import status_read_by_builders
+    from toolrl_operator.scale_loop import condition
+    from toolrl_operator.status import compute_status
+
+    body = make_job_object(toolPool={"autoscaler": autoscaler})
+    deployment_status = {"Pending": "Initializing", "Succeeded": "Complete"}.get(phase, phase)
+    job_status = {"Succeeded": "SUCCEEDED", "Failed": "FAILED"}.get(phase, "RUNNING")
+    rayjob = {
+        "metadata": {"name": "gsm8k-python"},
+        "spec": {"suspend": phase == "Suspended"},
+        "status": {"jobDeploymentStatus": deployment_status, "jobStatus": job_status,
+                   "rayClusterName": "c1", "startTime": "2026-12-06T00:00:00Z"},
+    }  # fmt: skip
+    deployment = {"metadata": {"name": "d", "generation": 2}, "spec": {"replicas": 3},
+                  "status": {"readyReplicas": 2, "updatedReplicas": 3, "observedGeneration": 2}}  # fmt: skip
+    status = compute_status(parse_job(body), rayjob, deployment, 3, "2026-12-06T00:01:00Z")
+    assert (status["phase"] in ("Succeeded", "Failed")) == (phase in ("Succeeded", "Failed")), status["phase"]
+    status["progress"] = {"step": 7, "totalSteps": 10, "lastUpdateTime": "2026-12-06T00:02:00Z"}
+    status["toolPool"]["desiredReplicas"] = 3
+    status["conditions"].append(condition(True, "", None, "2026-12-06T00:03:00Z", 3))
+    full = {**body, "status": status}
+    read = status_read_by_builders(status)
+    reduced = {**body, "status": {"phase": read["phase"], "toolPool": {"desiredReplicas": 3}}}
+    settings = Settings(prometheus_url="http://prometheus:9090")
+    assert build_children(parse_job(full), settings) == build_children(parse_job(reduced), settings)

@@ -8,11 +8,14 @@ from typing import Any
 import pytest
 from toolrl_operator import events
 from toolrl_operator.apply import ApiError
+from toolrl_operator.children import Live
 from toolrl_operator.handlers import deployment_view, job_view, rayjob_view
-from toolrl_operator.reconcile import Reconciler, classify, overlay
+from toolrl_operator.job import Job
+from toolrl_operator.reconcile import ChildError, Reconciler, classify, overlay
 from toolrl_operator.settings import Settings
 
 KEY = ("rl", "gsm8k-python")
+SERVICE = ("Service", "gsm8k-python-tools")
 
 
 class FakeKube:
@@ -180,8 +183,9 @@ def test_transient_errors_raise_for_a_retry(world) -> None:
         ConnectionResetError("reset"),
     ):
         kube.fail["Service"] = err
-        with pytest.raises(type(err)):
+        with pytest.raises(ChildError) as caught:
             rec.sync(KEY)
+        assert caught.value.cause is err and (caught.value.kind, caught.value.name) == SERVICE
     assert classify(ApiError(403, "Forbidden", "User cannot patch roles")) is not None
     # an apply that races (a Role created in parallel with its binding): the object is missing
     assert classify(ApiError(404, "NotFound", 'rolebindings.rbac.authorization.k8s.io "j" not found')) is None
@@ -337,7 +341,7 @@ def test_a_resync_pass_that_fails_is_made_again_in_full(world) -> None:
     rec.sync(KEY)
     rec.resync()
     kube.fail["Service"] = ApiError(503, "ServiceUnavailable", "etcd is slow")
-    with pytest.raises(ApiError):
+    with pytest.raises(ChildError):
         rec.sync(KEY)  # transient: the queue retries the key
     del kube.fail["Service"]
     kube.applied.clear()
@@ -459,3 +463,201 @@ def test_a_worker_pod_becoming_ready_updates_its_groups_ready_replicas(world) ->
     pod("c1-gpu-workers-b", "gpu-workers", "True", type_="DELETED")
     rec.sync(KEY)
     assert ready_replicas() == [("gpu-workers", 2, 1)]
+
+
+def _reconciled(status: dict[str, Any]) -> dict[str, Any]:
+    return {c["type"]: c for c in status["conditions"]}["Reconciled"]
+
+
+QUOTA = ApiError(
+    403,
+    "Forbidden",
+    'services "gsm8k-python-tools" is forbidden: exceeded quota: no-services, requested: services=1, '
+    "used: services=0, limited: services=0",
+)
+RANGE_FULL = ApiError(
+    500,
+    "InternalError",
+    "Internal error occurred: failed to allocate a serviceIP: range is full",
+)
+
+
+@pytest.mark.parametrize(
+    ("err", "reason", "text"),
+    [
+        (QUOTA, "QuotaExceeded", "exceeded quota: no-services"),
+        (RANGE_FULL, "InternalError", "failed to allocate a serviceIP: range is full"),
+        (ApiError(503, "", "etcd is slow"), "ServiceUnavailable", "etcd is slow"),
+    ],
+)
+def test_a_child_the_api_refuses_for_now_is_in_the_status_and_retried(world, err, reason, text) -> None:
+    """A transient refusal (a quota, a full Service range, an unavailable server) still writes the
+    status: a phase, and Reconciled False with the API's reason and message naming the child; the
+    sync raises so the work queue backs off; the status clears once the child is created."""
+    rec, kube, _ = world
+    kube.fail["Service"] = err
+    with pytest.raises(Exception, match="Service gsm8k-python-tools"):
+        rec.sync(KEY)
+    assert kube.statuses == [], "a blip the first retry clears is not written"
+    with pytest.raises(Exception, match="Service gsm8k-python-tools"):
+        rec.sync(KEY)  # the first retry (1 s later): still refused
+    [status] = kube.statuses
+    assert (status["phase"], status["reason"]) == ("Pending", reason)
+    reconciled = _reconciled(status)
+    assert (reconciled["status"], reconciled["reason"]) == ("False", reason)
+    assert "Service gsm8k-python-tools" in reconciled["message"] and text in reconciled["message"]
+    assert reconciled["observedGeneration"] == 3 and status["message"] == reconciled["message"]
+    assert "RayJob" not in kinds(kube), "what refers to the pool waits for it"
+    with pytest.raises(Exception, match="Service gsm8k-python-tools"):
+        rec.sync(KEY)  # the next retry: the same refusal, no second status write
+    assert len(kube.statuses) == 1
+
+    del kube.fail["Service"]  # the quota raised
+    rec.sync(KEY)
+    reconciled = _reconciled(kube.statuses[-1])
+    assert (reconciled["status"], reconciled["reason"]) == ("True", "ChildrenApplied")
+    assert (kube.statuses[-1]["phase"], kube.statuses[-1]["reason"]) == ("Pending", "RayJobNotCreated")
+    assert {"Service", "RayJob"} <= set(kinds(kube))
+    assert ("Normal", "ChildrenApplied", "every child of the job is applied") in kube.events
+
+
+def test_a_refused_update_of_a_running_jobs_child_keeps_the_phase_and_says_why(world) -> None:
+    rec, kube, indexes = world
+    rec.sync(KEY)
+    running = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "rayClusterName": "c1"}
+    indexes["rayjobs"][KEY] = [rayjob_view(kube.objects[("RayJob", "gsm8k-python")] | {"status": running})]
+    rec.sync(KEY)
+    assert kube.statuses[-1]["phase"] == "Running"
+    kube.fail["Deployment"] = ApiError(
+        422, "Invalid", 'Deployment.apps "gsm8k-python-tools" is invalid: spec.replicas: Invalid value'
+    )
+    rec.resync()
+    rec.sync(KEY)  # permanent: reported, not raised
+    status = kube.statuses[-1]
+    assert status["phase"] == "Running"
+    reconciled = _reconciled(status)
+    assert (reconciled["status"], reconciled["reason"]) == ("False", "Invalid")
+    assert reconciled["message"].startswith("Deployment gsm8k-python-tools not applied: 422 Invalid:")
+
+
+def test_a_refusal_without_a_reason_gets_a_condition_reason_from_its_http_status(world) -> None:
+    """metav1.Condition's reason is CamelCase ([A-Za-z][A-Za-z0-9_,:]*): a proxy's non-JSON 403 or
+    a 502 has no Kubernetes reason, and its status code is not a valid one."""
+    rec, kube, _ = world
+    kube.fail["Service"] = ApiError(403, "", "the API server answered with a non-JSON body: <html>")
+    rec.sync(KEY)  # a 403 that is no quota: permanent
+    assert _reconciled(kube.statuses[-1])["reason"] == "Forbidden"
+    rec.state.clear()  # an operator restarted (a 403 waits for a spec change)
+    kube.fail["Service"] = ApiError(502, "", "the API server answered with a non-JSON body: Bad Gateway")
+    for _ in range(2):  # transient: written from its first retry on
+        with pytest.raises(Exception, match="Bad Gateway"):
+            rec.sync(KEY)
+    assert _reconciled(kube.statuses[-1])["reason"] == "BadGateway"
+
+
+def test_a_transient_blip_its_retry_clears_writes_no_status_of_it(world) -> None:
+    rec, kube, _ = world
+    rec.sync(KEY)
+    rec.resync()
+    kube.fail["Role"] = ApiError(409, "Conflict", "the object has been modified")
+    with pytest.raises(ChildError):
+        rec.sync(KEY)
+    del kube.fail["Role"]
+    rec.sync(KEY)
+    assert len(kube.statuses) == 1 and _reconciled(kube.statuses[0])["status"] == "True"
+
+
+def test_a_sync_of_unchanged_inputs_builds_nothing_and_any_changed_input_builds_again(
+    world, monkeypatch
+) -> None:
+    """The builders are pure: while the job, the settings and the RayJob's suspend are what the
+    last sync built from, and every child is applied as built (its watch shows that apply), a sync
+    builds no manifest. Each input, changed, is built from again."""
+    from toolrl_operator import reconcile
+
+    rec, kube, indexes = world
+    builds: list[str] = []
+    real_build = reconcile.build_children
+
+    def counting(job: Job, settings: Settings, live: Live | None = None) -> list[dict[str, Any]]:
+        builds.append(job.name)
+        return real_build(job, settings, live)
+
+    monkeypatch.setattr(reconcile, "build_children", counting)
+    rec.sync(KEY)
+    rec.sync(KEY)  # the operator's own status now shown by the index: read, built once more
+    job = indexes["jobs"][KEY][0]
+    job["status"] = copy.deepcopy(kube.statuses[-1])
+    rec.sync(KEY)
+    builds.clear()
+    for _ in range(3):
+        rec.sync(KEY)
+    job["metadata"]["resourceVersion"] = "written-by-someone"  # e.g. its own status write, seen
+    rec.sync(KEY)
+    assert builds == [] and len(kube.statuses) <= 2, "unchanged: nothing built, nothing written"
+    job["status"]["progress"] = {"step": 3, "totalSteps": 10}  # the trainer's write: no builder reads it
+    job["status"]["conditions"].append({"type": "AutoscalerHealthy", "status": "True"})
+    rec.sync(KEY)
+    assert builds == [], "a status field no builder reads builds nothing"
+
+    rec.child_seen(KEY, "Deployment", "gsm8k-python-tools", "999", deleted=False)  # drift
+    rec.sync(KEY)
+    assert len(builds) == 1 and kinds(kube)[-1] == "Deployment"
+    builds.clear()
+    job["status"]["toolPool"]["desiredReplicas"] = 3  # the autoscaler's write
+    rec.sync(KEY)
+    assert len(builds) == 1
+    [deployment] = [m for m in kube.applied[-1:] if m["kind"] == "Deployment"]
+    assert deployment["spec"]["replicas"] == 3
+    job["spec"]["toolPool"]["targetConcurrencyPerReplica"] = 7  # a spec edit
+    job["metadata"]["generation"] = 4
+    rec.sync(KEY)
+    assert len(builds) == 2
+    rec.settings = Settings(prometheus_url="http://prometheus:9090")
+    rec.sync(KEY)
+    assert len(builds) == 3
+    rec.resync()  # a resync applies every child: built
+    rec.sync(KEY)
+    assert len(builds) == 4
+
+
+def test_the_pod_watch_keeps_the_ready_pool_pods_and_ray_heads_for_the_autoscaler(world) -> None:
+    """What the autoscaler scrapes without Prometheus, from the pods' watch events: each ready pod's
+    IP, not an unready one's, not a terminating one's; Ray heads apart from workers."""
+    import asyncio
+
+    import kopf
+    from toolrl_operator.handlers import pod_event
+
+    rec, _, _ = world
+    memo = kopf.Memo(reconciler=rec)
+
+    def pod(name: str, component: str, ready: bool, ip: str | None = "127.65.0.9", **labels: str) -> None:
+        labels = {"toolrl.dev/job": KEY[1], "app.kubernetes.io/component": component, **labels}
+        meta: dict[str, Any] = {"name": name, "labels": labels}
+        if name.endswith("-old"):
+            meta["deletionTimestamp"] = "2026-12-06T00:00:00Z"
+        status = {"phase": "Running", "conditions": [{"type": "Ready", "status": str(ready)}]}
+        body = {"metadata": meta, "spec": {"containers": [{"name": "c"}]}, "status": {**status, "podIP": ip}}
+        asyncio.run(pod_event(type="MODIFIED", body=body, namespace=KEY[0], labels=labels, memo=memo))
+
+    pod("tools-b", "tool-pool", True, "127.65.0.2")
+    pod("tools-a", "tool-pool", True, "127.65.0.1")
+    pod("tools-c", "tool-pool", False)
+    pod("tools-old", "tool-pool", True)
+    pod("tools-new", "tool-pool", True, None)  # no IP yet
+    pod(
+        "c1-head-x",
+        "trainer",
+        True,
+        "127.65.1.1",
+        **{"ray.io/node-type": "head", "ray.io/group": "headgroup"},
+    )
+    pod("c1-worker-y", "trainer", True, "127.65.1.2", **{"ray.io/node-type": "worker", "ray.io/group": "gpu"})
+    assert rec.ready_pods(KEY) == (
+        [("tools-a", "127.65.0.1"), ("tools-b", "127.65.0.2")],
+        [("c1-head-x", "127.65.1.1")],
+    )
+    pod("tools-a", "tool-pool", False)  # no longer ready
+    assert rec.ready_pods(KEY)[0] == [("tools-b", "127.65.0.2")]
+    assert rec.ready_pods(("rl", "other")) == ([], [])

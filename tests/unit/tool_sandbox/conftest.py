@@ -158,10 +158,13 @@ def non_root_server(
 
 @pytest.fixture
 @process_tier
-def make_pod_server() -> Iterator[Callable[..., SandboxProcess]]:
-    """Start a server as in its pod (non_root_server) with extra CLI flags; stopped after the test."""
+def make_pod_server(debian_python: str) -> Iterator[Callable[..., SandboxProcess]]:
+    """Start a server as in its pod (non_root_server, on the session's debian_python) with extra CLI
+    flags; stopped after the test."""
     with contextlib.ExitStack() as stack:
-        yield lambda *args, tools=None: stack.enter_context(non_root_server(*args, tools=tools))
+        yield lambda *args, tools=None: stack.enter_context(
+            non_root_server(*args, tools=tools, python=debian_python)
+        )
 
 
 @pytest.fixture(scope="session")
@@ -183,3 +186,27 @@ def debian_root_server(debian_python: str) -> Iterator[SandboxProcess]:
             yield running
         finally:
             running.stop()
+
+
+@contextlib.contextmanager
+def _server_in_mode(
+    mode: str, *args: str, tools: list[dict] | None = None, python: str | None = None
+) -> Iterator[SandboxProcess]:
+    if mode == "pod":
+        with non_root_server(*args, tools=tools, python=python) as running:
+            yield running
+        return
+    with searchable_directory("toolrl-sandbox-") as root:
+        running = start_server(root, *args, tools=tools, **({"python": python} if python else {}))
+        try:
+            yield running
+        finally:
+            running.stop()
+
+
+@pytest.fixture(scope="session")
+def server_in_mode() -> Callable[..., contextlib.AbstractContextManager[SandboxProcess]]:
+    """`server_in_mode(mode, *flags, tools=..., python=...)`: a context manager running a server as
+    root ("root": a uid per child) or as in its pod ("pod": non_root_server), from `python` (a
+    debian_python, whose standard library the children's uids can read)."""
+    return _server_in_mode

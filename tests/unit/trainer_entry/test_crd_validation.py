@@ -69,7 +69,7 @@ def full_spec(**changes: Any) -> dict[str, Any]:
 
 
 def gpu_spec(cpu: str) -> dict[str, Any]:
-    """A valid colocate-async spec on 8 GPUs whose workers have `cpu` CPUs (the rule wants > 23)."""
+    """A valid colocate-async spec on 8 GPUs whose workers have `cpu` CPUs (the rule wants > 25)."""
     workers = {"gpusPerWorker": 8, "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": cpu}}}
     return full_spec(
         trainer={"mode": "colocate-async"},
@@ -120,7 +120,7 @@ def test_every_compiled_rule_evaluates_to_true_on_valid_specs_with_every_place_p
     escaping mistake or a type cel-python does not take would be an error here)."""
     validator = crd_validator()
     evaluated: set[str] = set()
-    for spec in (full_spec(), gpu_spec("24")):
+    for spec in (full_spec(), gpu_spec("26")):
         assert validator.errors(spec) == []
         for compiled in validator.rules:
             for _path, value in _places(validator.schema, spec, compiled.rule.where, "spec"):
@@ -180,6 +180,19 @@ def test_every_compiled_rule_evaluates_to_true_on_valid_specs_with_every_place_p
         ),
         ({"data": {"trainFiles": ["/data/t.parquet"], "volume": {"hostPath": {"path": "/"}}}},
          "!has(self.hostPath)", "spec.data.volume"),
+        (
+            {"reward": {"preset": "math", "overlongPenalty": {"enabled": True}}},
+            "!self.reward.overlongPenalty.enabled || has(self.reward.overlongPenalty.bufferLength)",
+            "spec",
+        ),
+        (
+            {"reward": {"preset": "math", "overlongPenalty": {"enabled": True, "bufferLength": 2048}}},
+            (
+                "self.reward.overlongPenalty.bufferLength < self.data.maxResponseLength",
+                "reward.overlongPenalty.bufferLength must",
+            ),
+            "spec",
+        ),
     ],
 )
 def test_an_invalid_spec_is_refused_with_the_crds_message(changes, rule, place) -> None:
@@ -192,13 +205,39 @@ def test_an_invalid_spec_is_refused_with_the_crds_message(changes, rule, place) 
     assert str(refused.value) == expected
 
 
-def test_a_gpu_worker_needs_three_cpus_per_gpu_by_its_quantity() -> None:
+def test_dapos_knobs_are_bounded_by_the_crd() -> None:
+    """clipRatio.low in (0, 1), high above 0, lossAggregation one of verl's modes, the penalty's factor above
+    0; the overlong penalty's buffer fits in the response (issue 38)."""
     validator = crd_validator()
-    assert validator.errors(gpu_spec("24")) == []
-    assert validator.errors(gpu_spec("24000m")) == []
-    assert validator.errors(gpu_spec("23500m")) == []  # Ray rounds a CPU limit up: 24
-    (error,) = validator.errors(gpu_spec("23"))
-    assert error.startswith("spec.cluster.workers.resources: cluster.workers.resources: a GPU worker needs")
+    dapo = {"totalEpochs": 1, "clipRatio": {"low": 0.2, "high": 0.28}, "lossAggregation": "token-mean"}
+    overlong = {"enabled": True, "bufferLength": 2047, "penaltyFactor": 1.0}
+    math = {"preset": "math", "overlongPenalty": overlong}
+    assert validator.errors(full_spec(algorithm=dapo, reward=math)) == []
+    disabled = {"preset": "math", "overlongPenalty": {"bufferLength": 4096}}  # no penalty: no bound
+    assert validator.errors(full_spec(reward=disabled)) == []
+    bad = {"totalEpochs": 1, "clipRatio": {"low": 1.0, "high": 0}, "lossAggregation": "seq-sum"}
+    no_penalty = {"enabled": True, "bufferLength": 8, "penaltyFactor": 0}
+    math["overlongPenalty"] = no_penalty
+    errors = validator.errors(full_spec(algorithm=bad, reward=math))
+    assert "spec.algorithm.clipRatio.low: must be < 1, got 1.0" in errors
+    assert "spec.algorithm.clipRatio.high: must be > 0, got 0" in errors
+    modes = "token-mean, seq-mean-token-sum, seq-mean-token-mean"
+    assert f"spec.algorithm.lossAggregation: unknown value 'seq-sum'; use one of {modes}" in errors
+    assert "spec.reward.overlongPenalty.penaltyFactor: must be > 0, got 0" in errors
+
+
+def test_a_gpu_worker_needs_three_cpus_per_gpu_plus_two_by_its_quantity() -> None:
+    """Issue 32: 3 CPUs per GPU (the old rule) hangs: a storage unit and the vLLM servers need 2 more."""
+    validator = crd_validator()
+    assert validator.errors(gpu_spec("26")) == []
+    assert validator.errors(gpu_spec("26000m")) == []
+    assert validator.errors(gpu_spec("25500m")) == []  # Ray rounds a CPU limit up: 26
+    for short in ("25", "24"):
+        (error,) = validator.errors(gpu_spec(short))
+        assert error.startswith(
+            "spec.cluster.workers.resources: cluster.workers.resources: a GPU worker needs 3 CPUs per GPU + 2"
+        )
+        assert "3 x gpusPerWorker + 2 or more (26 for 8 GPUs)" in error
     assert Quantity("1.5Gi").value == 1.5 * 1024**3 and Quantity("2e3").value == 2000
 
 

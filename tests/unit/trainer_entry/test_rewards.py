@@ -12,6 +12,7 @@ from trainer_entry.rewards import (
     code_execution,
     compute_score,
     exact_match,
+    math_answer,
     toolbench,
 )
 
@@ -209,3 +210,43 @@ def test_toolbench_knows_finish_in_any_case_as_the_protocol_does(spelling):
     )
     result = toolbench.score(text, WEIGHTS)
     assert (result["finish"], result["answered"], result["function_call"]) == (1.0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("solution", "truth", "correct"),
+    [
+        ("so the answer is \\boxed{\\frac{1}{2}}.", "0.5", True),
+        ("$\\boxed{\\dfrac12}$", "\\frac{1}{2}", True),
+        ("\\boxed{\\sqrt{2}}", "\\sqrt2", True),  # nested braces, shorthand
+        ("\\boxed{1,000}", "1000", True),
+        ("\\boxed{x = 3}", "3", True),
+        ("\\boxed{90^\\circ}", "90", True),
+        ("\\boxed{\\$18.00}", "18", True),
+        ("\\boxed{50\\%}", "50", True),
+        ("\\boxed{\\text{(B)}}", "(B)", True),
+        ("\\boxed 7", "7", True),
+        ("\\boxed{\\left( 1, 2 \\right)}", "(1,2)", True),
+        ("first \\boxed{3}, then on reflection \\boxed{4}", "4", True),  # the last box is the answer
+        ("first \\boxed{3}, then on reflection \\boxed{4}", "3", False),
+        ("\\boxed{-3}", "3", False),
+        ("\\boxed{12}", "21", False),
+        ("\\boxed{\\frac{1}{3}}", "0.33", False),
+        ("\\boxed{4", "4", False),  # never closed: no answer
+        ("\\boxed{5}", "The sum is \\boxed{5}.", True),  # a ground truth that is a boxed solution
+        ("\\boxed{5}", 5, True),  # a number from the data
+    ],
+)
+def test_math_takes_the_last_boxed_answer_and_compares_it_normalised(solution, truth, correct):
+    result = math_answer.score(solution, truth)
+    boxed = float(solution != "\\boxed{4")  # an unclosed box is no answer
+    assert result == {"score": float(correct), "correct": float(correct), "format": boxed}
+
+
+def test_math_without_a_boxed_answer_scores_0_and_says_so():
+    assert math_answer.score("The answer is 4.", "4") == {"score": 0.0, "correct": 0.0, "format": 0.0}
+
+
+async def test_the_math_preset_is_scored_through_compute_score():
+    use_sink(Sink(local=TrainerMetrics()))
+    result = await compute_score("math", "thus \\boxed{\\frac{3}{4}}", "0.75", {}, preset="math")
+    assert result == {"score": 1.0, "correct": 1.0, "format": 1.0}

@@ -1,7 +1,6 @@
 """The run command: dry run, generated working_dir, custom reward file, bounded wait for the pool."""
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
@@ -16,7 +15,6 @@ from trainer_entry.run import (
     check_model,
     describe,
     explain_ray_failure,
-    placement_shortfall,
     wait_for_pool,
     write_workdir,
 )
@@ -50,7 +48,7 @@ def test_dry_run_prints_the_verl_call_and_files(tmp_path, capsys, monkeypatch):
         )
     )
     monkeypatch.setenv("TOOLRL_TOOL_POOL_URL", "http://j-tools.rl.svc:8080")
-    assert main(["run", "--spec", str(spec), "--dry-run"]) == 0
+    assert main(["run", "--spec", str(spec), "--dry-run", "--overrides"]) == 0
     out = capsys.readouterr().out
     assert "python -m verl.trainer.main_ppo" in out
     assert "actor_rollout_ref.rollout.agent.default_agent_loop=toolrl_react" in out
@@ -450,35 +448,6 @@ def test_a_run_that_saves_checkpoints_must_be_able_to_write_them(tmp_path):
     check_checkpoint_dir(-1, str(blocked / "ckpt"))  # never saves: nothing to write
     check_checkpoint_dir(20, str(tmp_path / "ns" / "job"))
     assert (tmp_path / "ns" / "job").is_dir() and not list((tmp_path / "ns" / "job").iterdir())
-
-
-def test_a_gpu_worker_too_small_for_verls_placement_group_fails_the_run_with_the_fix():
-    """verl's placement group waits forever (no timeout) for 3 CPUs per GPU; Ray's nodes show it."""
-    head = {"Alive": True, "NodeManagerAddress": "10.0.0.1", "Resources": {"CPU": 4.0}}
-    small = {"Alive": True, "NodeManagerAddress": "10.0.0.2", "Resources": {"CPU": 8.0, "GPU": 4.0}}
-    gone = {"Alive": False, "NodeManagerAddress": "10.0.0.3", "Resources": {"CPU": 1.0, "GPU": 8.0}}
-    enough = {"Alive": True, "NodeManagerAddress": "10.0.0.4", "Resources": {"CPU": 24.0, "GPU": 8.0}}
-    assert placement_shortfall([head, enough, gone]) is None
-    assert placement_shortfall([head, small, enough]) == (
-        "verl's placement group needs 3 CPUs per GPU on each worker and would wait forever: 10.0.0.2 has "
-        "8 CPUs for 4 GPUs. Raise cluster.workers.resources' cpu limit (or request, without a limit) to "
-        "3 x gpusPerWorker or more"
-    )
-
-
-def test_the_cpus_per_gpu_are_verls_and_the_crds():
-    from trainer_entry.translate import VERL_CPUS_PER_GPU
-    from verl.single_controller.ray.base import ResourcePoolManager
-
-    assert ResourcePoolManager.max_colocate_count == VERL_CPUS_PER_GPU
-    crd = yaml.safe_load(
-        (Path(__file__).resolve().parents[3] / "crds" / "toolrl.dev_toolrljobs.yaml").read_text()
-    )
-    (version,) = crd["spec"]["versions"]
-    rules = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"]
-    (rule,) = [r for r in rules if "cpu" in r["rule"]]
-    assert rule["rule"].count(f"{VERL_CPUS_PER_GPU} * self.cluster.workers.gpusPerWorker - 1") == 2
-    assert f"at least {VERL_CPUS_PER_GPU} CPUs per GPU" in rule["message"]
 
 
 @pytest.mark.parametrize("as_raised", ["task error", "as ray.get raises it"])

@@ -473,3 +473,76 @@ def test_an_mcp_entry_offers_the_remote_tools_the_pool_serves_with_their_schemas
     parsed = OpenAIFunctionToolSchema.model_validate(add["tool_schema"])  # what verl's loader makes of it
     assert parsed.function.parameters.required == ["a"]
     assert pool_input("mcp", {"a": 1}, {"ignored": 1}) == {"a": 1}
+
+
+DAPO_ALGORITHM = {
+    "advantageEstimator": "grpo",
+    "rolloutsPerPrompt": 4,
+    "trainBatchSize": 64,
+    "totalEpochs": 1,
+    "clipRatio": {"low": 0.2, "high": 0.28},
+    "lossAggregation": "seq-mean-token-mean",
+}
+OVERLONG = {"enabled": True, "bufferLength": 512, "penaltyFactor": 0.5}
+
+
+def test_clip_higher_and_loss_aggregation_land_on_the_actors_keys():
+    """DAPO's clip-higher and the loss aggregation as typed fields (issue 38); the CRD's defaults are
+    verl's."""
+    cfg = composed(job(algorithm=DAPO_ALGORITHM))
+    actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    assert (actor.clip_ratio_low, actor.clip_ratio_high) == (0.2, 0.28)
+    assert actor.loss_agg_mode == "seq-mean-token-mean"
+    assert cfg.critic.loss_agg_mode == "seq-mean-token-mean"  # verl's critic follows the actor's
+    defaults = composed(job()).actor_rollout_ref.actor
+    verl = verl_config.compose([]).actor_rollout_ref.actor
+    for key in ("clip_ratio_low", "clip_ratio_high", "loss_agg_mode"):
+        assert defaults[key] == verl[key], key
+
+
+class _Tokens:
+    def decode(self, ids, skip_special_tokens=True):
+        return "the answer is \\boxed{4}"
+
+
+async def test_the_overlong_penalty_is_applied_by_verls_dapo_reward_manager_as_composed():
+    """spec.reward.overlongPenalty -> verl's dapo reward manager and its reward_kwargs keys, as verl 0.9.1
+    reads them: its own run_single on a 1280-token response of a job with maxResponseLength 1536 and a
+    512-token buffer loses 0.5 x (1280 - 1024) / 512 = 0.125 of a score of 1."""
+    import numpy as np
+    import torch
+    from verl import DataProto
+    from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
+
+    off = composed(job())  # no penalty: verl's naive manager, which adds num_turns etc. to extra_info
+    assert off.reward.reward_manager.name == "naive" and "reward_kwargs" not in off.reward
+    cfg = composed(job(algorithm=DAPO_ALGORITHM, reward={"preset": "math", "overlongPenalty": OVERLONG}))
+    assert cfg.reward.reward_manager.name == "dapo"
+    assert dict(cfg.reward.reward_kwargs.overlong_buffer_cfg) == {
+        "enable": True,
+        "len": 512,
+        "penalty_factor": 0.5,
+        "log": False,
+    }
+    assert cfg.reward.reward_kwargs.max_resp_len == 1536  # spec.data.maxResponseLength
+
+    def score(data_source, solution_str, ground_truth, extra_info):
+        return {"score": 1.0}
+
+    manager = get_reward_manager_cls(cfg.reward.reward_manager.name)(cfg, _Tokens(), score)
+    prompt, response, valid = 8, 1536, 1280
+    data = DataProto.from_dict(
+        tensors={
+            "responses": torch.ones(1, response, dtype=torch.long),
+            "attention_mask": torch.cat(
+                [torch.ones(1, prompt + valid), torch.zeros(1, response - valid)], dim=1
+            ).long(),
+        },
+        non_tensors={
+            "data_source": np.array(["math"], dtype=object),
+            "reward_model": np.array([{"ground_truth": "4"}], dtype=object),
+            "extra_info": np.array([{}], dtype=object),
+        },
+    )
+    result = await manager.run_single(data)
+    assert float(result["reward_score"]) == pytest.approx(1.0 - 0.5 * (1280 - 1024) / 512)

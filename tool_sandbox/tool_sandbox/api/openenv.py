@@ -335,7 +335,17 @@ def routes(service: Service) -> web.RouteTableDef:
                 "error": f"{limit} OpenEnv sessions are open (one per sandbox session); close one or retry"
             }
             return json_response(answer, 429, {"Retry-After": "5"})
-        socket = web.WebSocketResponse(max_msg_size=service.settings.max_body_bytes)
+        settings = service.settings
+        socket = web.WebSocketResponse(
+            max_msg_size=settings.max_body_bytes,
+            # no permessage-deflate: a compressed frame is a protocol error (a 30 KiB frame inflated to
+            # ~850 MiB of parsed JSON), as compressed HTTP bodies get 415
+            compress=False,
+            # a client that stops answering pings (its pod gone without closing) is closed, and one
+            # silent for as long as an idle session lives too: neither keeps an OpenEnv slot
+            heartbeat=settings.ws_heartbeat_seconds,
+            receive_timeout=settings.session_idle_seconds,
+        )
         await socket.prepare(request)
         episode = Episode(service)
         sockets += 1
@@ -350,6 +360,8 @@ def routes(service: Service) -> web.RouteTableDef:
                 if answer is None:
                     break
                 await socket.send_str(answer)
+        except TimeoutError:  # nothing received for session_idle_seconds
+            pass
         finally:
             sockets -= 1
             await asyncio.shield(episode.close())

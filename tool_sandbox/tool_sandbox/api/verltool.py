@@ -212,8 +212,9 @@ async def _observe(service: Service, step: Step, caller: str) -> tuple[str, bool
         return "", False, False, None
     kind, text = call
     names = [n for n, t in service.tools.items() if t.type == kind]
-    if not names:
-        return f"[no {kind} tool in this pool]", False, False, outcome.FAULT_INFRA
+    if not names:  # the model chose a tag for a tool this pool lacks: its failure, not the pool's
+        why = f"this pool has no {kind} tool; it serves {', '.join(service.tools)}"
+        return f"[{outcome.ERROR}: {why}]", False, False, outcome.FAULT_CODE
     try:
         if kind == "python":
             tool = service.tools[names[0]]

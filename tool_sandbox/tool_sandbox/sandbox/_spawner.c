@@ -20,7 +20,9 @@
  *                     that slot's child has been reaped (status: its wait status), 2 when it
  *                     stopped (a session's cell ended: status is the stop signal), 0 when it could
  *                     not be forked (status: errno), 3 when a thread of its call was refused because
- *                     the worker's task budget was used up (by all its children together).
+ *                     the worker's task budget was used up by the others (the child itself held less
+ *                     than its fair share, the budget over the children alive; one holding more is
+ *                     refused for its own doing: no event).
  *
  * Tasks of a call: a child's threads are bounded by the forker, not by RLIMIT_NPROC (which counts
  * every task of a uid, and children share the server's uid in a pod). Each child installs a seccomp
@@ -369,6 +371,16 @@ static int budget_allows(struct child_state *children, int slots, int more) {
     return tasks_counted + more <= tasks_budget;
 }
 
+/* A child's fair share of the budget, once it has run out: the budget over the children alive. Had
+   every child held at most this, it would not have run out, so one refused while it holds this much
+   is itself among those that used it up. */
+static long fair_share(const struct child_state *children, int slots) {
+    long alive = 0;
+    for (int slot = 0; slot < slots; slot++) alive += children[slot].pid > 0;
+    long share = tasks_budget / (alive > 0 ? alive : 1);
+    return share > 1 ? share : 1;
+}
+
 static void answer_clone(int sock, struct child_state *children, int slots, int slot) {
     struct child_state *child = &children[slot];
     struct seccomp_notif request;
@@ -389,9 +401,9 @@ static void answer_clone(int sock, struct child_state *children, int slots, int 
             answer.error = 0;
             child->counted++; /* counted before it runs: the budget is never overrun between counts */
             tasks_counted++;
-        } else {
+        } else if (threads < fair_share(children, slots)) {
             reply(sock, slot, EVENT_PRESSED, 0, 0.0); /* refused for others' tasks: not its code's doing */
-        }
+        } /* else it holds its fair share itself (its own threads): its code's doing, like its own limit */
     }
     if (ioctl(child->listener, SECCOMP_IOCTL_NOTIF_SEND, &answer) != 0 && errno == EINVAL && answer.flags) {
         answer.flags = 0; /* a kernel without SECCOMP_USER_NOTIF_FLAG_CONTINUE (< 5.5): refuse */

@@ -41,6 +41,10 @@ class WorkerLost(Exception):
     """The worker serving a call or session exited."""
 
 
+class CallTooLarge(Exception):
+    """The call's own content (code, stdin, files) does not fit the worker frame: the caller's to shrink."""
+
+
 @dataclass
 class _Worker:
     index: int
@@ -147,7 +151,10 @@ class Pool:
         frame = wire.encode({**message, "id": call_id})
         if len(frame) > wire.HEADER_SIZE + wire.MAX_FRAME:
             worker.pending.pop(call_id, None)
-            raise WorkerLost(f"the call is larger than {wire.MAX_FRAME} bytes once encoded; send less")
+            raise CallTooLarge(
+                f"the call is {len(frame)} bytes once encoded for the sandbox, over its limit of"
+                f" {wire.MAX_FRAME}; send less code, input or files"
+            )
         worker.process.stdin.write(frame)
         wait = float(message.get("timeout", 0.0)) + ANSWER_GRACE_SECONDS
         if message.get("op") in ("close", "ping"):

@@ -29,7 +29,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from tool_sandbox.sandbox import forker, landlock, layers, outcome, seccomp, semlock, tree, wire
+from tool_sandbox.sandbox import forker, landlock, layers, outcome, refusals, seccomp, semlock, tree, wire
 from tool_sandbox.sandbox.libc import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, prctl, set_name
 
 PRELOAD = (
@@ -991,6 +991,7 @@ def main() -> None:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
     semlock.install()  # multiprocessing's locks without /dev/shm, for the children's threads
+    refusals.install()  # what the sandbox refuses (chmod, new processes) said in the error
     settings["slots"] = slots = min(int(settings.get("slots", 64)), UIDS_PER_LEASE)
     uid_base = settings.get("uidBase") if os.geteuid() == 0 else None
     lease = claim_lease(settings["workdir"], uid_base)

@@ -19,6 +19,7 @@ import jsonschema
 from tool_sandbox.config import ConfigError, ServerSettings, ToolConfig
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.sandbox.pool import Pool
+from tool_sandbox.tools.arguments import argument_problems, remote_references, validator
 from tool_sandbox.tools.base import Tool, ToolInputError, ToolResult
 from tool_sandbox.tools.python import PythonTool
 
@@ -68,6 +69,12 @@ def check_parameters(schema: Any, where: str) -> None:
         raise ConfigError(
             f"{where}.parameters: not a valid JSON schema: {exc.message}; fix the schema"
         ) from exc
+    remote = remote_references(schema)
+    if remote:
+        raise ConfigError(
+            f"{where}.parameters: $ref {remote[0]!r} points outside the schema; the pool fetches no schema"
+            " (it would at every call): put the definition under $defs and refer to it as #/$defs/..."
+        )
 
 
 class FunctionResult(ToolResult):
@@ -107,7 +114,7 @@ class FunctionTool(Tool):
         super().__init__(config)
         self.function_name: str = config.function.get("name") or config.name
         self.input_schema = config.parameters
-        self.validator = jsonschema.Draft202012Validator(config.parameters)
+        self.validator = validator(config.parameters)
         self.sandbox = PythonTool(config, pool, settings)  # its limits and its way of running a program
         self.files: dict[str, str] = {}
 
@@ -136,11 +143,11 @@ class FunctionTool(Tool):
     async def execute(self, payload: Any, timeout: float | None) -> ToolResult:
         if not isinstance(payload, dict):
             raise ToolInputError("input of a function tool must be a JSON object of the function's arguments")
-        said = argument_problems(self.validator, payload)
+        said = await argument_problems(self.validator, payload, self.effective_timeout(timeout))
         if said:
             message = f"invalid arguments for {self.name}: {said}"
             return ToolResult(status=outcome.ERROR, stderr=message, message=message, fault=outcome.FAULT_CODE)
-        return await self._run(json.dumps(payload), timeout)
+        return await self._run(_json(payload), timeout)
 
     async def _run(self, arguments: str, timeout: float | None = None) -> ToolResult:
         stdin = f"{self.function_name}\n{arguments}"
@@ -150,12 +157,12 @@ class FunctionTool(Tool):
         return FunctionResult(**vars(result))
 
 
-def argument_problems(validator: jsonschema.protocols.Validator, arguments: Any) -> str:
-    """What is wrong with a call's arguments by its tool's schema (the first five), or ""."""
-    problems = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
-    return "; ".join(_problem(e) for e in problems[:5])
-
-
-def _problem(error: jsonschema.ValidationError) -> str:
-    where = "/".join(str(p) for p in error.absolute_path)
-    return f"{where}: {error.message}" if where else error.message
+def _json(arguments: dict[str, Any]) -> str:
+    """The arguments as JSON for the runner: UTF-8 as sent (\\u escapes of non-ASCII text, escaped
+    again in the worker frame, made a 19 MiB body overflow it), escapes only for lone surrogates."""
+    text = json.dumps(arguments, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(arguments)
+    return text

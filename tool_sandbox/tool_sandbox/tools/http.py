@@ -13,6 +13,7 @@ import aiohttp
 
 from tool_sandbox.config import ConfigError, ToolConfig
 from tool_sandbox.sandbox import outcome
+from tool_sandbox.tools.arguments import argument_problems
 from tool_sandbox.tools.base import Tool, ToolInputError, ToolResult
 
 
@@ -33,6 +34,9 @@ class RateLimiter:
         self.updated = now
         self.tokens -= 1.0
         return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
+
+
+NOTHING = (b"", 0)  # an answer's body as _read gives it: none
 
 
 def backoff(attempt: int, base: float) -> float:
@@ -69,13 +73,16 @@ class HttpTool(Tool):
     async def execute(self, payload: Any, timeout: float | None) -> ToolResult:
         if not isinstance(payload, dict | list):
             raise ToolInputError("input of an http tool must be a JSON object (sent as the request body)")
+        said = await argument_problems(None, payload, self.effective_timeout(timeout))
+        if said:
+            return self._result(outcome.ERROR, NOTHING, time.monotonic(), said, fault=outcome.FAULT_CODE)
         assert self.client is not None
         seconds = self.effective_timeout(timeout)
         started = time.monotonic()
         wait = self.limiter.delay()
         if wait > seconds:
             return self._result(
-                outcome.REJECTED, "", started, f"rate limit of {self.config.rate_limit_per_second}/s"
+                outcome.REJECTED, NOTHING, started, f"rate limit of {self.config.rate_limit_per_second}/s"
             )
         await asyncio.sleep(wait)
         deadline = started + seconds  # one deadline for all attempts and the pauses between them
@@ -86,7 +93,7 @@ class HttpTool(Tool):
                 if time.monotonic() + pause >= deadline:
                     return self._result(
                         outcome.TIMEOUT,
-                        "",
+                        NOTHING,
                         started,
                         f"{last}; no time left for a retry within {seconds}s",
                         fault=outcome.FAULT_INFRA,
@@ -97,7 +104,7 @@ class HttpTool(Tool):
                 async with self.client.post(
                     self.config.url, json=payload, timeout=aiohttp.ClientTimeout(total=left)
                 ) as response:
-                    body = await response.text(errors="replace")
+                    body = await self._read(response)
                     if response.status < 500:
                         ok = response.status < 400
                         return self._result(
@@ -111,7 +118,7 @@ class HttpTool(Tool):
             except TimeoutError:
                 return self._result(
                     outcome.TIMEOUT,
-                    "",
+                    NOTHING,
                     started,
                     f"no answer within {seconds}s after {attempt + 1} attempt(s)",
                     fault=outcome.FAULT_INFRA,
@@ -119,21 +126,33 @@ class HttpTool(Tool):
             except aiohttp.ClientError as exc:
                 last, status = f"{type(exc).__name__}: {exc} after {attempt + 1} attempt(s)", outcome.ERROR
         # the upstream answered 5xx or not at all on every attempt: its failure, not the model's
-        return self._result(status, "", started, last, fault=outcome.FAULT_INFRA)
+        return self._result(status, NOTHING, started, last, fault=outcome.FAULT_INFRA)
+
+    async def _read(self, response: aiohttp.ClientResponse) -> tuple[bytes, int]:
+        """The first maxOutputBytes of an answer's body and the body's size: the rest is read and
+        dropped as it comes (a 200 MiB answer read whole cost the server ~1 GiB)."""
+        limit, kept, total = self.config.max_output_bytes, bytearray(), 0
+        async for chunk in response.content.iter_any():
+            total += len(chunk)
+            if len(kept) < limit:
+                kept += chunk[: limit - len(kept)]
+        return bytes(kept), total
 
     def _result(
         self,
         status: str,
-        body: str,
+        body: tuple[bytes, int],
         started: float,
         message: str,
         code: int | None = None,
         fault: str | None = None,
     ) -> ToolResult:
-        text = _pretty(body)
-        raw = text.encode()
+        kept, total = body
         limit = self.config.max_output_bytes
-        output, truncated = outcome.cap_output(raw[:limit], len(raw), limit)
+        if total <= limit:  # whole: JSON made compact, an API's quoted lone surrogate kept readable
+            raw = _pretty(kept.decode("utf-8", "replace")).encode("utf-8", "surrogatepass")
+            kept, total = raw[:limit], len(raw)
+        output, truncated = outcome.cap_output(kept, total, limit)
         return ToolResult(
             status=status,
             output=output,

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tool_sandbox.config import ServerSettings, ToolConfig
+from tool_sandbox.sandbox import outcome
 from tool_sandbox.sandbox.layers import Limits
-from tool_sandbox.sandbox.pool import Pool, WorkerLost, lost_result
+from tool_sandbox.sandbox.pool import CallTooLarge, Pool, WorkerLost, lost_result
 from tool_sandbox.tools.base import Tool, ToolInputError, ToolResult
 
 
@@ -99,6 +100,8 @@ class PythonTool(Tool):
             reply, _, _ = await self.pool.call(message)
         except WorkerLost as exc:
             reply = lost_result(str(exc))
+        except CallTooLarge as exc:
+            return _too_large(exc)
         return _result(reply)
 
     async def open_session(self) -> SessionHandle | ToolResult:
@@ -136,6 +139,8 @@ class PythonTool(Tool):
             reply, _, _ = await self.pool.call(message, handle.worker, handle.generation)
         except WorkerLost as exc:
             reply = lost_result(str(exc))
+        except CallTooLarge as exc:  # nothing was sent: the session goes on
+            return _too_large(exc), True
         return _result(reply), bool(reply.get("sessionAlive", False))
 
     async def close_session(self, handle: SessionHandle) -> None:
@@ -143,6 +148,10 @@ class PythonTool(Tool):
             await self.pool.call(
                 {"op": "close", "session": handle.worker_session}, handle.worker, handle.generation
             )
+
+
+def _too_large(exc: CallTooLarge) -> ToolResult:
+    return ToolResult(status=outcome.ERROR, stderr=str(exc), message=str(exc), fault=outcome.FAULT_CODE)
 
 
 def _result(reply: dict[str, Any]) -> ToolResult:

@@ -28,8 +28,8 @@ import jsonschema
 from tool_sandbox.config import ConfigError, ServerSettings, ToolConfig
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.sandbox.pool import Pool
+from tool_sandbox.tools.arguments import argument_problems, remote_references, validator
 from tool_sandbox.tools.base import Tool, ToolInputError, ToolResult
-from tool_sandbox.tools.function import argument_problems
 from tool_sandbox.tools.http import backoff
 
 # The MCP SDK and its HTTP client are imported where an `mcp` tool uses them, not with this module: every
@@ -217,10 +217,12 @@ class RemoteMcpTool(Tool):
         self.name = served_name(server.name, remote.name)
         self.description = remote.description or f"The tool {remote.name} of the MCP server {server.url}."
         self.input_schema = dict(remote.input_schema or {"type": "object"})
-        self.validator: Any = None  # a schema that is not valid is the server's to check
+        # a schema that is not valid, or refers to others by URL (never fetched), is the server's to check
+        self.validator: Any = None
         try:
             jsonschema.Draft202012Validator.check_schema(self.input_schema)
-            self.validator = jsonschema.Draft202012Validator(self.input_schema)
+            if not remote_references(self.input_schema):
+                self.validator = validator(self.input_schema)
         except jsonschema.SchemaError:
             pass
 
@@ -231,7 +233,10 @@ class RemoteMcpTool(Tool):
         if not isinstance(payload, dict):
             raise ToolInputError(f"input of {self.name} must be a JSON object of the tool's arguments")
         started = time.monotonic()
-        said = argument_problems(self.validator, payload) if self.validator is not None else ""
+        # what the MCP client cannot send (a lone surrogate, deep nesting) is the caller's too
+        said = await argument_problems(
+            self.validator, payload, self.effective_timeout(timeout), surrogates=True
+        )
         if said:
             message = f"invalid arguments for {self.name}: {said}"
             return self._result(outcome.ERROR, "", started, message, outcome.FAULT_CODE)
@@ -273,7 +278,7 @@ class RemoteMcpTool(Tool):
         self, status: str, text: str, started: float, message: str, fault: str | None = None
     ) -> ToolResult:
         """The answer: an ok call's text is its output; a failed one's, with why, its stderr."""
-        raw = text.encode()
+        raw = text.encode("utf-8", "surrogatepass")  # a server may quote a lone surrogate back
         limit = self.config.max_output_bytes
         text, truncated = outcome.cap_output(raw[:limit], len(raw), limit)
         if status == outcome.OK:

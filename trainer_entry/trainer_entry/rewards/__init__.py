@@ -40,7 +40,7 @@ from typing import Any
 
 from trainer_entry.hub import sink
 from trainer_entry.pool_client import CallResult, shared_client
-from trainer_entry.rewards import code_execution, exact_match, toolbench
+from trainer_entry.rewards import code_execution, exact_match, math_answer, toolbench
 
 RUN_TIMEOUT_SECONDS = 30.0
 ANSWER_EXCERPT_CHARS = 120
@@ -151,6 +151,8 @@ async def compute_score(
             )
         elif preset == "exact-match":
             result = exact_match.score(solution_str, ground_truth)
+        elif preset == "math":
+            result = math_answer.score(solution_str, ground_truth)
         elif preset == "toolbench":
             result = toolbench.score(solution_str, weights)
         elif preset == "code-execution":

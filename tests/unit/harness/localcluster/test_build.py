@@ -90,3 +90,39 @@ def test_version_is_stamped_for_clients_that_check_it() -> None:
     assert "-X k8s.io/component-base/version.gitVersion=" + build.KUBERNETES in flags
     minor = build.KUBERNETES.split(".")[1]
     assert f"-X k8s.io/client-go/pkg/version.gitMinor={minor}" in flags
+
+
+def test_a_second_build_waits_for_the_first_and_uses_its_result(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test's fixture asking for the toolchain while `make setup` builds it waits, then finds the
+    cache the first build wrote: one build, never two writing the same staging directory."""
+    import threading
+
+    builds: list[str] = []
+    building = threading.Event()
+    release = threading.Event()
+
+    def slow_build(*args: object, **kwargs: object) -> dict:
+        builds.append("build")
+        building.set()
+        release.wait(10)
+        fake_cache(cache)
+        return {"buildSeconds": 0.0}
+
+    monkeypatch.setattr(build, "_write_k8s_wrapper", lambda *a, **k: "go 1.26")
+    monkeypatch.setattr(build, "_write_single_wrapper", lambda *a, **k: None)
+    monkeypatch.setattr(build, "_build_all", slow_build)
+    monkeypatch.setattr(build, "_ensure_assets", lambda *a, **k: None)
+    results: list[Path] = []
+    first = threading.Thread(target=lambda: results.append(build.ensure_built(verbose=False).bin_dir))
+    first.start()
+    assert building.wait(10)
+    second = threading.Thread(target=lambda: results.append(build.ensure_built(verbose=False).bin_dir))
+    second.start()
+    second.join(0.5)
+    assert second.is_alive(), "the second caller did not wait for the build under way"
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert builds == ["build"] and results == [cache / build.cache_key() / "bin"] * 2, (builds, results)

@@ -9,7 +9,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from harness.localcluster import images, node
+from harness.localcluster import addresses, images, node
 from harness.localcluster.oci import single_file_layer, write_oci_archive
 
 NETWORK = ipaddress.ip_network("198.18.0.0/15")
@@ -29,9 +29,9 @@ def real(tmp_path: Path) -> node.RealNode:
 def test_pods_and_services_live_in_the_benchmarking_range_and_have_no_default_route(
     real: node.RealNode,
 ) -> None:
-    assert ipaddress.ip_network(node.POD_CIDR).subnet_of(NETWORK)
-    assert ipaddress.ip_network(node.SERVICE_CIDR).subnet_of(NETWORK)
-    assert ipaddress.ip_address(node.BRIDGE_IP) in ipaddress.ip_network(node.POD_CIDR)
+    assert ipaddress.ip_network(addresses.NODE_POD_CIDR).subnet_of(NETWORK)
+    assert ipaddress.ip_network(addresses.SERVICE_CIDR).subnet_of(NETWORK)
+    assert ipaddress.ip_address(node.BRIDGE_IP) in ipaddress.ip_network(addresses.NODE_POD_CIDR)
     bridge, _ = real._cni_config()["plugins"]
     assert bridge["isGateway"] is False and bridge["ipMasq"] is False
     assert bridge["ipam"]["routes"] == [{"dst": str(NETWORK), "gw": node.BRIDGE_IP}]  # nothing else
