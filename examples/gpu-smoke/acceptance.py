@@ -20,9 +20,14 @@ never printed). Checks, each printed with its numbers:
   logged vLLM's own engine statistics with a generation throughput above 0 at least once: a line only
   vLLM's stat logger writes, and only after it generated tokens (run.sh turns the statistics on with
   `actor_rollout_ref.rollout.disable_log_stats=false`; verl's default is off). The other checks pass
-  with the hf engine too.
+  with the hf engine too;
+- critic trained (`--estimator gae`): every step updated verl's critic, the value model GAE needs: its
+  value loss (`critic/vf_loss`) finite and its grad norm (`critic/grad_norm`) finite and > 0. verl logs
+  these only for a job with a critic; its `critic/score/...`, `critic/rewards/...` are the reward's, logged
+  by every job, and do not count.
 
-`python acceptance.py --log trainer.log --pool-metrics pool.txt --exit-code 0 --steps 3 [--engine vllm]`;
+`python acceptance.py --log trainer.log --pool-metrics pool.txt --exit-code 0 --steps 3 [--engine vllm]
+[--estimator gae]`;
 exits 0 when every check passes, 1 when one fails, 2 on bad arguments or unreadable inputs.
 """
 
@@ -50,6 +55,12 @@ PROB_DIFF_MEAN = "training/rollout_probs_diff_mean"
 CORRELATION = "training/rollout_actor_probs_pearson_corr"
 UPDATE_WEIGHTS = "timing_s/update_weights"
 GRAD_NORM = "actor/grad_norm"
+# the critic's update (verl.workers.utils.losses.value_loss, verl.workers.engine_workers), logged only when
+# the job has a critic (verl.trainer.ppo.utils.need_critic: adv_estimator gae), and its fit to the returns
+CRITIC_LOSS = "critic/vf_loss"
+CRITIC_GRAD_NORM = "critic/grad_norm"
+CRITIC_EXPLAINED_VAR = "critic/vf_explained_var"
+ESTIMATORS = ("grpo", "gae")
 # vLLM's stat logger (vllm/v1/metrics/loggers.py), in a line Ray forwards from verl's server actor
 # (verl.workers.rollout.vllm_rollout.vllm_async_server.vLLMHttpServer, or a subclass of it)
 VLLM_SERVER_LINE = re.compile(r"^\((?:\w*)vLLMHttpServer pid=\d+(?:, ip=[^)]*)?\) (?P<rest>.*)$")
@@ -127,6 +138,7 @@ def verdict(
     max_prob_diff: float,
     min_correlation: float,
     engine: str = "hf",
+    estimator: str = "grpo",
 ) -> list[Check]:
     steps = parse_steps(log)
     wanted = list(range(1, total_steps + 1))
@@ -176,6 +188,20 @@ def verdict(
                 f"{_show(list(rates)) if rates else 'never'} tokens/s (wanted one above 0)",
             )
         )
+    if estimator == "gae":
+        losses, critic_norms = _each(steps, CRITIC_LOSS), _each(steps, CRITIC_GRAD_NORM)
+        trained = bool(steps) and all(
+            v is not None and math.isfinite(v) and g is not None and math.isfinite(g) and g > 0
+            for v, g in zip(losses, critic_norms, strict=True)
+        )
+        checks.append(
+            Check(
+                "critic trained",
+                trained,
+                f"per step: value loss {_show(losses)}, critic grad norm {_show(critic_norms)}, explained "
+                f"variance {_show(_each(steps, CRITIC_EXPLAINED_VAR))}",
+            )
+        )
     return checks
 
 
@@ -190,6 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--engine", choices=("vllm", "hf"), default="hf", help="the job's engine (vllm: check that it served)"
     )
+    parser.add_argument(
+        "--estimator",
+        choices=ESTIMATORS,
+        default="grpo",
+        help="the job's advantage estimator (gae: check that its critic trained every step)",
+    )
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be at least 1")
@@ -199,7 +231,14 @@ def main(argv: list[str] | None = None) -> int:
         log = args.log.read_text(errors="replace")
         metrics = args.pool_metrics.read_text(errors="replace")
         checks = verdict(
-            args.exit_code, log, metrics, args.steps, args.max_prob_diff, args.min_correlation, args.engine
+            args.exit_code,
+            log,
+            metrics,
+            args.steps,
+            args.max_prob_diff,
+            args.min_correlation,
+            args.engine,
+            args.estimator,
         )
     except (OSError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)

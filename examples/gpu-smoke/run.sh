@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# Acceptance run of the GPU path on one GPU, offline: GRPO steps of a tiny model made here, rollouts by
-# verl's vLLM server with tool calls into a real tool pool, then acceptance.py's verdict (exit code,
-# steps, tool calls counted by the pool, rollout-vs-actor log-prob agreement, weights synced).
+# Acceptance run of the GPU path on one GPU, offline: GRPO (or GAE) steps of a tiny model made here,
+# rollouts by verl's vLLM server with tool calls into a real tool pool, then acceptance.py's verdict (exit
+# code, steps, tool calls counted by the pool, rollout-vs-actor log-prob agreement, weights synced, and
+# with gae the critic's updates).
 # README.md (this directory) says what the machine needs and how to carry the wheels in.
 #
 #   examples/gpu-smoke/run.sh [--wheels DIR] [--work DIR] [--steps N] [--protocol P] [--port N]
-#                             [--engine vllm|hf] [--warm-up-seconds S] [--cpu] [--dry-run]
+#                             [--engine vllm|hf] [--estimator grpo|gae] [--warm-up-seconds S] [--cpu]
+#                             [--dry-run]
 #
 #   --wheels DIR   install the locked stack from DIR first (fetch-wheels.sh), with pip --no-index
 #   --work DIR     where the data, model, logs go (default: a new temporary directory)
-#   --steps N      GRPO steps (default 3)
+#   --steps N      training steps (default 3)
 #   --protocol P   hermes (default), python-tags, tool-tags or react
 #   --port N       the tool pool's port (default 18080)
 #   --engine E     the rollout engine: vllm (default; the path users pay for) or hf (transformers, no
 #                  vLLM needed: the FSDP actor still trains on the GPU)
+#   --estimator A  the job's spec.algorithm.advantageEstimator: grpo (default) or gae (PPO with a critic,
+#                  the value model verl loads from the same model; the verdict then checks it trained)
 #   --warm-up-seconds S  the tiny model's warm-up on the job's prompts (default 300)
 #   --cpu          the same flow on CPUs (engine hf, gpusPerWorker 0): checks this script where no GPU is
 #   --dry-run      check the arguments and the machine, print the job, stop
@@ -21,8 +25,8 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 python="${PYTHON:-python3}"
-wheels="" work="" steps=3 protocol=hermes port=18080 cpu=0 dry=0 engine="" warm_up=300
-usage() { sed -n '6,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+wheels="" work="" steps=3 protocol=hermes port=18080 cpu=0 dry=0 engine="" warm_up=300 estimator=grpo
+usage() { sed -n '7,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "gpu-smoke: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -32,6 +36,7 @@ while [ $# -gt 0 ]; do
     --protocol) [ $# -ge 2 ] || usage; protocol="$2"; shift 2 ;;
     --port) [ $# -ge 2 ] || usage; port="$2"; shift 2 ;;
     --engine) [ $# -ge 2 ] || usage; engine="$2"; shift 2 ;;
+    --estimator) [ $# -ge 2 ] || usage; estimator="$2"; shift 2 ;;
     --warm-up-seconds) [ $# -ge 2 ] || usage; warm_up="$2"; shift 2 ;;
     --cpu) cpu=1; shift ;;
     --dry-run) dry=1; shift ;;
@@ -43,6 +48,7 @@ done
 [[ "$port" =~ ^[1-9][0-9]*$ ]] && [ "$port" -le 65535 ] || die "--port must be a TCP port, got '$port'"
 case "$protocol" in hermes|python-tags|tool-tags|react) ;; *) die "--protocol must be hermes, python-tags, tool-tags or react, got '$protocol'" ;; esac
 case "$engine" in ""|vllm|hf) ;; *) die "--engine must be vllm or hf, got '$engine'" ;; esac
+case "$estimator" in grpo|gae) ;; *) die "--estimator must be grpo or gae, got '$estimator'" ;; esac
 [[ "$warm_up" =~ ^[1-9][0-9]*$ ]] || die "--warm-up-seconds must be a positive integer, got '$warm_up'"
 if [ "$cpu" = 1 ] && [ "$engine" = vllm ]; then
   die "--cpu runs engine hf (vLLM's CPU build is make test's path, not this script's): drop --engine vllm or --cpu"
@@ -76,14 +82,16 @@ PY
 fi
 
 # the job: the template with this run's paths and choices
-"$python" - "$here/job.json" "$work" "$steps" "$protocol" "$engine" "$gpus" > "$work/job.json" <<'PY'
+"$python" - "$here/job.json" "$work" "$steps" "$protocol" "$engine" "$gpus" "$estimator" > "$work/job.json" <<'PY'
 import json, sys
-template, work, steps, protocol, engine, gpus = sys.argv[1:]
+template, work, steps, protocol, engine, gpus, estimator = sys.argv[1:]
 job = json.load(open(template))
 spec = job["spec"]
 spec["model"]["path"] = f"{work}/model"
 spec["data"]["trainFiles"] = [f"{work}/data/train.parquet"]  # Ray actors run in their own directory
 spec["algorithm"]["totalTrainingSteps"] = int(steps)
+# gae: verl adds a critic (a value model loaded from spec.model.path: translate.py's critic.model.path)
+spec["algorithm"]["advantageEstimator"] = estimator
 spec["rollout"].update(protocol=protocol, engine=engine)
 spec["cluster"]["workers"]["gpusPerWorker"] = int(gpus)
 if engine == "vllm":  # vLLM's engine statistics in the log: acceptance.py's proof that vLLM served
@@ -127,7 +135,7 @@ while time.monotonic() < deadline:
 sys.exit("not ready after 120 s")
 PY
 
-phase "training: $steps GRPO steps, engine $engine (log: $work/trainer.log)"
+phase "training: $steps steps of $estimator, engine $engine (log: $work/trainer.log)"
 set +e
 TOOLRL_TOOL_POOL_URL="http://127.0.0.1:$port" TOOLRL_POOL_WAIT_SECONDS=60 VLLM_LOG_STATS_INTERVAL=2 \
   timeout "${SMOKE_TRAIN_TIMEOUT:-1500}" "$python" -m trainer_entry run --spec "$work/job.json" \
@@ -138,7 +146,7 @@ set -e
   > "$work/pool-metrics.txt"
 phase "verdict"
 "$python" "$here/acceptance.py" --log "$work/trainer.log" --pool-metrics "$work/pool-metrics.txt" \
-  --exit-code "$rc" --steps "$steps" --engine "$engine" && verdict=0 || verdict=$?
+  --exit-code "$rc" --steps "$steps" --engine "$engine" --estimator "$estimator" && verdict=0 || verdict=$?
 [ "$rc" = 0 ] || tail -40 "$work/trainer.log" >&2
 phase "done; files in $work"
 exit "$verdict"

@@ -184,6 +184,65 @@ def test_the_cpu_builds_server_subclass_counts_too():
     assert acceptance.vllm_generation(line) == [12.5]
 
 
+def _with_critic(log: str, step: int = 0, key: str = "", value: str | None = None) -> str:
+    """The recorded (GRPO) log with each step's line carrying the critic's metrics as verl logs them for a
+    gae job; at `step`, `key` set to `value` (None: not logged)."""
+    for n in (1, 2):
+        critic = {
+            acceptance.CRITIC_LOSS: "0.0123",
+            acceptance.CRITIC_GRAD_NORM: "0.5",
+            acceptance.CRITIC_EXPLAINED_VAR: "-0.25",
+        }
+        if n == step:
+            critic[key] = value
+        extra = "".join(f" - {k}:{v}" for k, v in critic.items() if v is not None)
+        log = log.replace(_step_line(n), _step_line(n) + extra)
+    return log
+
+
+def test_estimator_gae_needs_the_critic_to_have_trained(tmp_path, capsys):
+    """`--estimator gae`: every other check passes on the recorded run, which has no critic (GRPO: its
+    `critic/score/...` are the reward's), and the critic check fails; with the critic's metrics at every
+    step it passes."""
+    assert run_acceptance(tmp_path, LOG, POOL, 0, 2, "--estimator", "gae") == 1
+    out = capsys.readouterr().out
+    fails = [line for line in out.splitlines() if line.startswith("FAIL")]
+    assert fails == [
+        "FAIL  critic trained: per step: value loss [missing, missing], critic grad norm [missing, missing], "
+        "explained variance [missing, missing]"
+    ], out
+    assert run_acceptance(tmp_path, _with_critic(LOG), POOL, 0, 2, "--estimator", "gae") == 0
+    out = capsys.readouterr().out
+    assert (
+        "PASS  critic trained: per step: value loss [0.0123, 0.0123], critic grad norm [0.5, 0.5], "
+        "explained variance [-0.25, -0.25]"
+    ) in out, out
+    assert out.rstrip().endswith("smoke run: accepted")
+    # grpo (the default) does not look for a critic
+    assert run_acceptance(tmp_path, LOG, POOL, 0, 2) == 0
+    assert "critic trained" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("step", "key", "value"),
+    [
+        (2, acceptance.CRITIC_GRAD_NORM, "0.0"),
+        (1, acceptance.CRITIC_LOSS, "nan"),
+        (2, acceptance.CRITIC_LOSS, "np.float64(inf)"),
+        (1, acceptance.CRITIC_LOSS, None),
+        (2, acceptance.CRITIC_GRAD_NORM, None),
+    ],
+    ids=["no-update", "nan-loss", "inf-loss", "no-loss", "no-grad-norm"],
+)
+def test_a_critic_that_did_not_train_at_every_step_fails(tmp_path, capsys, step, key, value):
+    log = _with_critic(LOG, step, key, value)
+    assert run_acceptance(tmp_path, log, POOL, 0, 2, "--estimator", "gae") == 1
+    out = capsys.readouterr().out
+    assert [line.split(":")[0] for line in out.splitlines() if line.startswith("FAIL")] == [
+        "FAIL  critic trained"
+    ], out
+
+
 def test_the_task_runner_is_trainer_entrys():
     from trainer_entry.runner import _ToolRLTaskRunner
 
@@ -195,6 +254,7 @@ def test_the_task_runner_is_trainer_entrys():
     [
         (["--steps", "0"], "--steps must be at least 1"),
         (["--max-prob-diff", "2"], "--max-prob-diff must be in (0, 1]"),
+        (["--estimator", "ppo"], "argument --estimator: invalid choice: 'ppo'"),
     ],
 )
 def test_acceptance_arguments_are_checked(tmp_path, capsys, argv, message):
@@ -229,6 +289,8 @@ def run_sh(*args, env=None):
         (["--engine", "sglang"], "--engine must be vllm or hf, got 'sglang'"),
         (["--engine", "vllm"], "--cpu runs engine hf"),
         (["--warm-up-seconds", "0"], "--warm-up-seconds must be a positive integer, got '0'"),
+        (["--estimator", "ppo"], "--estimator must be grpo or gae, got 'ppo'"),
+        (["--estimator", "GAE"], "--estimator must be grpo or gae, got 'GAE'"),
     ],
 )
 def test_run_sh_refuses_bad_arguments(args, message):
@@ -253,6 +315,24 @@ def test_run_sh_dry_run_prints_the_job_it_would_run(tmp_path):
     assert gpu["rollout"]["engine"] == "hf"
     template = json.loads((SMOKE / "job.json").read_text())["spec"]
     assert (template["rollout"]["engine"], template["cluster"]["workers"]["gpusPerWorker"]) == ("vllm", 1)
+
+
+def test_run_sh_estimator_gae_gives_the_job_a_critic(tmp_path):
+    """`--estimator gae` sets the job's advantage estimator; verl then trains a critic, a value model loaded
+    from the job's model (translate.py), and the run's verdict checks it trained; grpo is the default."""
+    result = run_sh("--cpu", "--dry-run", "--estimator", "gae", "--work", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    job = json.loads(result.stdout)
+    assert job["spec"]["algorithm"]["advantageEstimator"] == "gae"
+    from trainer_entry.spec import parse_job
+    from trainer_entry.translate import translate
+
+    overrides = translate(parse_job(job), "http://127.0.0.1:18080").overrides
+    assert "algorithm.adv_estimator=gae" in overrides
+    assert f"critic.model.path={tmp_path}/model" in overrides
+    grpo = json.loads(run_sh("--cpu", "--dry-run", "--work", str(tmp_path)).stdout)
+    assert grpo["spec"]["algorithm"]["advantageEstimator"] == "grpo"
+    assert '--estimator "$estimator"' in (SMOKE / "run.sh").read_text(), "the verdict is told the estimator"
 
 
 FAKE_GPU = '''
