@@ -161,6 +161,17 @@ class Service:
         """A call; with a session, one of this kind (the pool's own sessions for /v1/execute:
         VerlTool's trajectories are reachable only through /get_observation)."""
         tool = self.tools[request.tool]
+        if request.sample is not None:
+            if not tool.takes_sample or request.session is not None:
+                where = f"{tool.type} tool {tool.name!r}" if request.session is None else "a session's call"
+                raise RequestError(
+                    f"sample is not taken by {where}: only function tools, outside sessions, take "
+                    "per-sample values (their keyword-only parameters); drop it"
+                )
+            sample = request.sample
+            return await self.admit(
+                tool.name, lambda: tool.execute_with_sample(request.input, sample, request.timeout), protocol
+            )
         if request.session is None:
             return await self.admit(tool.name, lambda: tool.execute(request.input, request.timeout), protocol)
         session = self.sessions.get(request.session, kind)

@@ -196,12 +196,11 @@ class TagAgentLoop(AgentLoopBase):
             return CallResult(status="invalid", error=call.error)
         tool = self.tools.get(call.name)
         if isinstance(tool, PoolTool):
-            context = (tools_kwargs.get(call.name) or {}).get("create_kwargs", {}).get("context")
-            return await tool.run(call.arguments, context)
+            return await tool.run(call.arguments, (tools_kwargs.get(call.name) or {}).get("create_kwargs"))
         for name, candidate in self.tools.items():
             route = _route((tools_kwargs.get(name) or {}).get("create_kwargs", {}), call.name)
             if isinstance(candidate, PoolTool) and route is not None:
-                return await candidate.run({"arguments": call.arguments}, route)
+                return await candidate.run({"arguments": call.arguments}, {"context": route})
         known = sorted(self.tools)
         return CallResult(
             status="invalid",

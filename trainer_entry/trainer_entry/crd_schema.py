@@ -586,7 +586,7 @@ SPEC_SCHEMA: dict[str, Any] = {
                     },
                     "parameters": {
                         "type": "object",
-                        "description": "A function tool's arguments as a JSON schema of an object (the function's keyword arguments); the model sees it, the pool checks each call against it.",
+                        "description": "A function tool's arguments as a JSON schema of an object (the function's keyword arguments); the model sees it, the pool checks each call against it. The function's keyword-only parameters (after *) are not listed: they take the row's per-sample values (extra_info.tools_kwargs.<tool>.create_kwargs), never the model's.",
                         "required": ["type", "properties"],
                         "x-kubernetes-preserve-unknown-fields": True,
                         "x-kubernetes-validations": [{

@@ -169,10 +169,18 @@ class PoolClient:
             return list((await resp.json())["tools"])
 
     async def execute(
-        self, tool: str, payload: Any, timeout_seconds: float | None = None, session: str | None = None
+        self,
+        tool: str,
+        payload: Any,
+        timeout_seconds: float | None = None,
+        session: str | None = None,
+        sample: dict[str, Any] | None = None,
     ) -> CallResult:
-        """Run `tool` with `payload` in the pool; retries transient failures, never raises for them."""
+        """Run `tool` with `payload` (and the row's `sample` values, for a function tool) in the pool;
+        retries transient failures, never raises for them."""
         body: dict[str, Any] = {"tool": tool, "input": payload}
+        if sample:
+            body["sample"] = sample
         limit = timeout_seconds if timeout_seconds is not None else self.request_timeout
         if timeout_seconds is not None:
             body["timeoutSeconds"] = timeout_seconds

@@ -25,6 +25,20 @@ TOOL_FAULTS = "tool_faults"
 REQUIRED_ARGUMENT = {"python": "code", "search": "query", "http": "arguments"}
 
 
+# create_kwargs keys that are ours (data.py's search routes, an http tool's context), never a function's
+OWN_CREATE_KWARGS = ("context", "routes")
+
+
+def pool_sample(tool_type: str, create_kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """A function tool's per-sample values: the row's `create_kwargs` for it (verl's `tools_kwargs`, e.g.
+    the ground truth), sent beside the model's arguments as the call's `sample`; the pool passes them to
+    the function's keyword-only parameters, which the model can neither see nor give."""
+    if tool_type != "function":
+        return None
+    values = {key: value for key, value in create_kwargs.items() if key not in OWN_CREATE_KWARGS}
+    return values or None
+
+
 def pool_input(tool_type: str, parameters: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     """The `input` of `/v1/execute` for one call; raises ValueError with a message for the model."""
     if tool_type in ("function", "mcp"):  # keyword arguments; the pool checks them on the tool's schema
@@ -68,14 +82,23 @@ class PoolTool(BaseTool):
         self._instances[instance_id] = dict(kwargs.get("create_kwargs") or {})
         return instance_id, ToolResponse()
 
-    async def run(self, parameters: dict[str, Any], context: dict[str, Any] | None = None) -> CallResult:
-        """One call; bad arguments are answered without a round trip."""
+    async def run(
+        self, parameters: dict[str, Any], create_kwargs: dict[str, Any] | None = None
+    ) -> CallResult:
+        """One call, with the row's `create_kwargs` for this tool; bad arguments are answered without a
+        round trip."""
+        create_kwargs = create_kwargs or {}
         try:
-            payload = pool_input(self.tool_type, parameters, context or {})
+            payload = pool_input(self.tool_type, parameters, create_kwargs.get("context") or {})
         except ValueError as exc:
             sink().tool_call(self.name, "invalid", 0.0)
             return CallResult(status="invalid", error=str(exc), stderr=f"invalid call of {self.name}: {exc}")
-        return await self.client().execute(self.name, payload, timeout_seconds=self.timeout)
+        return await self.client().execute(
+            self.name,
+            payload,
+            timeout_seconds=self.timeout,
+            sample=pool_sample(self.tool_type, create_kwargs),
+        )
 
     async def execute(
         self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
@@ -83,7 +106,7 @@ class PoolTool(BaseTool):
         """verl's tool_agent (hermes) calls this; the call's outcome and fault go into the trajectory's
         `extra_fields` (verl passes its AgentData), where agent_loop.HermesAgentLoop looks for them."""
         start = time.perf_counter()
-        result = await self.run(parameters, self._instances.get(instance_id, {}).get("context"))
+        result = await self.run(parameters, self._instances.get(instance_id))
         agent_data = kwargs.get("agent_data")
         if agent_data is not None:
             agent_data.extra_fields.setdefault(TOOL_OUTCOMES, []).append(result.status)

@@ -19,6 +19,7 @@ from mcp import Client
 
 SOURCE = """\
 import os
+import re
 
 
 def add(a: int, b: int) -> int:
@@ -42,6 +43,14 @@ def peek(path: str) -> str:
     return open(path).read()
 
 
+def calc_gsm8k_reward(answer: str, *, ground_truth: str, strict: bool = False) -> str:
+    # verl's GSM8K tool: the model's answer scored against the row's ground truth (per sample)
+    found = re.findall(r"-?[0-9][0-9,]*(?:\\.[0-9]+)?", answer)
+    value = found[-1].replace(",", "") if found and not strict else answer.strip()
+    reward = 1.0 if value == ground_truth else 0.0
+    return f"Current parsed answer={value!r} reward={reward}"
+
+
 def fork_bomb() -> str:
     while True:
         os.fork()
@@ -57,6 +66,9 @@ NUMBERS = {
     "required": ["a", "b"],
     "additionalProperties": False,
 }
+
+
+ANSWER = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
 
 
 def function_tool(name: str, source: Path, parameters: dict | None = None, **extra: object) -> dict:
@@ -103,6 +115,8 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
             function_tool("divide", source, {"type": "object", "properties": {}}),
             function_tool("peek", source, {"type": "object", "properties": {"path": {"type": "string"}}}),
             function_tool("bomb", source, function={"name": "fork_bomb"}, timeoutSeconds=3),
+            function_tool("calc_gsm8k_reward", source, ANSWER),
+            {"name": "python", "type": "python"},
         ]
         with SandboxProcess.start(root, tools=tools) as running:
             yield running
@@ -110,8 +124,8 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def call(pool: SandboxProcess, tool: str, arguments: object) -> dict:
-    answer = pool.post("/v1/execute", {"tool": tool, "input": arguments})
+def call(pool: SandboxProcess, tool: str, arguments: object, **body: object) -> dict:
+    answer = pool.post("/v1/execute", {"tool": tool, "input": arguments, **body})
     assert answer.status_code == 200, answer.text
     return answer.json()
 
@@ -215,3 +229,63 @@ def test_a_bad_source_stops_the_pools_start_with_what_to_fix(
         )
     log = str(failed.value)
     assert f"function tool 'add' ({path})" in log and said in log, log
+
+
+# ----- per-sample values: a function's keyword-only parameters come from the row, never the model -----
+
+
+def test_keyword_only_parameters_take_the_rows_values_as_verls_gsm8k_tool_does(pool: SandboxProcess) -> None:
+    row = {"ground_truth": "72", "unused": "the row's other create_kwargs are not passed"}
+    right = call(pool, "calc_gsm8k_reward", {"answer": "48 + 24 = 72"}, sample=row)
+    assert (right["status"], right["output"]) == ("ok", "Current parsed answer='72' reward=1.0"), right
+    wrong = call(pool, "calc_gsm8k_reward", {"answer": "70"}, sample={"ground_truth": "72"})
+    assert wrong["output"] == "Current parsed answer='70' reward=0.0", wrong
+    # a keyword-only parameter with a default may come from the row too
+    exact = call(pool, "calc_gsm8k_reward", {"answer": "72"}, sample={"ground_truth": "72", "strict": True})
+    assert exact["output"] == "Current parsed answer='72' reward=1.0", exact
+    # the model sees only its own argument
+    listed = {t["name"]: t for t in requests.get(pool.url + "/v1/tools", timeout=10).json()["tools"]}
+    assert listed["calc_gsm8k_reward"]["inputSchema"] == ANSWER
+
+
+def test_the_model_cannot_give_a_per_sample_value(pool: SandboxProcess) -> None:
+    forged = call(
+        pool, "calc_gsm8k_reward", {"answer": "1", "ground_truth": "1"}, sample={"ground_truth": "72"}
+    )
+    assert (forged["status"], forged["fault"]) == ("error", "code"), forged
+    assert "invalid arguments for calc_gsm8k_reward: ground_truth is not an argument" in forged["stderr"]
+    assert "reward=1.0" not in forged["output"]
+
+
+def test_a_call_without_the_rows_value_is_the_datas_fault_not_the_models(pool: SandboxProcess) -> None:
+    for body in ({}, {"sample": {"answer": "72"}}):
+        lacking = call(pool, "calc_gsm8k_reward", {"answer": "72"}, **body)
+        assert (lacking["status"], lacking["fault"]) == ("error", "infra"), lacking
+        assert "extra_info.tools_kwargs.calc_gsm8k_reward.create_kwargs must hold it" in lacking["stderr"]
+    # a function without keyword-only parameters ignores the row's values
+    assert call(pool, "add", {"a": 2, "b": 40}, sample={"ground_truth": "72"})["output"] == "42"
+
+
+def test_a_sample_that_is_not_an_object_is_refused(pool: SandboxProcess) -> None:
+    refused = pool.post("/v1/execute", {"tool": "add", "input": {"a": 1, "b": 2}, "sample": ["72"]})
+    assert refused.status_code == 400 and "sample must be a JSON object" in refused.text, refused.text
+    to_python = pool.post(
+        "/v1/execute", {"tool": "python", "input": {"code": "print(1)"}, "sample": {"a": 1}}
+    )
+    assert to_python.status_code == 400, to_python.text
+    assert "sample is not taken by python tool 'python': only function tools" in to_python.text
+
+
+def test_a_schema_that_offers_a_keyword_only_parameter_to_the_model_stops_the_start(searchable: Path) -> None:
+    path = searchable / "tools.py"
+    path.write_text(SOURCE)
+    offered = {
+        "type": "object",
+        "properties": {"answer": {"type": "string"}, "ground_truth": {"type": "string"}},
+    }
+    with pytest.raises(RuntimeError) as failed:
+        SandboxProcess.start(searchable, tools=[function_tool("calc_gsm8k_reward", path, offered)])
+    log = str(failed.value)
+    assert (
+        "ground_truth of calc_gsm8k_reward() is keyword-only" in log and "remove it from parameters" in log
+    ), log

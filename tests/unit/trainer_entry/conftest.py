@@ -22,13 +22,35 @@ def tiny_model(tmp_path_factory) -> Path:
 SANDBOX_TOOLS = [
     {"name": "python", "type": "python", "timeoutSeconds": 1, "memoryLimitMiB": 256, "maxOutputBytes": 4096}
 ]
+# a function tool with a per-sample value, as verl's GSM8K tool: the row's ground truth (keyword-only)
+GSM8K_TOOL_SOURCE = """\
+def calc_gsm8k_reward(answer: str, *, ground_truth: str) -> str:
+    reward = 1.0 if answer.strip().lstrip("#").strip() == ground_truth else 0.0
+    return f"Current parsed answer={answer!r} reward={reward}"
+"""
+GSM8K_TOOL = {
+    "name": "calc_gsm8k_reward",
+    "type": "function",
+    "description": "Score an answer to the question",
+    "function": {"configMap": {"name": "tools", "key": "gsm8k.py"}},
+    "parameters": {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]},
+}
+
+
+@pytest.fixture
+def gsm8k_tool() -> dict:
+    """The spec's entry of the sandbox's function tool with a per-sample value."""
+    return copy.deepcopy(GSM8K_TOOL)
 
 
 @pytest.fixture(scope="session")
 @process_tier
 def sandbox(tmp_path_factory):
     """A real tool_sandbox server process; yields its base URL."""
-    with SandboxProcess.start(tmp_path_factory.mktemp("sandbox"), tools=SANDBOX_TOOLS) as server:
+    root = tmp_path_factory.mktemp("sandbox")
+    (root / "gsm8k.py").write_text(GSM8K_TOOL_SOURCE)
+    tools = [*SANDBOX_TOOLS, {**GSM8K_TOOL, "source": str(root / "gsm8k.py")}]
+    with SandboxProcess.start(root, tools=tools) as server:
         yield server.url
 
 

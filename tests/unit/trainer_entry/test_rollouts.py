@@ -84,7 +84,7 @@ class ScriptedServer:
         return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
 
 
-def job_for(protocol, model):
+def job_for(protocol, model, tools=None):
     return parse_job(
         {
             "metadata": {"name": "cpu-rollout", "namespace": "test"},
@@ -102,7 +102,7 @@ def job_for(protocol, model):
                     "maxToolResponseLength": 300,
                     "toolCall": {"timeoutSeconds": 10, "maxRetries": 1, "retryDelaySeconds": 0.1},
                 },
-                "tools": [{"name": "python", "type": "python", "timeoutSeconds": 1}],
+                "tools": tools or [{"name": "python", "type": "python", "timeoutSeconds": 1}],
                 "reward": {"preset": "exact-match"},
                 "cluster": {"workers": {"replicas": 1, "gpusPerWorker": 1}},
             },
@@ -242,7 +242,16 @@ async def test_rollout_scored_by_our_rewards(tiny_model, sandbox, tmp_path, monk
 
 
 async def one_trajectory(
-    case, script, pool_url, tiny_model, tmp_path, monkeypatch, protocol="python-tags", server_cls=None
+    case,
+    script,
+    pool_url,
+    tiny_model,
+    tmp_path,
+    monkeypatch,
+    protocol="python-tags",
+    server_cls=None,
+    tools=None,
+    tools_kwargs=None,
 ):
     """Our agent loop's run of one trajectory, built as verl's worker builds it."""
     import hydra
@@ -250,7 +259,7 @@ async def one_trajectory(
     from verl.experimental.agent_loop import AgentLoopWorker
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap, _agent_loop_registry
 
-    job = job_for(protocol, tiny_model)
+    job = job_for(protocol, tiny_model, tools)
     translation = translate(job, pool_url)
     write_workdir(job, translation, tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -270,7 +279,9 @@ async def one_trajectory(
         tools=ToolListWrap(worker.tools),
     )
     prompt = [{"role": "user", "content": f"case={case}"}]
-    return await loop.run({"temperature": 1.0, "logprobs": True}, raw_prompt=prompt, tools_kwargs={})
+    return await loop.run(
+        {"temperature": 1.0, "logprobs": True}, raw_prompt=prompt, tools_kwargs=tools_kwargs or {}
+    )
 
 
 @pytest.mark.parametrize(
@@ -447,3 +458,46 @@ async def test_react_trains_no_stop_string_and_shows_each_observation_once(
     assert "Observation" not in trained, trained
     assert [lp for lp, m in zip(logprobs, mask, strict=True) if m] == [-0.5] * sum(mask)
     assert all(lp == 0.0 for lp, m in zip(logprobs, mask, strict=True) if not m)
+
+
+# ---- per-sample tool values: verl's GSM8K tool, whose reward needs the row's ground truth ----------
+
+GSM8K_CALLS = {
+    "hermes": '<tool_call>\n{{"name": "calc_gsm8k_reward", "arguments": {arguments}}}\n</tool_call>',
+    "react": "Action: calc_gsm8k_reward\nAction Input: {arguments}\n",
+}
+
+
+@pytest.mark.parametrize("protocol", ["hermes", "react"])
+async def test_a_function_tool_scores_against_the_rows_ground_truth_which_the_model_cannot_give(
+    protocol, tiny_model, sandbox, gsm8k_tool, tmp_path, monkeypatch
+):
+    """The row's `tools_kwargs` (verl's data format) reach the function's keyword-only parameter through
+    both loops (verl's tool_agent for hermes, ours for react); the model's own `ground_truth` is refused."""
+    use_sink(Sink(local=TrainerMetrics()))
+    tools = [gsm8k_tool]
+    finish = "#### 72" if protocol == "hermes" else "Final Answer: 72"
+    for truth, forged, said in [
+        ("72", False, "reward=1.0"),
+        ("71", False, "reward=0.0"),
+        ("72", True, "ground_truth is not an argument of this tool"),
+    ]:
+        arguments = {"answer": "72", **({"ground_truth": "72"} if forged else {})}
+        script = [GSM8K_CALLS[protocol].format(arguments=json.dumps(arguments)), finish]
+        row = {"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": truth}}}
+        out = await one_trajectory(
+            f"{truth}{forged}",
+            script,
+            sandbox,
+            tiny_model,
+            tmp_path,
+            monkeypatch,
+            protocol,
+            tools=tools,
+            tools_kwargs=row,
+        )
+        assert out.extra_fields["tool_faults"] == (["code"] if forged else [None]), out.extra_fields
+        text = tiny_model_text(out, tiny_model)
+        assert said in text, text
+        if forged:
+            assert "reward=1.0" not in text, text

@@ -33,6 +33,7 @@ class ExecuteRequest:
     input: Any
     timeout: float | None
     session: str | None
+    sample: dict[str, Any] | None = None  # per-sample data from the trainer, never the model's
 
 
 def parse_json(raw: bytes) -> Any:
@@ -112,7 +113,7 @@ def typed_dict(name: str, fields: dict[str, Any]) -> TypeAdapter[dict[str, Any]]
 
 @functools.cache
 def execute_body(tools: tuple[str, ...]) -> TypeAdapter[dict[str, Any]]:
-    """`{tool, input, timeoutSeconds?, session?}` for one of `tools` (one per tool set, so a
+    """`{tool, input, timeoutSeconds?, session?, sample?}` for one of `tools` (one per tool set, so a
     tool's name is checked by pydantic itself, without a validator of ours on the hot path)."""
     return typed_dict("ExecuteBody", execute_fields(tools))
 
@@ -123,6 +124,7 @@ def execute_fields(tools: tuple[str, ...]) -> dict[str, Any]:
         "input": Any,  # required, null allowed: what it must be is the tool's to say
         "timeoutSeconds": NotRequired[PositiveFinite | None],
         "session": NotRequired[str | None],
+        "sample": NotRequired[dict[str, Any] | None],
     }
 
 
@@ -139,11 +141,17 @@ def execute_messages(tools: Iterable[str]) -> FieldMessages:
         "input": lambda *_: "input is required (code for python, a query for search, a JSON body for http)",
         "timeoutSeconds": lambda _, got: f"timeoutSeconds must be a positive finite number, got {shown(got)}",
         "session": lambda _, got: f"session must be a string id from POST /v1/sessions, got {json_kind(got)}",
+        "sample": lambda _, got: (
+            "sample must be a JSON object of the row's values for a function tool's keyword-only "
+            f"parameters, got {json_kind(got)}"
+        ),
     }
 
 
 def _request(body: dict[str, Any]) -> ExecuteRequest:
-    return ExecuteRequest(body["tool"], body["input"], body.get("timeoutSeconds"), body.get("session"))
+    return ExecuteRequest(
+        body["tool"], body["input"], body.get("timeoutSeconds"), body.get("session"), body.get("sample")
+    )
 
 
 def parse_execute(body: Any, tools: Mapping[str, Any], where: str = "") -> ExecuteRequest:

@@ -65,6 +65,7 @@ class Tool:
     input_schema: dict[str, Any] = {"type": "object"}
     supports_sessions = False
     needs_pool = False  # runs code in the sandbox workers
+    takes_sample = False  # its calls may carry per-sample data from the trainer (execute_with_sample)
 
     def __init__(self, config: ToolConfig) -> None:
         self.config = config
@@ -104,6 +105,12 @@ class Tool:
         """Release connections and files."""
 
     async def execute(self, payload: Any, timeout: float | None) -> ToolResult:
+        raise NotImplementedError
+
+    async def execute_with_sample(
+        self, payload: Any, sample: dict[str, Any], timeout: float | None
+    ) -> ToolResult:
+        """A call with the row's data beside the model's input (tools that `takes_sample`)."""
         raise NotImplementedError
 
     def effective_timeout(self, timeout: float | None) -> float:

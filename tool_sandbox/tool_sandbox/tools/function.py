@@ -2,6 +2,12 @@
 ConfigMap), called per call INSIDE the sandbox with the model's JSON arguments, with the isolation,
 limits, verdicts and metrics of a python call. Its return value is the observation.
 
+Its keyword-only parameters (after `*`) are per-sample values, as verl passes a tool's `create_kwargs`
+from the row (`extra_info.tools_kwargs.<tool>.create_kwargs`, e.g. the ground truth): the trainer sends
+them as the call's `sample`, the model never sees them (they are not in `parameters`) and cannot give
+them (a call that names one is refused as the model's fault). A call that lacks a required one is the
+data's fault, not the model's (fault infra: the trajectory is excluded, the message names the row's key).
+
 A call runs a small runner program in a sandboxed child: the user's source is placed in the call's
 directory as a module of its own (so an `if __name__ == "__main__":` block does not run), the
 arguments come on standard input, the function's own prints go to standard error and the runner
@@ -43,8 +49,13 @@ exec(code, module.__dict__)
 function = getattr(module, name, None)
 if not callable(function):
     sys.exit(f"tool_function.py defines no function {name!r}; define it at the top level of the source")
-if arguments == "":
-    out.write("ok")
+if arguments == "":  # the start's check: the function's keyword-only parameters (per-sample values)
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        parameters = []
+    keyword_only = {p.name: p.default is p.empty for p in parameters if p.kind is p.KEYWORD_ONLY}
+    out.write("ok " + json.dumps(keyword_only))
     sys.exit(0)
 value = function(**json.loads(arguments))
 if inspect.isawaitable(value):
@@ -89,6 +100,7 @@ class FunctionTool(Tool):
     type = "function"
     description = "Call the user's function with JSON arguments."
     needs_pool = True
+    takes_sample = True
 
     @classmethod
     def check_config(cls, values: dict[str, Any], where: str) -> None:
@@ -117,6 +129,8 @@ class FunctionTool(Tool):
         self.validator = validator(config.parameters)
         self.sandbox = PythonTool(config, pool, settings)  # its limits and its way of running a program
         self.files: dict[str, str] = {}
+        # the function's keyword-only parameters (read at start): name -> required (no default)
+        self.sample_parameters: dict[str, bool] = {}
 
     async def start(self) -> None:
         """Read the source and import it once in the sandbox: a source that is missing, does not
@@ -133,21 +147,53 @@ class FunctionTool(Tool):
             raise ConfigError(f"{where}: the source is over {MAX_SOURCE_BYTES} bytes")
         self.files = {MODULE_FILE: base64.b64encode(source).decode()}
         result = await self._run("")
-        if result.status != outcome.OK or result.output.strip() != "ok":
+        said, _, keyword_only = result.output.strip().partition(" ")
+        if result.status != outcome.OK or said != "ok":
             detail = (result.stderr or result.message or result.output).strip()[-2000:]
             raise ConfigError(
                 f"{where}: the source does not import or lacks function {self.function_name!r}"
                 f" ({result.status}):\n{detail}\nfix the source in the ConfigMap"
             )
+        self.sample_parameters = json.loads(keyword_only or "{}")
+        shown = sorted(set(self.sample_parameters) & set(self.input_schema.get("properties") or {}))
+        if shown:
+            raise ConfigError(
+                f"{where}: {', '.join(shown)} of {self.function_name}() is keyword-only: a per-sample value"
+                f" from the row (extra_info.tools_kwargs.{self.name}.create_kwargs), never the model's;"
+                " remove it from parameters, or make it an ordinary parameter for the model to give"
+            )
 
     async def execute(self, payload: Any, timeout: float | None) -> ToolResult:
+        return await self.execute_with_sample(payload, {}, timeout)
+
+    async def execute_with_sample(
+        self, payload: Any, sample: dict[str, Any], timeout: float | None
+    ) -> ToolResult:
         if not isinstance(payload, dict):
             raise ToolInputError("input of a function tool must be a JSON object of the function's arguments")
-        said = await argument_problems(self.validator, payload, self.effective_timeout(timeout))
+        forged = sorted(set(payload) & set(self.sample_parameters))
+        said = (
+            f"{', '.join(forged)} is not an argument of this tool"
+            if forged
+            else await argument_problems(self.validator, payload, self.effective_timeout(timeout))
+        )
         if said:
             message = f"invalid arguments for {self.name}: {said}"
             return ToolResult(status=outcome.ERROR, stderr=message, message=message, fault=outcome.FAULT_CODE)
-        return await self._run(_json(payload), timeout)
+        lacking = [
+            name for name, required in self.sample_parameters.items() if required and name not in sample
+        ]
+        if lacking:
+            message = (
+                f"{self.name}: the call's sample gives no {', '.join(lacking)} (a keyword-only parameter of "
+                f"{self.function_name}()): the row's extra_info.tools_kwargs.{self.name}.create_kwargs must"
+                " hold it (the data's fault, not the model's)"
+            )
+            return ToolResult(
+                status=outcome.ERROR, stderr=message, message=message, fault=outcome.FAULT_INFRA
+            )
+        values = {**payload, **{k: v for k, v in sample.items() if k in self.sample_parameters}}
+        return await self._run(_json(values), timeout)
 
     async def _run(self, arguments: str, timeout: float | None = None) -> ToolResult:
         stdin = f"{self.function_name}\n{arguments}"
