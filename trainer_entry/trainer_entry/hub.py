@@ -156,6 +156,12 @@ class MetricsHub:
         self.metrics.set_phase(phase)
 
     def finish(self) -> None:
+        trajectories = self.metrics.total_trajectories
+        if trajectories and not self.metrics.total_tool_calls:
+            message = job_status.no_tool_calls_message(trajectories)
+            log.warning("%s", message)
+            if self.job is not None:
+                self.job.event(job_status.WARNING, job_status.NO_TOOL_CALLS, message)
         if self.progress is not None:
             if self.metrics.last_step > 0:  # the trajectory counts as they are now, after every report
                 counts = self.metrics.trajectory_counts()

@@ -41,6 +41,7 @@ RAY_NODE_LOST = "RayNodeLost"  # Warning: a Ray node died mid-run; the attempt e
 # Warning: a placement group of verl's stayed pending past TOOLRL_PLACEMENT_TIMEOUT_SECONDS; the attempt ends
 PLACEMENT_PENDING = "PlacementPending"
 REWARD_FUNCTION_FAILED = "RewardFunctionFailed"  # Warning: the reward raised on an answer; the run stops
+NO_TOOL_CALLS = "NoToolCalls"  # Warning: the run ended without one tool call
 NORMAL, WARNING = "Normal", "Warning"
 
 
@@ -87,6 +88,16 @@ def event_body(
         "lastTimestamp": stamp,
         "count": 1,
     }
+
+
+def no_tool_calls_message(trajectories: int) -> str:
+    """What a run that ended without one tool call says (its rewards say nothing of the tools)."""
+    return (
+        f"the run made no tool call in its {trajectories} trajectories: the model never called spec.tools,"
+        " so its rewards say nothing about them. Check that the data's prompts teach"
+        " spec.rollout.protocol (python -m trainer_entry.data --protocol) and that the model can follow"
+        " them (python -m trainer_entry.tiny_model --spec measures a call rate)"
+    )
 
 
 def excluded_message(step: int, reasons: dict[str, int], totals: dict[str, Any]) -> str:

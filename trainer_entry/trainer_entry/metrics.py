@@ -211,6 +211,7 @@ class TrainerMetrics:
         self._reasons_this_step: Tally[str] = Tally()
         self.excluded_by_reason: Tally[str] = Tally()
         self.total_trajectories = 0
+        self.total_tool_calls = 0  # calls the rollouts made (any outcome), in the run
         self.total_discarded = 0
         self.degraded = False
         self._component_sums: dict[str, float] = defaultdict(float)
@@ -250,6 +251,7 @@ class TrainerMetrics:
             self.tool_failures.labels(tool=tool, reason=outcome).inc()
         with self._lock:
             self._calls_this_step += 1
+            self.total_tool_calls += 1
 
     def observe_tool_calls(self, batch: list[tuple[str, str, float]]) -> None:
         for tool, outcome, seconds in batch:

@@ -180,3 +180,19 @@ def test_an_attempt_starts_by_clearing_what_an_earlier_one_left(hub: MetricsHub)
     [started] = conditions()
     assert (started["status"], started["reason"]) == ("False", "PoolReady")
     assert hub.total_steps == 12 and hub.metrics.total_steps._value.get() == 12
+
+
+def test_a_run_without_one_tool_call_says_so_at_its_end(hub: MetricsHub) -> None:
+    hub.observe_trajectories([None] * 8)
+    hub.record_step({"timing_s/step": 1.0}, step=1)
+    hub.finish()
+    [event] = events()
+    assert (event["type"], event["reason"]) == ("Warning", "NoToolCalls")
+    assert event["message"].startswith("the run made no tool call in its 8 trajectories"), event
+
+
+def test_a_run_with_a_tool_call_ends_without_that_warning(hub: MetricsHub) -> None:
+    hub.observe_tool_calls([("python", "error", 0.01)])  # a failed call is a call the model made
+    hub.observe_trajectories([None] * 8)
+    hub.finish()
+    assert not events()
