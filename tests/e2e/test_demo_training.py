@@ -5,6 +5,12 @@ sizes the pool from the trainer's phase (Events); Prometheus scrapes the pods' I
 monitors say and every dashboard panel has data from the run; the run's PNG is drawn. A job
 whose reward function raises ends Failed with the trainer's own words.
 
+Then one separate-async job meets every fault of a long run in turn (a killed operator, a checkpoint
+that cannot be written, a killed head process, lost pods with the node's runtime restarted) and loses
+no more than a checkpoint interval to each, while an engine-vllm job beside it is deleted mid-training
+and leaves nothing behind. Jobs that can share the node run side by side: verl's start-up in the pods
+is the module's largest cost.
+
 One real node runs per machine, so the module shares one cluster; the CPU trainer image is built
 on first use (~17 min cold, ~4 min when only trainer_entry changed, cached by its inputs).
 """
@@ -16,6 +22,7 @@ import itertools
 import re
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +57,7 @@ pytestmark = pytest.mark.timeout(5400)
 
 NAMESPACE = "e2e-train"
 TRAINING_TIMEOUT = 1500  # verl's start-up in pods is 2-8 min here, with the machine's load
-SAVE_FREQ = 2  # the faulted run's checkpoint interval: the most steps a lost trainer may redo
+SAVE_FREQ = 2  # the faulted runs' checkpoint interval: the most steps a lost trainer may redo
 # A reward bug that the check before training cannot see (the ground truth is a number) but every
 # generated answer meets (a whole response: tool call, its output, the answer): it raises in training.
 BROKEN_REWARD = """
@@ -290,150 +297,11 @@ def test_a_reward_that_raises_in_training_fails_the_job_with_the_trainers_reason
     assert get_json(tc.cluster, "trj", BROKEN, "-n", tc.namespace)["status"]["phase"] == "Failed"
 
 
-# ----- faults mid-training: the run loses nothing -----------------------------------------------
+# ----- one separate-async job, every fault: what a long run meets, and loses nothing by -------------
 
-
-@dataclass
-class FaultedRun:
-    run: Run
-    step_at_fault: int  # the trainer's last reported step when the faults hit
-    checkpoint_at_fault: int  # the newest checkpoint on the volume then
-    log: str  # the submitter's log of the restarted trainer
-    fault_at: float  # monotonic, as the samples
-
-    def seconds_until(self, seen: Callable[[JobState], bool]) -> float | None:
-        """Seconds from the faults to the first sample after them that shows `seen`."""
-        return next(
-            (at - self.fault_at for at, s in self.run.samples if at > self.fault_at and seen(s)), None
-        )
-
-
-OPERATOR_POD = "app.kubernetes.io/name=toolrl-operator"
-
-
-@pytest.fixture(scope="module")
-def faulted(tc: TrainingCluster) -> FaultedRun:
-    """The CPU example with checkpoints every SAVE_FREQ steps. The operator's pod is killed as soon as
-    the job is applied (mid-sync: it is creating the job's children). Once a checkpoint is saved and the
-    trainer has gone past it, at one moment: the Ray head and worker pods are deleted (no grace),
-    every tool-pool pod is deleted, the operator's pod is killed again, and the node's kubelet and
-    containerd are restarted (their processes; the containers live on in their shims)."""
-    name = "faults"
-    job = yaml.safe_load(CPU_EXAMPLE.read_text())
-    job["metadata"]["name"] = name
-    # One retry, as a user running long jobs sets: the trainer KubeRay resubmits after the faults can
-    # still die of Ray itself (seen once: a SIGSEGV in Ray's C++ metrics thread of the new TaskRunner,
-    # seconds after it connected); the next attempt resumes from the checkpoint as well.
-    job["spec"]["runPolicy"]["backoffLimit"] = 1
-    host_dir = checkpointed(tc, job, SAVE_FREQ)
-    applied = time.time()
-    tc.cluster.apply(job, "-n", tc.namespace)
-    # the operator's first kill: while it syncs the new job (creates its children, posts Created)
-    assert delete_pods(tc, OPERATOR_NAMESPACE, OPERATOR_POD), "no operator pod to kill"
-    with Sampler(lambda: tc.state(name), interval=2) as sampler:
-
-        def past_a_checkpoint() -> int | None:
-            step = tc.state(name).step
-            saved = newest_checkpoint(host_dir)
-            return step if saved and step and step > saved else None
-
-        wait_until(
-            _before_it_ends(tc, name, past_a_checkpoint),
-            TRAINING_TIMEOUT,
-            f"{name} to train past a checkpoint",
-            interval=1,
-        )
-        step_at_fault, checkpoint_at_fault = tc.state(name).step or 0, newest_checkpoint(host_dir)
-        fault_at = time.monotonic()
-        job_pods = f"toolrl.dev/job={name}"
-        assert delete_pods(tc, tc.namespace, f"{job_pods},ray.io/node-type=head"), "no head pod to delete"
-        assert delete_pods(tc, tc.namespace, f"{job_pods},ray.io/node-type=worker"), "no worker to delete"
-        assert delete_pods(tc, tc.namespace, f"{job_pods},app.kubernetes.io/component=tool-pool")
-        assert delete_pods(tc, OPERATOR_NAMESPACE, OPERATOR_POD)  # its second kill
-        tc.cluster.restart_node_runtime()
-        wait_until(
-            lambda: _ended(tc, name),
-            TRAINING_TIMEOUT,
-            f"{name} to end after the faults",
-            interval=5,
-        )
-    run = _finished_run(tc, name, sampler.samples, applied)
-    print(f"\n{name}: {run.job['status']}")
-
-    def newest_submitter_ended() -> bool:  # it follows the trainer's log to the end
-        pods = tc.submitter_pods(name)
-        return bool(pods) and pods[-1]["status"].get("phase") in ("Succeeded", "Failed")
-
-    wait_until(newest_submitter_ended, 300, "the restarted trainer's submitter pod to end")
-    log = tc.trainer_logs(name)[-1]
-    return FaultedRun(run, step_at_fault, checkpoint_at_fault, log, fault_at)
-
-
-def test_lost_ray_pods_pool_operator_and_node_runtime_cost_at_most_a_checkpoint_interval(
-    tc: TrainingCluster, faulted: FaultedRun
-) -> None:
-    status = faulted.run.job["status"]
-    assert status["phase"] == "Succeeded", status
-    total = faulted.run.job["spec"]["algorithm"]["totalTrainingSteps"]
-    assert status["progress"]["step"] == total
-    # the restarted trainer's first step follows the newest checkpoint: never step 1 again
-    first = int(re.search(r"step:(\d+) ", faulted.log).group(1))  # type: ignore[union-attr]
-    assert first > 1 and first - 1 >= faulted.checkpoint_at_fault, (first, faulted.checkpoint_at_fault)
-    redone = faulted.step_at_fault - first + 1
-    assert redone <= SAVE_FREQ, f"{redone} steps redone, more than the checkpoint interval {SAVE_FREQ}"
-    steps = [s.step for _, s in faulted.run.samples if s.step is not None]
-    # shown progress never falls below where the run stood (the old trainer may have saved one more
-    # checkpoint between the faults and its end: then the new one resumes past the faulted step)
-    floor = min(faulted.step_at_fault, first - 1)
-    assert min(steps[steps.index(faulted.step_at_fault) :]) >= floor, f"progress reset: {steps}"
-    shown = [step for step, _ in itertools.groupby(steps)]
-    seen = faulted.seconds_until(lambda s: s.reason == "TrainerRestarted")
-    resumed = faulted.seconds_until(lambda s: (s.step or 0) > faulted.step_at_fault)
-    print(
-        f"\nfaults at step {faulted.step_at_fault} (checkpoint {faulted.checkpoint_at_fault}): "
-        f"the restart shown after {seen} s, resumed at step {first} ({redone} redone), "
-        f"past the fault's step after {resumed} s; "
-        f"trajectories excluded {status['progress'].get('trajectoriesExcluded')}; steps sampled {shown}"
-    )
-
-
-def test_the_user_sees_the_restart_and_the_operators_restart_repeats_nothing(
-    tc: TrainingCluster, faulted: FaultedRun
-) -> None:
-    status = faulted.run.job["status"]
-    assert status["restarts"] >= 1 and status["lastRestart"]["pod"].startswith("faults"), status
-    recovering = {c["type"]: c for c in status["conditions"]}["Recovering"]
-    assert (recovering["status"], recovering["reason"]) == ("False", "TrainingResumed"), recovering
-    events = tc.events("faults")
-    reasons = [e["reason"] for e in events]
-    assert reasons.count("TrainerRestarted") == status["restarts"], reasons
-    assert "TrainingResumed" in reasons, reasons
-    # the operator was killed mid-run: its restart repeats no Event and duplicates no child
-    for once in ("Created", "PhaseSucceeded"):
-        assert reasons.count(once) == 1, f"{once}: {reasons}"
-    assert reasons.count("PhaseRunning") == status["attempt"], f"PhaseRunning once per attempt: {reasons}"
-    for kind in ("deployments", "services", "configmaps", "rayjobs"):
-        found = get_json(tc.cluster, kind, "-n", tc.namespace, "-l", "toolrl.dev/job=faults")["items"]
-        assert len(found) == 1, (kind, [i["metadata"]["name"] for i in found])
-
-
-def test_nothing_of_the_faulted_run_is_left_behind(tc: TrainingCluster, faulted: FaultedRun) -> None:
-    """KubeRay deletes the Ray cluster when the job ends (TTL 0): no RayCluster and no Ray pod of
-    either head is left; the submitter Job keeps its pods (the trainer's log)."""
-
-    def leftovers() -> list[str]:
-        ours = "toolrl.dev/job=faults"
-        clusters = get_json(tc.cluster, "rayclusters", "-n", tc.namespace, "-l", ours)
-        pods = get_json(tc.cluster, "pods", "-n", tc.namespace, "-l", f"{ours},ray.io/node-type")
-        return [i["metadata"]["name"] for i in clusters["items"] + pods["items"]]
-
-    wait_until(lambda: not leftovers(), 300, "the faulted run's Ray cluster and pods to go")
-
-
-# ----- separate-async on the real node: two worker groups, a refused checkpoint, a killed head ------
-
-SEPARATE_STEPS = 16  # async steps are short: room for two faults after the first checkpoints
+SEPARATE_STEPS = 20  # async steps are short: room for three faults after the first checkpoints
 SEPARATE_GROUPS = 2  # the trainer's workers and the rollout workers
+OPERATOR_POD = "app.kubernetes.io/name=toolrl-operator"
 
 
 @dataclass
@@ -443,17 +311,34 @@ class SeparateRun:
     good: int  # the newest checkpoint when the volume turned read-only
     retried: list[str]  # the Events that said an attempt failed and KubeRay retries
     killed_after: int  # the newest checkpoint when the head's process was killed
-    logs: list[str]  # the submitter pods' logs of the last attempt, oldest first
+    step_at_faults: int  # the job's shown step when the pods, the operator and the node runtime went
+    checkpoint_at_faults: int  # the newest checkpoint on the volume then
+    faults_at: float  # monotonic, as the samples
+    logs: list[str]  # the submitter pods' logs of the last attempt that logged a step, oldest first
+
+    def seconds_until(self, seen: Callable[[JobState], bool]) -> float | None:
+        """Seconds from the pod, operator and node-runtime faults to the first sample that shows `seen`."""
+        return next(
+            (at - self.faults_at for at, s in self.run.samples if at > self.faults_at and seen(s)), None
+        )
 
 
 @pytest.fixture(scope="module")
-def separate(tc: TrainingCluster) -> SeparateRun:
+def separate(tc: TrainingCluster, deleted: Future[DeletedRun]) -> SeparateRun:
     """The CPU example as `trainer.mode: separate-async` (a rollout worker group beside the trainer's),
-    checkpoints every SAVE_FREQ steps, `runPolicy.backoffLimit: 1`, applied with kubectl. Once both
-    groups' pods are Ready and a checkpoint is saved, the checkpoint volume turns read-only: the
-    attempt's next save fails; the volume is made writable again while KubeRay retries, and the next
-    attempt resumes from the good checkpoint. Once that attempt has saved a checkpoint of its own, the
-    Ray head's container process is SIGKILLed (the pod stays; kubelet restarts the container)."""
+    checkpoints every SAVE_FREQ steps, `runPolicy.backoffLimit: 1`, applied with kubectl; the faults of a
+    long run, one after the other, each once the run has a checkpoint to lose work past:
+    1. the operator's pod is killed as soon as the job is applied (mid-sync: creating its children);
+    2. once both groups' pods are Ready and a checkpoint is saved, the checkpoint volume turns read-only:
+       the attempt's next save fails; the volume is writable again while KubeRay retries, and the next
+       attempt resumes from the good checkpoint;
+    3. once that attempt has saved a checkpoint of its own, the Ray head's container process is
+       SIGKILLed (the pod stays; kubelet restarts the container);
+    4. once the trainer restarted after it has saved a checkpoint of its own, at one moment: the Ray
+       head and worker pods of both groups are deleted (no grace), every tool-pool pod is deleted, the
+       operator's pod is killed again, and the node's kubelet and containerd are restarted (their
+       processes; the containers live on in their shims).
+    The engine-vllm job deleted mid-training (`deleted`) runs beside it from the start."""
     name = "separate"
     job = yaml.safe_load(CPU_EXAMPLE.read_text())
     job["metadata"]["name"] = name
@@ -469,6 +354,8 @@ def separate(tc: TrainingCluster) -> SeparateRun:
     job_dir = checkpointed(tc, job, SAVE_FREQ)
     applied = time.time()
     tc.cluster.apply(job, "-n", tc.namespace)
+    # fault 1: the operator's first kill, while it syncs the new job (creates its children, posts Created)
+    assert delete_pods(tc, OPERATOR_NAMESPACE, OPERATOR_POD), "no operator pod to kill"
     with Sampler(lambda: tc.state(name), interval=2) as sampler:
 
         def all_groups_ready() -> list[dict[str, Any]] | None:
@@ -494,7 +381,8 @@ def separate(tc: TrainingCluster) -> SeparateRun:
             f"{name} past a checkpoint",
             interval=1,
         )
-        job_dir.chmod(0o555)  # the trainer (uid 1000, the directory's owner) can write nothing in it
+        # fault 2: the trainer (uid 1000, the directory's owner) can write nothing in it
+        job_dir.chmod(0o555)
         try:
             wait_until(
                 _before_it_ends(tc, name, lambda: (tc.state(name).attempt or 1) >= 2),
@@ -506,18 +394,37 @@ def separate(tc: TrainingCluster) -> SeparateRun:
         good = newest_checkpoint(job_dir)  # the refused attempt's last (a save under way went through)
 
         # the job's shown step lags the trainer by a few of these short async steps: the checkpoints
-        # on the volume say where the second attempt stands
-        def own_checkpoint() -> int | None:
-            saved = newest_checkpoint(job_dir)
-            return saved if saved > good and tc.state(name).phase == "Running" else None
+        # on the volume say where the trainer stands
+        def checkpoint_past(step: int) -> Callable[[], int | None]:
+            def saved() -> int | None:
+                newest = newest_checkpoint(job_dir)
+                return newest if newest > step and tc.state(name).phase == "Running" else None
+
+            return saved
 
         killed_after = wait_until(
-            _before_it_ends(tc, name, own_checkpoint),
+            _before_it_ends(tc, name, checkpoint_past(good)),
             TRAINING_TIMEOUT,
             f"{name}'s second attempt to save a checkpoint",
             interval=1,
         )
+        # fault 3
         kill_container_process(tc, tc.namespace, f"toolrl.dev/job={name},ray.io/node-type=head")
+        wait_until(
+            _before_it_ends(tc, name, checkpoint_past(killed_after)),
+            TRAINING_TIMEOUT,
+            f"{name}'s trainer restarted after the head's kill to save a checkpoint",
+            interval=1,
+        )
+        # fault 4, at one moment
+        step_at_faults, checkpoint_at_faults = tc.state(name).step or 0, newest_checkpoint(job_dir)
+        faults_at = time.monotonic()
+        job_pods = f"toolrl.dev/job={name}"
+        assert delete_pods(tc, tc.namespace, f"{job_pods},ray.io/node-type=head"), "no head pod to delete"
+        assert delete_pods(tc, tc.namespace, f"{job_pods},ray.io/node-type=worker"), "no worker to delete"
+        assert delete_pods(tc, tc.namespace, f"{job_pods},app.kubernetes.io/component=tool-pool")
+        assert delete_pods(tc, OPERATOR_NAMESPACE, OPERATOR_POD)  # its second kill
+        tc.cluster.restart_node_runtime()
         wait_until(
             lambda: _ended(tc, name),
             TRAINING_TIMEOUT,
@@ -526,7 +433,14 @@ def separate(tc: TrainingCluster) -> SeparateRun:
         )
     run = _finished_run(tc, name, sampler.samples, applied)
     print(f"\n{name}: {run.job['status']}")
-    logs = tc.trainer_logs(name)
+
+    def newest_submitter_ended() -> bool:  # it follows the trainer's log to the end
+        pods = tc.submitter_pods(name)
+        return bool(pods) and pods[-1]["status"].get("phase") in ("Succeeded", "Failed")
+
+    wait_until(newest_submitter_ended, 300, "the last trainer's submitter pod to end")
+    # a submitter pod that found no Ray to submit to logged no step
+    logs = [log for log in tc.trainer_logs(name) if console_steps(log)]
     # the status says Retrying only while KubeRay deletes the failed attempt's cluster (4 s seen): the
     # Event of that phase change keeps it (kubectl describe), status.lastAttemptFailure too
     retried = [
@@ -534,7 +448,9 @@ def separate(tc: TrainingCluster) -> SeparateRun:
         for e in tc.events(name)
         if e["reason"] == f"{PHASE_PREFIX}{PROVISIONING}" and "KubeRay retries" in e["message"]
     ]
-    return SeparateRun(run, groups, good, retried, killed_after, logs)
+    return SeparateRun(
+        run, groups, good, retried, killed_after, step_at_faults, checkpoint_at_faults, faults_at, logs
+    )
 
 
 def test_a_separate_async_job_runs_both_worker_groups_and_succeeds(
@@ -576,19 +492,84 @@ def test_a_checkpoint_that_cannot_be_written_fails_the_attempt_and_the_retry_res
     assert failure.get("attempt") == 1 and said in failure.get("message", ""), status
     assert failure.get("reason") and failure.get("time"), failure
     # the retried attempt's first step follows the good checkpoint (a step saved past it was refused);
-    # the trainer restarted after the head's kill starts later still (a submitter pod that found no Ray
-    # to submit to logged no step)
+    # the trainers restarted after the later faults start later still
     first = min(step for log in separate.logs for step in console_steps(log))
     assert first == separate.good + 1, (first, separate.good)
 
 
+def _trainers(separate: SeparateRun) -> list[dict[int, dict[str, float]]]:
+    """The steps logged by attempt 2's trainers, oldest first: its first, the one restarted after the
+    head's kill, ..., the one lost at the pod, operator and node-runtime faults, the one after them."""
+    trainers = [console_steps(log) for log in separate.logs]
+    assert len(trainers) >= 3, f"attempt 2's trainers, by their first step: {[min(t) for t in trainers]}"
+    return trainers
+
+
 def test_a_killed_head_process_costs_at_most_a_checkpoint_interval(separate: SeparateRun) -> None:
     status = separate.run.job["status"]
-    assert status["restarts"] >= 1, status
-    after_kill = console_steps(separate.logs[-1])
-    assert len(separate.logs) >= 2 and after_kill, "no trainer ran after the head's process was killed"
+    assert status["restarts"] >= 2, status
+    after_kill = _trainers(separate)[1]
     first = min(after_kill)  # the step after the checkpoint it resumed from: one saved before the kill
     assert first > separate.killed_after, (first, separate.killed_after)
+
+
+def test_lost_ray_pods_pool_operator_and_node_runtime_cost_at_most_a_checkpoint_interval(
+    separate: SeparateRun,
+) -> None:
+    status = separate.run.job["status"]
+    assert status["phase"] == "Succeeded" and status["progress"]["step"] == SEPARATE_STEPS, status
+    before, after = _trainers(separate)[-2:]
+    # the restarted trainer's first step follows the newest checkpoint at the faults: never earlier
+    first = min(after)
+    assert first - 1 >= separate.checkpoint_at_faults, (first, separate.checkpoint_at_faults)
+    redone = max(before) - first + 1  # steps the lost trainer had logged that were trained again
+    assert redone <= SAVE_FREQ, f"{redone} steps redone, more than the checkpoint interval {SAVE_FREQ}"
+    steps = [s.step for _, s in separate.run.samples if s.step is not None]
+    # shown progress never falls below where the run stood (the old trainer may have saved one more
+    # checkpoint between the faults and its end: then the new one resumes past the faulted step)
+    floor = min(separate.step_at_faults, first - 1)
+    assert min(steps[steps.index(separate.step_at_faults) :]) >= floor, f"progress reset: {steps}"
+    shown = [step for step, _ in itertools.groupby(steps)]
+    seen = separate.seconds_until(lambda s: s.reason == "TrainerRestarted")
+    resumed = separate.seconds_until(lambda s: (s.step or 0) > separate.step_at_faults)
+    print(
+        f"\nfaults at shown step {separate.step_at_faults}, trainer step {max(before)} (checkpoint "
+        f"{separate.checkpoint_at_faults}): the restart shown after {seen} s, resumed at step {first} "
+        f"({redone} redone), past the shown step after {resumed} s; trajectories excluded "
+        f"{status['progress'].get('trajectoriesExcluded')}; steps sampled {shown}"
+    )
+
+
+def test_the_user_sees_the_restarts_and_the_operators_restarts_repeat_nothing(
+    tc: TrainingCluster, separate: SeparateRun
+) -> None:
+    status = separate.run.job["status"]
+    assert status["restarts"] >= 2 and status["lastRestart"]["pod"].startswith("separate"), status
+    recovering = {c["type"]: c for c in status["conditions"]}["Recovering"]
+    assert (recovering["status"], recovering["reason"]) == ("False", "TrainingResumed"), recovering
+    reasons = [e["reason"] for e in tc.events("separate")]
+    assert reasons.count("TrainerRestarted") == status["restarts"], reasons
+    assert "TrainingResumed" in reasons, reasons
+    # the operator was killed twice mid-run: its restarts repeat no Event and duplicate no child
+    for once in ("Created", "PhaseSucceeded"):
+        assert reasons.count(once) == 1, f"{once}: {reasons}"
+    assert reasons.count("PhaseRunning") == status["attempt"], f"PhaseRunning once per attempt: {reasons}"
+    for kind in ("deployments", "services", "configmaps", "rayjobs"):
+        found = get_json(tc.cluster, kind, "-n", tc.namespace, "-l", "toolrl.dev/job=separate")["items"]
+        assert len(found) == 1, (kind, [i["metadata"]["name"] for i in found])
+
+
+def test_nothing_of_the_faulted_run_is_left_behind(tc: TrainingCluster, separate: SeparateRun) -> None:
+    """KubeRay deletes the Ray cluster when the job ends (TTL 0): no RayCluster and no Ray pod of
+    any head is left; the submitter Job keeps its pods (the trainer's log)."""
+
+    def leftovers() -> list[str]:
+        ours = "toolrl.dev/job=separate"
+        clusters = get_json(tc.cluster, "rayclusters", "-n", tc.namespace, "-l", ours)
+        pods = get_json(tc.cluster, "pods", "-n", tc.namespace, "-l", f"{ours},ray.io/node-type")
+        return [i["metadata"]["name"] for i in clusters["items"] + pods["items"]]
+
+    wait_until(lambda: not leftovers(), 300, "the faulted run's Ray cluster and pods to go")
 
 
 # ----- a job deleted mid-training ------------------------------------------------------------------
@@ -617,13 +598,25 @@ def _tool_calls_counted(tc: TrainingCluster, name: str) -> float:
     return sum(finite(tc.prometheus, f"sum(toolrl_tool_calls_total{{{sel}}})"))
 
 
-def test_a_job_deleted_mid_training_leaves_nothing_behind(tc: TrainingCluster) -> None:
+@dataclass
+class DeletedRun:
+    first_step: float  # seconds from the apply to step 1 trained
+    calls: float  # tool calls of the job the pool counted
+    owned: list[str]  # what belonged to the job when it was deleted
+    gone: float  # seconds from the delete until nothing of it was left
+
+
+def _delete_mid_training(tc: TrainingCluster) -> DeletedRun:
     """The CPU example through `rollout.engine: vllm` (verl's vLLM server on vLLM's CPU build, in the
-    CPU trainer image) trains its first step on the real node, tool calls and all; then it is deleted."""
+    CPU trainer image) trains its first step on the real node, tool calls and all; then it is deleted.
+    Its requests are small, so it fits on the node beside the separate-async job."""
     name = "deleted"
     job = yaml.safe_load(CPU_EXAMPLE.read_text())
     job["metadata"]["name"] = name
     job["spec"]["rollout"]["engine"] = "vllm"
+    cluster = job["spec"]["cluster"]
+    cluster["head"]["resources"]["requests"].update(cpu="100m", memory="2Gi")
+    cluster["workers"]["resources"]["requests"].update(cpu="100m", memory="3Gi")
     applied = time.monotonic()
     tc.cluster.apply(job, "-n", tc.namespace)
     wait_until(
@@ -645,13 +638,28 @@ def test_a_job_deleted_mid_training_leaves_nothing_behind(tc: TrainingCluster) -
     calls = wait_until(
         lambda: _tool_calls_counted(tc, name), 120, f"the pool to count {name}'s tool calls", interval=5
     )
-    print(f"\n{name}: engine vllm trained step 1 {first_step:.0f} s after the apply, {calls:.0f} tool calls")
     owned = _everything_of(tc, name)
     assert any(o.startswith("RayCluster/") for o in owned) and any(o.startswith("Pod/") for o in owned), owned
-    deleted = time.monotonic()
+    delete_at = time.monotonic()
     tc.kubectl("delete", "toolrljob", name, "-n", tc.namespace, "--wait=false")
     wait_until(
         lambda: not _everything_of(tc, name), DELETION_BOUND, f"everything of {name} to go", interval=1
     )
-    gone = time.monotonic() - deleted
-    print(f"\n{name}: {len(owned)} objects gone {gone:.1f} s after the delete: {', '.join(sorted(owned))}")
+    return DeletedRun(first_step, calls, owned, time.monotonic() - delete_at)
+
+
+@pytest.fixture(scope="module")
+def deleted(tc: TrainingCluster) -> Iterator[Future[DeletedRun]]:
+    """`_delete_mid_training` in a thread of its own, started before the separate-async job is applied
+    (`separate` asks for it): the two verl start-ups overlap instead of following each other."""
+    with ThreadPoolExecutor(1, thread_name_prefix="deleted-job") as pool:
+        yield pool.submit(_delete_mid_training, tc)
+
+
+def test_a_job_deleted_mid_training_leaves_nothing_behind(deleted: Future[DeletedRun]) -> None:
+    run = deleted.result(timeout=TRAINING_TIMEOUT + DELETION_BOUND + 300)  # its checks raise here
+    print(
+        f"\ndeleted: engine vllm trained step 1 {run.first_step:.0f} s after the apply, {run.calls:.0f} tool"
+        f" calls; {len(run.owned)} objects gone {run.gone:.1f} s after the delete: "
+        + ", ".join(sorted(run.owned))
+    )
