@@ -31,7 +31,8 @@ from harness.tiers import process_tier
 REMOTE_MCP_SERVER = Path(__file__).with_name("remote_mcp_server.py")
 HEARTBEAT_SECONDS = 1.0
 MAX_SESSIONS = 3
-BIG_ANSWER = 96 << 20
+BIG_ANSWER = 200 << 20  # an upstream's answer far past what the pool keeps (maxOutputBytes 4096)
+READ_BOUND = 1 << 20  # what the pool reads of such an answer: 16 x maxOutputBytes, at least 1 MiB
 
 SOURCE = """\
 def check(**arguments):
@@ -60,12 +61,17 @@ class _Quoting(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        if self.path == "/big":  # an answer far past maxOutputBytes, sent in pieces
+        if self.path in (
+            "/big",
+            "/endless",
+        ):  # far past maxOutputBytes in pieces; endless: until the pool leaves
             self.send_response(200)
-            self.send_header("Content-Length", str(BIG_ANSWER))
+            if self.path == "/big":
+                self.send_header("Content-Length", str(BIG_ANSWER))
             self.end_headers()
-            for _ in range(BIG_ANSWER >> 20):
-                self.wfile.write(b"x" * (1 << 20))
+            with contextlib.suppress(OSError):
+                for _ in range(BIG_ANSWER >> 20) if self.path == "/big" else iter(int, 1):
+                    self.wfile.write(b"x" * (1 << 20))
             return
         answer = json.dumps({"you_sent": json.loads(body)}).encode()
         self.send_response(200)
@@ -78,12 +84,87 @@ class _Quoting(BaseHTTPRequestHandler):
         pass
 
 
+class _HugeMcp(BaseHTTPRequestHandler):
+    """An MCP server (handshake era, a session id, one JSON-RPC message per POST) whose one tool, `big`,
+    answers `{"bytes": N}` with a text of N bytes made as it is sent: as JSON, or as one SSE event
+    (`"sse": true`), or gzip-compressed though the pool asked for none (`"gzip": true`)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        self._send(405, b"")
+
+    def do_DELETE(self) -> None:
+        self._send(200, b"")
+
+    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _answer(self, ident: Any, result: dict[str, Any], **headers: str) -> None:
+        body = json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}).encode()
+        self._send(200, body, {"Content-Type": "application/json", **headers})
+
+    def do_POST(self) -> None:
+        message = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        method, ident = message.get("method"), message.get("id")
+        if ident is None:  # a notification
+            self._send(202, b"")
+        elif method == "initialize":
+            info = {"name": "huge", "version": "1"}
+            version = message["params"]["protocolVersion"]
+            result = {"protocolVersion": version, "capabilities": {"tools": {}}, "serverInfo": info}
+            self._answer(ident, result, **{"Mcp-Session-Id": "s1"})
+        elif method == "tools/list":
+            flags = {"sse": {"type": "boolean"}, "gzip": {"type": "boolean"}}
+            schema = {"type": "object", "properties": {"bytes": {"type": "integer"}, **flags}}
+            self._answer(ident, {"tools": [{"name": "big", "inputSchema": schema}]})
+        elif method == "tools/call":
+            self._big(ident, message["params"]["arguments"])
+        else:
+            error = {"code": -32601, "message": f"no method {method}"}
+            body = json.dumps({"jsonrpc": "2.0", "id": ident, "error": error}).encode()
+            self._send(200, body, {"Content-Type": "application/json"})
+
+    def _big(self, ident: Any, arguments: dict[str, Any]) -> None:
+        size, sse = arguments["bytes"], arguments.get("sse", False)
+        result = {"content": [{"type": "text", "text": "@"}], "isError": False}
+        before, after = json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}).encode().split(b"@")
+        if sse:
+            before, after = b"event: message\ndata: " + before, after + b"\n\n"
+        if arguments.get("gzip"):
+            squeeze = zlib.compressobj(wbits=31)  # gzip, made piece by piece
+            parts = [squeeze.compress(before)]
+            parts += [squeeze.compress(b"x" * min(1 << 20, size - at)) for at in range(0, size, 1 << 20)]
+            body = b"".join([*parts, squeeze.compress(after), squeeze.flush()])
+            headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+            return self._send(200, body, headers)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream" if sse else "application/json")
+        self.send_header("Content-Length", str(len(before) + size + len(after)))
+        self.end_headers()
+        with contextlib.suppress(OSError):  # the pool may stop reading
+            self.wfile.write(before)
+            for start in range(0, size, 1 << 20):
+                self.wfile.write(b"x" * min(1 << 20, size - start))
+            self.wfile.write(after)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
 @pytest.fixture(scope="module")
 @process_tier
-def upstreams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """(the quoting API's url, the remote MCP server's url), both on loopback."""
+def upstreams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str]]:
+    """(the quoting API's url, the remote MCP server's url, the huge MCP server's url), on loopback."""
     api = ThreadingHTTPServer(("127.0.0.1", 0), _Quoting)
     threading.Thread(target=api.serve_forever, daemon=True).start()
+    huge = ThreadingHTTPServer(("127.0.0.1", 0), _HugeMcp)
+    threading.Thread(target=huge.serve_forever, daemon=True).start()
     port = free_port()
     log = (tmp_path_factory.mktemp("remote-mcp") / "remote.log").open("wb")
     remote = subprocess.Popen([sys.executable, str(REMOTE_MCP_SERVER), str(port)], stdout=log, stderr=log)
@@ -97,15 +178,20 @@ def upstreams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, s
                 if probe.connect_ex(("127.0.0.1", port)) == 0:
                     break
             time.sleep(0.2)
-        yield f"http://127.0.0.1:{api.server_port}/", f"http://127.0.0.1:{port}/mcp"
+        yield (
+            f"http://127.0.0.1:{api.server_port}/",
+            f"http://127.0.0.1:{port}/mcp",
+            f"http://127.0.0.1:{huge.server_port}/mcp",
+        )
     finally:
         api.shutdown()
+        huge.shutdown()
         remote.terminate()
         remote.wait(15)
         log.close()
 
 
-def _tools(source: Path, api: str, mcp: str) -> list[dict[str, Any]]:
+def _tools(source: Path, api: str, mcp: str, huge: str) -> list[dict[str, Any]]:
     return [
         {"name": "python", "type": "python", "timeoutSeconds": 5, "maxProcesses": 256},
         {
@@ -119,10 +205,26 @@ def _tools(source: Path, api: str, mcp: str) -> list[dict[str, Any]]:
         {"name": "echo", "type": "http", "url": api, "timeoutSeconds": 5, "maxRetries": 2},
         {"name": "big", "type": "http", "url": api + "big", "timeoutSeconds": 30, "maxOutputBytes": 4096},
         {
+            "name": "endless",
+            "type": "http",
+            "url": api + "endless",
+            "maxOutputBytes": 4096,
+            "timeoutSeconds": 10,
+        },
+        {
             "name": "remote",
             "type": "mcp",
             "mcp": {"url": mcp},
             "timeoutSeconds": 5,
+            "maxRetries": 2,
+            "retryDelaySeconds": 0.5,
+        },
+        {
+            "name": "huge",
+            "type": "mcp",
+            "mcp": {"url": huge},
+            "timeoutSeconds": 30,
+            "maxOutputBytes": 4096,
             "maxRetries": 2,
             "retryDelaySeconds": 0.5,
         },
@@ -146,7 +248,7 @@ ARGS = (
 @pytest.fixture(scope="module", params=["root", "pod"])
 @process_tier
 def pool(
-    request: pytest.FixtureRequest, upstreams: tuple[str, str], server_in_mode: Any
+    request: pytest.FixtureRequest, upstreams: tuple[str, str, str], server_in_mode: Any
 ) -> Iterator[SandboxProcess]:
     root = Path(tempfile.mkdtemp(prefix="toolrl-holds-"))
     try:
@@ -343,32 +445,76 @@ def test_a_call_refused_threads_after_taking_its_share_is_the_codes_fault(pool: 
 # 9 -------------------------------------------------------------------------------------------------
 
 
-def _rss_mib(pid: int) -> float:
+def _kib(pid: int, field: str) -> int:
     with open(f"/proc/{pid}/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
+        return next(int(line.split()[1]) for line in status if line.startswith(field + ":"))
 
 
-def test_an_http_answer_is_not_held_whole_to_be_cut(pool: SandboxProcess) -> None:
-    """A 96 MiB answer for a tool keeping 4 KiB: read and dropped as it comes, never held whole."""
-    pid, peak, done = pool.process.pid, 0.0, threading.Event()
+def _with_peak(pool: SandboxProcess, call: Any) -> tuple[Any, float]:
+    """(what `call()` returns, how far the server's peak RSS rose above its RSS before, MiB): the
+    kernel's high-water mark (VmHWM), reset first, so no peak between samples is missed."""
+    pid = pool.process.pid
+    with open(f"/proc/{pid}/clear_refs", "w") as refs:
+        refs.write("5")  # VmHWM := VmRSS
+    before = _kib(pid, "VmRSS")
+    result = call()
+    return result, (_kib(pid, "VmHWM") - before) / 1024
 
-    def watch() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, _rss_mib(pid))
-            time.sleep(0.005)
 
-    before = _rss_mib(pid)
-    with ThreadPoolExecutor(1) as watcher:
-        watching = watcher.submit(watch)
-        try:
-            result = execute(pool, "big", {})
-        finally:
-            done.set()
-        watching.result()
-    assert result["status"] == "ok" and result["truncated"], {k: str(v)[:200] for k, v in result.items()}
-    assert result["output"].startswith("x" * 4096) and f"{BIG_ANSWER} bytes" in result["output"], result
-    assert peak - before < 24, f"the server's RSS grew from {before:.0f} to {peak:.0f} MiB"
+def _short(result: dict[str, Any]) -> dict[str, str]:
+    return {key: str(value)[:300] for key, value in result.items()}
+
+
+@pytest.mark.parametrize("tool", ["big", "endless"])
+def test_an_http_answer_is_read_only_up_to_a_bound(pool: SandboxProcess, tool: str) -> None:
+    """A 200 MiB answer, or one that never ends, for a tool keeping 4 KiB: the first 4 KiB kept, the
+    rest read and dropped up to the bound (16 x maxOutputBytes, at least 1 MiB), then not read at all."""
+    started = time.monotonic()
+    result, grew = _with_peak(pool, lambda: execute(pool, tool, {}))
+    assert (result["status"], result["fault"], result["truncated"]) == ("ok", None, True), _short(result)
+    marker = f"\n[... output truncated: more than {READ_BOUND} bytes, first 4096 shown ...]"
+    assert result["output"] == "x" * 4096 + marker, _short(result)
+    assert grew < 24, f"the server's peak RSS grew by {grew:.0f} MiB"
+    assert time.monotonic() - started < 5, "the answer was read past the bound"
+
+
+@pytest.mark.parametrize("sse", [False, True], ids=["json", "sse"])
+def test_an_mcp_answer_past_the_bound_is_refused_unread(pool: SandboxProcess, sse: bool) -> None:
+    """A remote tool's 200 MiB answer (as JSON, or as one SSE event) for a tool keeping 4 KiB: read up to
+    the bound (16 x maxOutputBytes, at least 1 MiB), then refused without retries as the call's own
+    (what it asked for), as a program's output is past 16 x maxOutputBytes; never held whole (the SDK
+    read a JSON answer whole: +1 GiB)."""
+    started = time.monotonic()
+    arguments = {"bytes": BIG_ANSWER, "sse": sse}
+    result, grew = _with_peak(pool, lambda: execute(pool, "huge__big", arguments))
+    assert (result["status"], result["fault"], result["truncated"]) == ("error", "code", True), _short(result)
+    assert f"more than {READ_BOUND} bytes" in result["message"], _short(result)
+    assert "maxOutputBytes" in result["message"] and result["message"] in result["stderr"], _short(result)
+    assert grew < 24, f"the server's peak RSS grew by {grew:.0f} MiB"
+    assert time.monotonic() - started < 5, "the answer was read whole or the call retried"
+    assert execute(pool, "huge__big", {"bytes": 3, "sse": sse})["output"] == "xxx"
+
+
+@pytest.mark.parametrize("sse", [False, True], ids=["json", "sse"])
+def test_mcp_answers_within_the_bound_are_unchanged(pool: SandboxProcess, sse: bool) -> None:
+    """Answers up to the bound are read and cut to maxOutputBytes as before."""
+    small = execute(pool, "huge__big", {"bytes": 10, "sse": sse})
+    assert (small["status"], small["output"], small["truncated"]) == ("ok", "x" * 10, False), small
+    for size in (100 << 10, READ_BOUND - (1 << 10)):
+        result = execute(pool, "huge__big", {"bytes": size, "sse": sse})
+        marker = f"\n[... output truncated: {size} bytes, first 4096 shown ...]"
+        assert (result["status"], result["fault"], result["truncated"]) == ("ok", None, True), _short(result)
+        assert result["output"] == "x" * 4096 + marker, _short(result)
+    assert execute(pool, "remote__add", {"a": 1, "b": 2})["output"] == "3"
+
+
+def test_a_compressed_mcp_answer_is_refused_before_it_inflates(pool: SandboxProcess) -> None:
+    """The pool asks for answers uncompressed; a server compressing anyway (200 KiB of gzip, 200 MiB of
+    JSON) is not inflated past the bound: refused as the server's failure."""
+    result, grew = _with_peak(pool, lambda: execute(pool, "huge__big", {"bytes": BIG_ANSWER, "gzip": True}))
+    assert (result["status"], result["fault"]) == ("error", "infra"), _short(result)
+    assert "compressed" in result["message"], _short(result)
+    assert grew < 24, f"the server's peak RSS grew by {grew:.0f} MiB"
 
 
 # 13 ------------------------------------------------------------------------------------------------

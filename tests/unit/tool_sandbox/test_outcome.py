@@ -29,3 +29,6 @@ def test_output_is_capped_with_a_visible_marker() -> None:
     assert cap_output(b"abc", 3, 10) == ("abc", False)
     text, cut = cap_output(b"abcdef", 1000, 4)
     assert cut and text.startswith("abcd\n") and "truncated: 1000 bytes" in text
+    # a reader that stopped (an upstream's answer past what the pool reads) says the size is more
+    text, cut = cap_output(b"abcdef", 1000, 4, more=True)
+    assert cut and text == "abcd\n[... output truncated: more than 1000 bytes, first 4 shown ...]"

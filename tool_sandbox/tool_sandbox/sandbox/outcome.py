@@ -71,12 +71,14 @@ def classify(
     return Outcome(KILLED, code, _SIGNAL_REASONS.get(sig, f"killed by signal {sig}"))
 
 
-def cap_output(data: bytes, total: int, limit: int) -> tuple[str, bool]:
-    """Decode at most `limit` bytes of a stream of `total` bytes, with a visible marker if cut."""
-    if total <= limit:
+def cap_output(data: bytes, total: int, limit: int, more: bool = False) -> tuple[str, bool]:
+    """Decode at most `limit` bytes of a stream of `total` bytes (`more`: more than that, its reader
+    stopped there), with a visible marker if cut."""
+    if total <= limit and not more:
         return data.decode("utf-8", errors="replace"), False
     text = data[:limit].decode("utf-8", errors="replace")
-    return f"{text}\n[... output truncated: {total} bytes, first {limit} shown ...]", True
+    size = f"more than {total}" if more else str(total)
+    return f"{text}\n[... output truncated: {size} bytes, first {limit} shown ...]", True
 
 
 def no_run_reply(status: str, message: str) -> dict[str, object]:

@@ -37,6 +37,16 @@ class RateLimiter:
 
 
 NOTHING = (b"", 0)  # an answer's body as _read gives it: none
+# What the pool reads of an upstream's answer (issue 35: a 200 MiB answer read whole cost ~1 GiB): 16 times
+# what the tool keeps, as a program's output past 16 times its limit is killed (room for an MCP answer's
+# JSON-RPC framing, escapes and its text given twice, as content and structured content), at least 1 MiB
+# (what the MCP SDK reads of one SSE event).
+ANSWER_FACTOR, ANSWER_MIN_BYTES = 16, 1 << 20
+
+
+def answer_limit(max_output_bytes: int) -> int:
+    """How many bytes of an upstream's answer the pool reads for a tool keeping `max_output_bytes`."""
+    return max(ANSWER_FACTOR * max_output_bytes, ANSWER_MIN_BYTES)
 
 
 def backoff(attempt: int, base: float) -> float:
@@ -130,12 +140,16 @@ class HttpTool(Tool):
 
     async def _read(self, response: aiohttp.ClientResponse) -> tuple[bytes, int]:
         """The first maxOutputBytes of an answer's body and the body's size: the rest is read and
-        dropped as it comes (a 200 MiB answer read whole cost the server ~1 GiB)."""
+        dropped as it comes (a 200 MiB answer read whole cost the server ~1 GiB), up to answer_limit;
+        past it the connection is closed unread (a size past answer_limit: more than that)."""
         limit, kept, total = self.config.max_output_bytes, bytearray(), 0
         async for chunk in response.content.iter_any():
             total += len(chunk)
             if len(kept) < limit:
                 kept += chunk[: limit - len(kept)]
+            if total > answer_limit(limit):
+                response.close()
+                break
         return bytes(kept), total
 
     def _result(
@@ -148,11 +162,11 @@ class HttpTool(Tool):
         fault: str | None = None,
     ) -> ToolResult:
         kept, total = body
-        limit = self.config.max_output_bytes
+        limit, bound = self.config.max_output_bytes, answer_limit(self.config.max_output_bytes)
         if total <= limit:  # whole: JSON made compact, an API's quoted lone surrogate kept readable
             raw = _pretty(kept.decode("utf-8", "replace")).encode("utf-8", "surrogatepass")
             kept, total = raw[:limit], len(raw)
-        output, truncated = outcome.cap_output(kept, total, limit)
+        output, truncated = outcome.cap_output(kept, min(total, bound), limit, more=total > bound)
         return ToolResult(
             status=status,
             output=output,

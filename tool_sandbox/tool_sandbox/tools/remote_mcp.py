@@ -10,7 +10,10 @@ A call is checked against the remote tool's input schema (arguments that do not 
 fault, no round trip), then sent with the entry's timeout (one deadline across attempts) and
 retries. Whose fault a failure is, from what this process observed: the server unreachable, timing
 out, answering 5xx or not speaking MCP is `infra`; a tool result with `isError` (the remote tool
-failed on the model's input) or a JSON-RPC "invalid params" is `code`.
+failed on the model's input) or a JSON-RPC "invalid params" is `code`. An answer is read up to
+`answer_limit` (16 x maxOutputBytes, at least 1 MiB; `mcp_http`): a longer one is refused unread, the
+call's own (`code`, no retry), as a program printing past 16 x its limit is killed: what a remote tool
+answers is what its arguments asked for.
 
 Each call opens an MCP client of its own (no session outlives a call) over one HTTP client per
 server that keeps its connections: on a modern (2026-07-28+) server a call is one stateless request;
@@ -30,7 +33,7 @@ from tool_sandbox.sandbox import outcome
 from tool_sandbox.sandbox.pool import Pool
 from tool_sandbox.tools.arguments import argument_problems, remote_references, validator
 from tool_sandbox.tools.base import Tool, ToolInputError, ToolResult
-from tool_sandbox.tools.http import backoff
+from tool_sandbox.tools.http import answer_limit, backoff
 
 # The MCP SDK and its HTTP client are imported where an `mcp` tool uses them, not with this module: every
 # pool imports it, most serve no MCP server (the server's import alone: 169 -> 141 MiB without them).
@@ -139,9 +142,13 @@ class McpServerTool(Tool):
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
 
+        from tool_sandbox.tools import mcp_http
+
         if self.http is None:
-            self.http = httpx2.AsyncClient(timeout=httpx2.Timeout(HTTP_TIMEOUT, read=HTTP_READ_TIMEOUT))
-        return Client(streamable_http_client(self.url, http_client=self.http), mode=mode, cache=None)
+            self.http = mcp_http.client(httpx2.Timeout(HTTP_TIMEOUT, read=HTTP_READ_TIMEOUT))
+        # every answer's body, an SSE stream's too, is bounded by the client (mcp_http), not per event
+        transport = streamable_http_client(self.url, http_client=self.http, max_sse_event_size=None)
+        return Client(transport, mode=mode, cache=None)
 
     async def close(self) -> None:
         if self.http is not None:
@@ -240,9 +247,11 @@ class RemoteMcpTool(Tool):
         if said:
             message = f"invalid arguments for {self.name}: {said}"
             return self._result(outcome.ERROR, "", started, message, outcome.FAULT_CODE)
+        from tool_sandbox.tools.mcp_http import reading_at_most
+
         seconds = self.effective_timeout(timeout)
         deadline = started + seconds  # one deadline for all attempts and the pauses between them
-        last = ""
+        last, limit = "", answer_limit(self.config.max_output_bytes)
         for attempt in range(self.config.max_retries + 1):
             if attempt:
                 pause = backoff(attempt, self.config.retry_delay_seconds)
@@ -251,15 +260,18 @@ class RemoteMcpTool(Tool):
                     return self._result(outcome.TIMEOUT, "", started, message, outcome.FAULT_INFRA)
                 await asyncio.sleep(pause)
             try:
-                async with asyncio.timeout(deadline - time.monotonic()):
-                    async with self.server.connect(self.server.mode) as client:
-                        answer = await client.call_tool(self.remote_name, payload)
+                with reading_at_most(limit) as bound:
+                    async with asyncio.timeout(deadline - time.monotonic()):
+                        async with self.server.connect(self.server.mode) as client:
+                            answer = await client.call_tool(self.remote_name, payload)
             except TimeoutError:
                 message = f"the MCP server {self.server.url} gave no answer within {seconds}s"
                 return self._result(outcome.TIMEOUT, "", started, message, outcome.FAULT_INFRA)
             except Exception as exc:
                 from mcp_types import INVALID_PARAMS
 
+                if bound.exceeded:  # the server answered, past what the pool reads: the call asked for it
+                    return self._too_large(started, limit)
                 error = _mcp_error(exc)
                 if error is not None and error.code == INVALID_PARAMS:  # the server refused the arguments
                     message = f"{self.remote_name}: {error}"
@@ -274,13 +286,27 @@ class RemoteMcpTool(Tool):
         # unreachable, 5xx or no MCP on every attempt: the server's failure, not the model's
         return self._result(outcome.ERROR, "", started, last, outcome.FAULT_INFRA)
 
+    def _too_large(self, started: float, limit: int) -> ToolResult:
+        message = (
+            f"the answer of {self.remote_name} was more than {limit} bytes, all the pool reads of an"
+            f" answer of this tool (16 x maxOutputBytes {self.config.max_output_bytes}, at least 1 MiB);"
+            " ask for less"
+        )
+        return self._result(outcome.ERROR, "", started, message, outcome.FAULT_CODE, truncated=True)
+
     def _result(
-        self, status: str, text: str, started: float, message: str, fault: str | None = None
+        self,
+        status: str,
+        text: str,
+        started: float,
+        message: str,
+        fault: str | None = None,
+        truncated: bool = False,
     ) -> ToolResult:
         """The answer: an ok call's text is its output; a failed one's, with why, its stderr."""
         raw = text.encode("utf-8", "surrogatepass")  # a server may quote a lone surrogate back
         limit = self.config.max_output_bytes
-        text, truncated = outcome.cap_output(raw[:limit], len(raw), limit)
+        text, cut = outcome.cap_output(raw[:limit], len(raw), limit)
         if status == outcome.OK:
             output, stderr = text, ""
         else:
@@ -292,7 +318,7 @@ class RemoteMcpTool(Tool):
             output=output,
             stdout=output,
             stderr=stderr,
-            truncated=truncated,
+            truncated=truncated or cut,
             durationSeconds=round(time.monotonic() - started, 6),
             message=message,
             fault=fault,
