@@ -122,6 +122,7 @@ class Tool(_Object):
     disk_limit_mib: int = Field(default=32, alias="diskLimitMiB", ge=1, le=65536)
     max_open_files: int = Field(default=64, alias="maxOpenFiles", ge=1, le=65536)
     max_processes: int = Field(default=256, alias="maxProcesses", ge=1, le=4096)
+    observation_format: Literal["default", "sandbox-fusion"] | None = Field(default=None, alias="observationFormat")
     max_retries: int = Field(default=3, alias="maxRetries", ge=0, le=20)
     retry_delay_seconds: int | float = Field(default=0.5, alias="retryDelaySeconds", ge=0, le=60)
     rate_limit_per_second: int | float = Field(default=50, alias="rateLimitPerSecond", ge=0)

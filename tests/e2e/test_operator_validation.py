@@ -88,6 +88,11 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
         "mcp is only used by tools of type mcp",
     ),
     (
+        "observation-format-only-for-python",
+        {"tools": [PYTHON, {"name": "s", "type": "search", "corpus": "/c", "observationFormat": "default"}]},
+        "observationFormat is only used by tools of type python",
+    ),
+    (
         "mcp-url-is-http",
         {"tools": [PYTHON, {"name": "m", "type": "mcp", "mcp": {"url": "m.tools.svc:8000"}}]},
         "mcp.url must be an absolute http:// or https:// URL",

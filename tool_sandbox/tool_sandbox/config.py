@@ -22,6 +22,10 @@ class ConfigError(ValueError):
 
 
 _CRD = DEFAULTS_WHEN_PRESENT["tools[]"]  # the CRD's defaults of a tools[] entry (generated from it)
+# A python tool's observationFormat (the CRD's enum): what the *trainer* shows its model of a call
+# (trainer_entry.pool_client.CallResult.observation) and whether it unwraps fenced code before sending it.
+# The pool checks it and answers every protocol the same whichever it is.
+OBSERVATION_FORMATS = ("default", "sandbox-fusion")
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class ToolConfig:
     retry_delay_seconds: float = float(_CRD["retryDelaySeconds"])
     rate_limit_per_second: float = float(_CRD["rateLimitPerSecond"])
     source: str = ""  # a function tool's Python file: where the operator mounts its ConfigMap key
+    observation_format: str = OBSERVATION_FORMATS[0]  # the trainer's (see OBSERVATION_FORMATS)
 
 
 _FIELDS = {
@@ -72,6 +77,7 @@ _FIELDS = {
     "maxRetries": ("max_retries", int),
     "retryDelaySeconds": ("retry_delay_seconds", float),
     "rateLimitPerSecond": ("rate_limit_per_second", float),
+    "observationFormat": ("observation_format", str),
 }
 _POSITIVE = (
     "timeoutSeconds",
@@ -183,6 +189,14 @@ def _parse_tool(entry: Any, where: str) -> ToolConfig:
     name, kind = values["name"], values["type"]
     if not _NAME.match(name):
         raise ConfigError(f"{where}.name: {name!r} is not an identifier (letters, digits, _)")
+    if "observation_format" in values:
+        if values["observation_format"] not in OBSERVATION_FORMATS:
+            raise ConfigError(
+                f"{where}.observationFormat: {values['observation_format']!r} is not one of"
+                f" {', '.join(OBSERVATION_FORMATS)}"
+            )
+        if kind != "python":
+            raise ConfigError(f"{where}.observationFormat: only tools of type python take it; remove it")
     # the registry of tool types imports this module (their configs): read it when it is needed
     from tool_sandbox.tools import TOOL_TYPES
 

@@ -396,6 +396,10 @@ SPEC_SCHEMA: dict[str, Any] = {
                 }, {
                     "rule": "!has(self.mcp) || self.type == 'mcp'",
                     "message": "mcp is only used by tools of type mcp; remove it or change the type",
+                }, {
+                    "rule": "!has(self.observationFormat) || self.type == 'python'",
+                    "fieldPath": ".observationFormat",
+                    "message": "observationFormat is only used by tools of type python (what the model reads back from its code); remove it or change the type",
                 }],
                 "properties": {
                     "name": {
@@ -474,6 +478,11 @@ SPEC_SCHEMA: dict[str, Any] = {
                         "maximum": 4096,
                         "default": 256,
                         "description": "Tasks (processes and threads) one python call may run at once.",
+                    },
+                    "observationFormat": {
+                        "type": "string",
+                        "enum": ["default", "sandbox-fusion"],
+                        "description": "What the model reads back from a python tool's call (the trainer builds it from the pool's answer; unset means default). default: a program that exits 0 shows its stdout (its stderr only when it printed nothing to stdout); one that fails shows \"Error: \" and its stderr (its stdout dropped, shown only when stderr is empty); a timeout \"Error: the tool call timed out after 10.0s.\" (its seconds), a killed call \"Error: the tool process was killed (it exceeded a resource limit).\", and \"[output truncated]\" is appended when maxOutputBytes cut a stream. sandbox-fusion: as verl's SandboxFusionTool (ReTool's code interpreter) shows SandboxFusion's answer: the first fenced block in the code argument (```python ... ```, ```py ... ```, ``` ... ```) is what runs, and a program that ran to its end, whatever its exit code, shows its stdout directly followed by its stderr (what it printed, then the traceback); a timeout or a call the pool could not run shows \"no stdout here\". Calls the trainer refuses before running (no code argument) read as in default.",
                     },
                     "maxRetries": {
                         "type": "integer",

@@ -16,6 +16,8 @@ from typing import Any
 
 import aiohttp
 
+from trainer_entry.observations import OBSERVATION_DEFAULT, observation
+
 RETRYABLE_HTTP = (429, 502, 503, 504)
 MAX_BACKOFF_SECONDS = 30.0
 # HTTP allowance on top of the execution timeout: the pool answers `timeout` itself when it can.
@@ -50,6 +52,8 @@ class CallResult:
     attempts: int = 1
     error: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
+    observation_format: str = OBSERVATION_DEFAULT
+    """How `observation` words it: the calling tool's observationFormat (tools.PoolTool sets it)."""
 
     def __post_init__(self) -> None:
         if self.fault is None:
@@ -64,25 +68,8 @@ class CallResult:
         return self.fault == FAULT_INFRA
 
     def observation(self) -> str:
-        """The text the model reads back: the output, or a clear account of what failed."""
-        if self.status == "ok":
-            text = self.output if self.output else self.stdout
-            if self.stderr and not self.output:
-                text = f"{text}\n{self.stderr}" if text else self.stderr
-        elif self.status == "timeout":
-            text = f"Error: the tool call timed out after {self.duration_seconds:.1f}s."
-        elif self.status == "killed":
-            text = "Error: the tool process was killed (it exceeded a resource limit)."
-        elif self.status == "rejected":
-            text = f"Error: the tool pool rejected the call ({self.error or 'overloaded'})."
-        elif self.status == "unreachable":
-            text = f"Error: the tool could not be reached after {self.attempts} attempts ({self.error})."
-        else:
-            detail = self.stderr or self.output or self.error or "unknown error"
-            text = f"Error: {detail}"
-        if self.truncated:
-            text += "\n[output truncated]"
-        return text
+        """The text the model reads back, in the calling tool's format (observations.observation)."""
+        return observation(self)
 
 
 def classify(status: str, pool_fault: Any = None) -> str | None:

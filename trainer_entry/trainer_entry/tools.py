@@ -14,6 +14,7 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from trainer_entry.hub import sink
+from trainer_entry.observations import OBSERVATION_DEFAULT, OBSERVATION_SANDBOX_FUSION, unwrap_fenced_code
 from trainer_entry.pool_client import CallResult, PoolClient, shared_client
 
 # What a trajectory's verl `extra_fields` record of its calls: each call's status and whose failure it
@@ -72,6 +73,9 @@ class PoolTool(BaseTool):
             "request_timeout_seconds": float(config["request_timeout_seconds"]),
         }
         self.pool_url = config["pool_url"]
+        # spec.tools[].observationFormat (translate.tool_config): what the model reads back, and for
+        # sandbox-fusion that a python call's fenced code is unwrapped before it runs
+        self.observation_format = str(config.get("observation_format") or OBSERVATION_DEFAULT)
         self._instances: dict[str, dict[str, Any]] = {}
 
     def client(self) -> PoolClient:
@@ -92,13 +96,22 @@ class PoolTool(BaseTool):
             payload = pool_input(self.tool_type, parameters, create_kwargs.get("context") or {})
         except ValueError as exc:
             sink().tool_call(self.name, "invalid", 0.0)
-            return CallResult(status="invalid", error=str(exc), stderr=f"invalid call of {self.name}: {exc}")
-        return await self.client().execute(
+            return CallResult(
+                status="invalid",
+                error=str(exc),
+                stderr=f"invalid call of {self.name}: {exc}",
+                observation_format=self.observation_format,
+            )
+        if self.tool_type == "python" and self.observation_format == OBSERVATION_SANDBOX_FUSION:
+            payload = {**payload, "code": unwrap_fenced_code(payload["code"])}
+        result = await self.client().execute(
             self.name,
             payload,
             timeout_seconds=self.timeout,
             sample=pool_sample(self.tool_type, create_kwargs),
         )
+        result.observation_format = self.observation_format
+        return result
 
     async def execute(
         self, instance_id: str, parameters: dict[str, Any], **kwargs: Any

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from trainer_entry.observations import OBSERVATION_DEFAULT
 from trainer_entry.spec import COLOCATE_TRAINER_MODE, SEPARATE_TRAINER_MODE, Job, cpu_only, mini_batch_size
 
 # Our classes as verl's extension points name them (the table of every door: verl_entry_points)
@@ -194,6 +195,8 @@ def tool_config(job: Job, pool_url: str, pool_tools: list[dict[str, Any]] | None
                     "type": "native",
                     "pool_url": pool_url,
                     "tool_type": tool["type"],
+                    # python tools only (the CRD's rule): what the model reads back (observations.py)
+                    "observation_format": tool.get("observationFormat", OBSERVATION_DEFAULT),
                     "timeout_seconds": float(tool["timeoutSeconds"]),
                     "request_timeout_seconds": float(call["timeoutSeconds"]),
                     "max_retries": int(call["maxRetries"]),

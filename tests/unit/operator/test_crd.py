@@ -149,6 +149,18 @@ def test_mcp_tools_are_checked_at_apply_time(schema: dict[str, Any]) -> None:
     assert server["properties"]["targetPort"]["maximum"] == 65535
 
 
+def test_the_observation_format_is_a_python_tools_and_has_no_default(schema: dict[str, Any]) -> None:
+    """Unset is the default format; a CRD default would put it on every tool and fail the rule."""
+    tool = schema["properties"]["spec"]["properties"]["tools"]["items"]
+    field = tool["properties"]["observationFormat"]
+    assert field["enum"] == ["default", "sandbox-fusion"] and "default" not in field
+    assert "no stdout here" in field["description"] and "Error: " in field["description"]
+    rules = {r["rule"]: r for r in tool["x-kubernetes-validations"]}
+    rule = rules["!has(self.observationFormat) || self.type == 'python'"]
+    assert rule["fieldPath"] == ".observationFormat"
+    assert "only used by tools of type python" in rule["message"]
+
+
 def test_the_status_schema_declares_every_field_the_operator_writes(
     schema: dict[str, Any], separate_async_cpu_job
 ) -> None:

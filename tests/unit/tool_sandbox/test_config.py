@@ -36,6 +36,12 @@ tools:
         ("tools: [{name: m, type: mcp, mcp: {url: 'http://m', tools: [a, a]}}]", "appears more than once"),
         ("tools: [{name: m, type: mcp, mcp: {url: 'http://m', tools: a}}]", "must be a list of"),
         ("tools: [{name: m, type: mcp, mcp: {url: 'http://m', token: x}}]", "mcp: unknown field(s) token"),
+        ("tools: [{name: p, type: python, observationFormat: retool}]", "'retool' is not one of default,"),
+        ("tools: [{name: p, type: python, observationFormat: 1}]", "observationFormat: expected a string"),
+        (
+            "tools: [{name: s, type: search, corpus: c.jsonl, observationFormat: default}]",
+            "observationFormat: only tools of type python take it",
+        ),
     ],
 )
 def test_rejects_bad_configs_with_a_message_naming_the_problem(text: str, message: str) -> None:
@@ -61,7 +67,22 @@ def test_a_bare_entry_means_what_the_crd_defaults_it_to() -> None:
     # no knob of the pool's own is left out of the CRD: each field of an entry has its default there
     # no default: absent unless given (a function tool's `source` is the operator's, not the CRD's)
     optional = {"description", "corpus", "url", "function", "parameters", "source", "mcp"}
+    optional.add("observationFormat")  # a python tool's; unset is the default format
     assert set(_FIELDS) - {"name", "type"} - optional == set(DEFAULTS_WHEN_PRESENT["tools[]"])
+
+
+def test_a_python_tool_takes_the_trainers_observation_format() -> None:
+    """The job's tools.yaml carries it (spec.tools verbatim); the pool checks it, the trainer reads it."""
+    from chartgen.crd_defaults import spec_schema
+    from chartgen.outputs import CRD_SOURCE
+    from tool_sandbox.config import OBSERVATION_FORMATS
+
+    item = spec_schema(yaml.safe_load(CRD_SOURCE.read_text()))["properties"]["tools"]["items"]
+    assert tuple(item["properties"]["observationFormat"]["enum"]) == OBSERVATION_FORMATS
+    plain, fusion = parse_tools(
+        "tools: [{name: p, type: python}, {name: q, type: python, observationFormat: sandbox-fusion}]"
+    )
+    assert (plain.observation_format, fusion.observation_format) == ("default", "sandbox-fusion")
 
 
 FUNCTION = (

@@ -33,7 +33,7 @@ from trainer_entry.spec import SpecError, parse_job
 PVC = {"persistentVolumeClaim": {"claimName": "data"}}
 PARAMETERS = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
 EVERY_TOOL = [
-    {"name": "python", "type": "python"},
+    {"name": "python", "type": "python", "observationFormat": "sandbox-fusion"},
     {"name": "search", "type": "search", "corpus": "/data/corpus.jsonl"},
     {"name": "web", "type": "http", "url": "https://example.org/api"},
     {
@@ -166,6 +166,11 @@ def test_every_compiled_rule_evaluates_to_true_on_valid_specs_with_every_place_p
                          "env": [{"name": "TOOLRL_x", "value": "1"}]}},
             "!self.name.startsWith('TOOLRL_')",
             "spec.cluster.env[0]",
+        ),
+        (
+            {"tools": [EVERY_TOOL[0], {**EVERY_TOOL[1], "observationFormat": "default"}]},
+            "!has(self.observationFormat) || self.type == 'python'",
+            "spec.tools[1]",
         ),
         (
             {"tools": [EVERY_TOOL[0], {"name": "web", "type": "http", "url": "ftp://example.org/x"}]},

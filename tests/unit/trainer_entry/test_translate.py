@@ -224,6 +224,7 @@ def test_tool_config_carries_the_call_policy():
         "type": "native",
         "pool_url": POOL,
         "tool_type": "python",
+        "observation_format": "default",  # unset: the default format (observations.py)
         "timeout_seconds": 7.0,
         "request_timeout_seconds": 12.0,
         "max_retries": 5,
@@ -231,6 +232,12 @@ def test_tool_config_carries_the_call_policy():
         "max_concurrency": 64,
     }
     assert tools[1]["config"]["timeout_seconds"] == 10.0  # the CRD's default for tools[].timeoutSeconds
+
+
+def test_tool_config_carries_the_observation_format():
+    tools = [{"name": "python", "type": "python", "observationFormat": "sandbox-fusion"}]
+    (python,) = translate(job(tools=tools), POOL).tool_config["tools"]
+    assert python["config"]["observation_format"] == "sandbox-fusion"
 
 
 @pytest.mark.parametrize(
