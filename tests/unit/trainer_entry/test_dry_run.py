@@ -279,6 +279,54 @@ def test_the_gsm8k_multiturn_recipe_ported_differs_from_verls_only_where_it_says
     assert "false (forced by the job (SDPA attention" in line and "| true (set)" in line
 
 
+def _compared(recipe: str, capsys) -> tuple[set[str], set[str], set[str], list[str]]:
+    """The dry run of examples/recipes/<recipe>.yaml against <recipe>.verl.txt: the keys the recipe
+    sets, those the job's config has the same, those it has otherwise, and the differing lines."""
+    recipes = ROOT / "examples" / "recipes"
+    args = ["run", "--dry-run", "--spec", str(recipes / f"{recipe}.yaml")]
+    assert main([*args, "--compare", str(recipes / f"{recipe}.verl.txt")]) == 0
+    out, err = capsys.readouterr()
+    assert "warning:" not in err, err
+    compare = out.split("\n---\n")[-1]
+    differ = compare.split("\ndiffer:\n")[1].split("\nsame:\n")[0].splitlines()
+    same = compare.split("\nsame:\n")[1].splitlines()
+    set_by_recipe = {
+        line.split("=")[0]
+        for line in (recipes / f"{recipe}.verl.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+    keys = [{line.split(":")[0].strip() for line in lines} for lines in (same, differ)]
+    return set_by_recipe, keys[0], keys[1], differ
+
+
+def test_the_retool_recipe_ported_differs_from_verls_only_where_it_says(capsys):
+    """examples/recipes/retool.yaml against the ReTool recipe's own settings (retool.verl.txt): its tool is
+    the pool's python tool answering as SandboxFusion does, its reward the math preset; what differs is
+    what the job forces or bounds, and names."""
+    set_by_recipe, same, differ, lines = _compared("retool", capsys)
+    expected_differ = {  # what the job cannot or does not take over, each listed with its reason
+        "actor_rollout_ref.model.use_remove_padding",  # SDPA
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size",  # needs remove-padding (flash-attn)
+        "actor_rollout_ref.rollout.gpu_memory_utilization",  # the CRD's bound for a colocated vLLM
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns",  # maxToolTurns + 1
+        "actor_rollout_ref.rollout.multi_turn.tool_config_path",  # the job's tools
+        "trainer.logger",
+        "trainer.project_name",
+        "trainer.experiment_name",
+    }
+    assert set_by_recipe - same == expected_differ
+    assert expected_differ <= differ
+    for key in (
+        "actor_rollout_ref.actor.clip_ratio_high",
+        "actor_rollout_ref.rollout.multi_turn.max_user_turns",
+        "data.max_response_length",
+        "actor_rollout_ref.rollout.val_kwargs.n",
+    ):
+        assert key in same, key
+    line = next(x for x in lines if x.strip().startswith("actor_rollout_ref.rollout.gpu_memory_utilization:"))
+    assert "0.85 (spec.rollout.gpuMemoryUtilization) | 0.9 (set)" in line, line
+
+
 OVERLONG = {"enabled": True, "bufferLength": 512, "penaltyFactor": 1.0}
 
 
