@@ -7,9 +7,10 @@ cd "$(dirname "$0")/.."
 # gcc + libc6-dev: tool_sandbox's C extension (the forker) is compiled at install;
 # python3.11 + -dev: an interpreter another uid can run, for the tests of the pool's non-root mode
 # containerd .. conntrack: the local cluster's real node (harness/harness/localcluster/node.py);
+# ipset: its NetworkPolicy enforcer (kube-router's firewall, in clusters started with network_policy);
 # mmdebstrap + buildah: the images it runs (harness/harness/localcluster/images.py); ~350 MiB
 APT_PACKAGES=(prometheus libseccomp2 gcc libc6-dev python3.11 python3.11-dev
-  containerd runc containernetworking-plugins iptables nftables nfacct conntrack mmdebstrap buildah)
+  containerd runc containernetworking-plugins iptables nftables nfacct conntrack ipset mmdebstrap buildah)
 export UV_PYTHON_DOWNLOADS=never
 
 missing=()

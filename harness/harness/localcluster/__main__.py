@@ -10,7 +10,7 @@ from pathlib import Path
 
 from harness import REPO
 
-from .build import BuildError, ensure_built, ensure_node_built
+from .build import BuildError, ensure_built, ensure_kube_router_built, ensure_node_built
 from .cluster import ClusterError, LocalCluster
 from .images import ALL_IMAGES, ImageError, ensure_image
 from .node import NodeError, RealNode, claim_owner
@@ -37,12 +37,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_false",
         help="`up` without the real CPU node (kwok's fake CPU nodes instead; no root needed)",
     )
+    parser.add_argument(
+        "--network-policy",
+        action="store_true",
+        help="`up` with the real node's NetworkPolicy enforcer (kube-router's firewall; test-only)",
+    )
     args = parser.parse_args(argv)
+    if args.network_policy and not args.real_node:
+        parser.error("--network-policy needs the real node (kwok's fake pods send no packets)")
     try:
         if args.command == "build":
             ensure_built()
             if args.real_node:
                 ensure_node_built()
+                ensure_kube_router_built()
             return 0
         if args.command == "images":
             for name in args.names or ALL_IMAGES:
@@ -56,10 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         recorded = LocalCluster.recorded(args.root)
         running = recorded if recorded and recorded.is_running() else None
         if args.command == "up":
-            if running and running.real_node != args.real_node:
+            kind = (args.real_node, args.network_policy)
+            if running and (running.real_node, running.network_policy) != kind:
                 have = "with" if running.real_node else "without"
+                enforcer = " and NetworkPolicy enforcer" if running.network_policy else ""
                 print(
-                    f"localcluster: a cluster {have} a real node is up at {args.root}; "
+                    f"localcluster: a cluster {have} a real node{enforcer} is up at {args.root}; "
                     "`make cluster-down` first to start the other kind",
                     file=sys.stderr,
                 )
@@ -69,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             if recorded:
                 recorded.down()
-            cluster = LocalCluster(args.root, real_node=args.real_node)
+            cluster = LocalCluster(args.root, real_node=args.real_node, network_policy=args.network_policy)
             cluster.up()
             if args.real_node:  # what the operator's pods run, so the node is of use at once
                 for name in NODE_IMAGES:

@@ -34,6 +34,15 @@ COREDNS = "v1.14.3"
 # scrapes the real node's pods as the chart's monitors say; v0.316.0 is Prometheus 3.16.0
 PROMETHEUS = "v0.316.0"
 PROMETHEUS_PACKAGE = "github.com/prometheus/prometheus/cmd/prometheus"
+# kube-router's NetworkPolicy controller alone (its firewall; no routing, no service proxy): the real
+# node's policy enforcer when a cluster starts with `network_policy` (node.kube_router_argv). TEST-ONLY:
+# security flaws are reported against v2.1.0, the version the Go module proxy serves here; it
+# programs the local cluster's firewall for the tests and is never shipped in an image or the chart.
+# (sigs.k8s.io/kube-network-policies v0.8.0 is served too, but needs nftables' `queue`, which this
+# kernel lacks: CONFIG_NFT_QUEUE is off.)
+KUBE_ROUTER = "v2.1.0"
+KUBE_ROUTER_MODULE = "github.com/cloudnativelabs/kube-router/v2"
+KUBE_ROUTER_PACKAGE = KUBE_ROUTER_MODULE + "/cmd/kube-router"
 
 # binary name -> Go package to build. KubeRay builds in a wrapper module of its own: it pins
 # an older controller-runtime than kwok needs, and Go's MVS would otherwise lift it.
@@ -502,9 +511,47 @@ def _ensure_prometheus_built(root: Path, key: str, verbose: bool) -> Path:
     return bin_dir / "prometheus"
 
 
+def kube_router_ldflags() -> str:
+    """kube-router prints the version it was stamped with (its release build's -X flags)."""
+    return f"-X {KUBE_ROUTER_MODULE}/pkg/version.Version={KUBE_ROUTER} -s -w"
+
+
+def ensure_kube_router_built(verbose: bool = True) -> Path:
+    """kube-router built from its Go module (in a wrapper of its own: it pins its own client-go),
+    cached by version apart from the node's other binaries (only clusters with `network_policy` run
+    it); the binary's path. The checksum database verifies the module as for every other build."""
+    root = cache_root()
+    spec = json.dumps({"kube-router": KUBE_ROUTER, "package": KUBE_ROUTER_PACKAGE, "go": _go_version()})
+    key = f"kube-router-{KUBE_ROUTER}-" + hashlib.sha256(spec.encode()).hexdigest()[:12]
+    with _build_lock(key):
+        return _ensure_kube_router_built(root, key, verbose)
+
+
+def _ensure_kube_router_built(root: Path, key: str, verbose: bool) -> Path:
+    binaries = {"kube-router": KUBE_ROUTER_PACKAGE}
+    bin_dir = root / key / "bin"
+    if _manifest_ok(bin_dir, binaries):
+        return bin_dir / "kube-router"
+    shutil.rmtree(bin_dir, ignore_errors=True)
+    log = root / key / "build.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    src = root / key / "src"
+    go_line = _go_version().removeprefix("go")
+    _write_single_wrapper(src, KUBE_ROUTER_MODULE, KUBE_ROUTER, go_line, KUBE_ROUTER_PACKAGE)
+    if verbose:
+        print(f"localcluster: building kube-router {KUBE_ROUTER} (log: {log}); once", flush=True)
+    jobs = {"kube-router": (KUBE_ROUTER_PACKAGE, src, kube_router_ldflags())}
+    manifest = _build_all(jobs, bin_dir, log, verbose, time.monotonic())
+    if verbose:
+        print(f"localcluster: kube-router ready in {bin_dir} ({manifest['buildSeconds']}s)", flush=True)
+    return bin_dir / "kube-router"
+
+
 if __name__ == "__main__":
     try:
         ensure_built()
         ensure_node_built()
+        ensure_kube_router_built()
     except BuildError as exc:
         sys.exit(f"localcluster build failed: {exc}")

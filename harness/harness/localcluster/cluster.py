@@ -1,6 +1,7 @@
 """Start, reuse and stop a real local control plane: etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler, kwok (fake GPU/CPU nodes) and the KubeRay operator;
-with `real_node=True` also one real CPU node (node.py) in place of kwok's fake CPU nodes.
+with `real_node=True` also one real CPU node (node.py) in place of kwok's fake CPU nodes, and
+with `network_policy=True` kube-router's firewall on it, which enforces NetworkPolicies.
 
 Every process listens on 127.0.0.1 on a free port, so two clusters on one machine never
 collide. (With a real node the apiserver listens on the node's bridge address instead, so pods
@@ -28,15 +29,25 @@ from pathlib import Path
 import yaml
 
 from .addresses import BRIDGE_IP, FAKE_NODE_IP, FAKE_POD_CIDR, SERVICE_CIDR
-from .build import Toolchain, ensure_built, ensure_node_built
+from .build import Toolchain, ensure_built, ensure_kube_router_built, ensure_node_built
 from .certs import write_pki
-from .node import NODE_NAME, PAUSE_IMAGE, NodeError, RealNode, missing_requirements
+from .node import (
+    NODE_NAME,
+    PAUSE_IMAGE,
+    NodeError,
+    RealNode,
+    firewall_synced,
+    kube_router_argv,
+    missing_requirements,
+)
 
 GPU_NODES = 4
 GPUS_PER_NODE = 8
 CPU_NODES = 2
 START_ORDER = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kuberay"]
 NODE_ORDER = ["containerd", "kubelet", "kube-proxy", "coredns"]
+# the NetworkPolicy enforcer, last: it reads its node's object (kubelet registers it)
+KUBE_ROUTER = "kube-router"
 # fake GPU nodes carry this taint when a real node runs beside them, so only pods asking for a
 # GPU land there (the apiserver's ExtendedResourceToleration plugin adds the toleration)
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -49,8 +60,10 @@ class ClusterError(RuntimeError):
 # Listening ports come from below the kernel's ephemeral range: a port the kernel handed out (bind to
 # port 0) is free only until a client's outgoing connection takes it as its source port, which is what
 # happened to a KubeRay started a few seconds later ("bind: address already in use"). Two choices in
-# this range collide only with each other, and a bind check leaves out those in use.
-LISTEN_PORTS = (20000, 32000)
+# this range collide only with each other, and a bind check leaves out those in use. It ends below the
+# NodePort range (node.NODE_PORT_RANGE): kube-router lets every pod reach the host on those ports whatever
+# the NetworkPolicies, and the apiserver or kubelet listening there would be open to a denied pod.
+LISTEN_PORTS = (20000, 29999)
 
 
 def free_port() -> int:
@@ -105,14 +118,19 @@ class LocalCluster:
     pids: dict[str, int] = field(default_factory=dict)
     real_node: bool = False
     node_bin_dir: Path | None = None
+    network_policy: bool = False  # kube-router's firewall on the real node (node.kube_router_argv)
+    kube_router: Path | None = None  # its binary
 
     def __post_init__(self) -> None:
         if self.real_node:
             self.cpu_nodes = 0  # the real node is the CPU node
+        if self.network_policy and not self.real_node:
+            raise ClusterError("network_policy needs the real node: kwok's fake pods send no packets")
 
     @property
     def components(self) -> list[str]:
-        return START_ORDER + (NODE_ORDER if self.real_node else [])
+        node = NODE_ORDER + ([KUBE_ROUTER] if self.network_policy else [])
+        return START_ORDER + (node if self.real_node else [])
 
     @property
     def api_host(self) -> str:
@@ -126,7 +144,7 @@ class LocalCluster:
     @property
     def node(self) -> RealNode:
         assert self.real_node and self.node_bin_dir is not None, "this cluster has no real node"
-        return RealNode(self.root, self.node_bin_dir)
+        return RealNode(self.root, self.node_bin_dir, self.network_policy)
 
     @property
     def kubeconfig(self) -> Path:
@@ -160,6 +178,8 @@ class LocalCluster:
             state["pids"],
             real_node=node_bin is not None,
             node_bin_dir=Path(node_bin) if node_bin else None,
+            network_policy=bool(state.get("kubeRouter")),
+            kube_router=Path(state["kubeRouter"]) if state.get("kubeRouter") else None,
         )
         cluster.cpu_nodes = state["cpuNodes"]
         return cluster
@@ -176,6 +196,8 @@ class LocalCluster:
         self.toolchain = self.toolchain or ensure_built()
         if self.real_node:
             self.node_bin_dir = self.node_bin_dir or ensure_node_built()
+        if self.network_policy:
+            self.kube_router = self.kube_router or ensure_kube_router_built()
         if self.root.exists():
             shutil.rmtree(self.root)
         for d in ("pki", "logs", "etcd"):
@@ -477,6 +499,13 @@ class LocalCluster:
             )
         if name in NODE_ORDER:
             return self._node_component(name)
+        if name == KUBE_ROUTER and self.network_policy:
+            assert self.kube_router is not None, "no kube-router binary; call up()"
+            return (
+                kube_router_argv(self.kube_router, self.kubeconfig),
+                firewall_synced,
+                "its first sync in the filter table (FORWARD -> KUBE-ROUTER-FORWARD, its ACCEPT rule)",
+            )
         raise KeyError(f"unknown component {name!r}; known: {self.components}")
 
     def _node_component(self, name: str) -> tuple[list[str], Callable[[], bool], str]:
@@ -622,6 +651,7 @@ class LocalCluster:
                     "gpuNodes": self.gpu_nodes,
                     "cpuNodes": self.cpu_nodes,
                     "nodeBinDir": str(self.node_bin_dir) if self.real_node else None,
+                    "kubeRouter": str(self.kube_router) if self.network_policy else None,
                 },
                 indent=1,
             )
@@ -649,17 +679,23 @@ CLAIM_WAIT = 1800.0
 
 @contextlib.contextmanager
 def real_node_cluster(
-    root: Path, claimed: Callable[[LocalCluster], None] = lambda _: None, claim_wait: float = CLAIM_WAIT
+    root: Path,
+    claimed: Callable[[LocalCluster], None] = lambda _: None,
+    claim_wait: float = CLAIM_WAIT,
+    network_policy: bool = False,
 ) -> Iterator[LocalCluster]:
     """A cluster with the real node, up for the block and down after it, also when it fails.
-    `claimed` runs once the machine's one real node is this cluster's, before `up` changes the host."""
-    problems = missing_requirements()
+    `claimed` runs once the machine's one real node is this cluster's, before `up` changes the host.
+    `network_policy`: the node enforces NetworkPolicies (kube-router's firewall)."""
+    problems = missing_requirements(network_policy)
     if problems:
         raise ClusterError(
             "this machine cannot host the real node (`make setup` installs it):\n" + "\n".join(problems)
         )
-    cluster = LocalCluster(root, real_node=True)
+    cluster = LocalCluster(root, real_node=True, network_policy=network_policy)
     cluster.node_bin_dir = ensure_node_built()
+    if network_policy:
+        cluster.kube_router = ensure_kube_router_built()
     cluster.node.claim(wait=claim_wait, is_alive=cluster_alive)
     try:
         claimed(cluster)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from .addresses import BRIDGE_IP, NETWORK, NODE_POD_CIDR, bridge_address, node_pod_range_start
+from .addresses import BRIDGE_IP, NETWORK, NODE_POD_CIDR, SERVICE_CIDR, bridge_address, node_pod_range_start
 from .oci import single_file_layer, write_oci_archive
 
 # kubelet evicts pods once the node's or its images' file system has less free than this (evictionHard);
@@ -46,9 +46,12 @@ PAUSE_IMAGE = "localhost/toolrl/pause:1"
 NO_REGISTRY = "http://127.0.0.1:9"  # discard port, nothing listens: a pull fails at once, locally
 NODE_LABEL = "toolrl.dev/real-node"
 CLAIM_DIR = Path("/run/toolrl-localcluster")
-# Kubelet sets these (kernel defaults it wants); ip_forward is ours (pod -> ClusterIP -> pod).
+# Kubelet sets these (kernel defaults it wants); ip_forward is ours (pod -> ClusterIP -> pod), and so is
+# bridge-nf-call-iptables (br_netfilter's default): pod -> pod packets on the bridge pass iptables, where
+# kube-proxy's hairpin rules and kube-router's NetworkPolicy chains see them.
 SYSCTLS = {
     "net.ipv4.ip_forward": "1",
+    "net.bridge.bridge-nf-call-iptables": "1",
     "vm.overcommit_memory": "1",
     "kernel.panic": "10",
     "kernel.panic_on_oops": "1",
@@ -71,6 +74,15 @@ REQUIRED = {
     "conntrack": "conntrack",
     "nfacct": "nfacct",
 }
+# what the NetworkPolicy enforcer (kube-router's firewall, `network_policy` clusters) needs besides
+REQUIRED_FOR_NETWORK_POLICY = {"ipset": "ipset"}
+# the Services' NodePort range: the apiserver's default, which kube-router must be told (it lets every
+# pod reach the node's own addresses on these ports whatever the policies: kube-router's INPUT chain
+# returns early for them). The cluster's listening ports stay below it (cluster.LISTEN_PORTS).
+NODE_PORT_RANGE = (30000, 32767)
+# kube-router's netpol ipsets (a policy's source and destination pods: KUBE-SRC-*, KUBE-DST-*); its
+# iptables chains (KUBE-ROUTER-*, KUBE-POD-FW-*, KUBE-NWPLCY-*) go with the other KUBE- chains
+IPSET_PREFIXES = ("KUBE-SRC-", "KUBE-DST-")
 CNI_DIR = Path("/usr/lib/cni")
 CNI_PLUGINS = ["bridge", "host-local", "loopback"]
 
@@ -90,13 +102,15 @@ def archive_digest(archive: Path) -> str:
 # ----- what the host must have -------------------------------------------------------------
 
 
-def missing_requirements() -> list[str]:
-    """Everything the host lacks for a real node, each with what to do; empty if nothing."""
+def missing_requirements(network_policy: bool = False) -> list[str]:
+    """Everything the host lacks for a real node (with its NetworkPolicy enforcer if
+    `network_policy`), each with what to do; empty if nothing."""
     problems = []
     if os.geteuid() != 0:
         problems.append("the real node needs root (kubelet, containerd, iptables); run as root")
     by_package: dict[str, list[str]] = {}
-    for cmd, pkg in REQUIRED.items():
+    required = {**REQUIRED, **(REQUIRED_FOR_NETWORK_POLICY if network_policy else {})}
+    for cmd, pkg in required.items():
         if shutil.which(cmd) is None:
             by_package.setdefault(pkg, []).append(cmd)
     absent = [p for p in CNI_PLUGINS if not (CNI_DIR / p).is_file()]
@@ -114,8 +128,8 @@ def missing_requirements() -> list[str]:
     return problems
 
 
-def check_host() -> None:
-    problems = missing_requirements()
+def check_host(network_policy: bool = False) -> None:
+    problems = missing_requirements(network_policy)
     if problems:
         raise NodeError("cannot start the real node:\n  - " + "\n  - ".join(problems))
 
@@ -170,6 +184,13 @@ def nft_tables() -> list[str]:
     return sorted(line.strip() for line in _run("nft", "list", "tables").splitlines() if line.strip())
 
 
+def ipsets() -> list[str]:
+    """The host's ipsets, by name (none without the `ipset` command: then nothing made any)."""
+    if shutil.which("ipset") is None:
+        return []
+    return sorted(line.strip() for line in _run("ipset", "list", "-n").splitlines() if line.strip())
+
+
 def mounts() -> list[str]:
     return [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
 
@@ -204,6 +225,7 @@ def host_snapshot() -> dict:
         "ip6tables": iptables_rules("ip6"),
         "nft": nft_tables(),
         "nfacct": nfacct_objects(),
+        "ipsets": ipsets(),
         "links": sorted(os.listdir("/sys/class/net")),
         "mounts": mounts(),
         "cgroups": cgroup_dirs(),
@@ -255,12 +277,57 @@ def guard_rules() -> list[str]:
     ]
 
 
+def kube_router_argv(binary: Path | str, kubeconfig: Path) -> list[str]:
+    """kube-router as the node's NetworkPolicy enforcer and nothing else: its firewall (the netpol
+    controller: iptables chains and ipsets), not its router (BGP, routes, a CNI config of its own) nor
+    its service proxy (IPVS; kube-proxy serves the Services) nor its load-balancer allocator. No
+    listener: its health port would bind every address of the host (cluster.py reads readiness from
+    the rules it programs, `firewall_synced`); metrics off. TEST-ONLY (build.KUBE_ROUTER)."""
+    low, high = NODE_PORT_RANGE
+    return [
+        str(binary),
+        "--kubeconfig",
+        str(kubeconfig),
+        "--hostname-override",
+        NODE_NAME,
+        "--run-firewall=true",
+        "--run-router=false",
+        "--run-service-proxy=false",
+        "--run-loadbalancer=false",
+        "--enable-cni=false",
+        "--enable-ipv4=true",
+        "--enable-ipv6=false",
+        "--service-cluster-ip-range",
+        SERVICE_CIDR,
+        "--service-node-port-range",
+        f"{low}-{high}",
+        "--health-port=0",
+        "--metrics-port=0",
+        "--v=1",  # one line per sync ("sync iptables took ...")
+    ]
+
+
+# the rule kube-router appends to KUBE-ROUTER-FORWARD (and its other top chains) at the end of a full sync
+KUBE_ROUTER_SYNCED = "--mark 0x20000/0x20000 -j ACCEPT"
+
+
+def firewall_synced() -> bool:
+    """True once kube-router's first full sync is in the host's filter table: FORWARD jumps to its
+    chain and the chain ends with its ACCEPT of traffic the policies let through."""
+    rules = iptables_rules("ip").get("filter", [])
+    hooked = any(ln.startswith("-A FORWARD ") and ln.endswith("-j KUBE-ROUTER-FORWARD") for ln in rules)
+    return hooked and any(
+        ln.startswith("-A KUBE-ROUTER-FORWARD ") and ln.endswith(KUBE_ROUTER_SYNCED) for ln in rules
+    )
+
+
 @dataclass
 class RealNode:
     """The real node of the cluster rooted at `cluster_root`; its files live in `<root>/node`."""
 
     cluster_root: Path
     bin_dir: Path
+    network_policy: bool = False  # kube-router's firewall enforces NetworkPolicies (kube_router_argv)
 
     @property
     def root(self) -> Path:
@@ -304,7 +371,7 @@ class RealNode:
 
     def prepare_host(self) -> None:
         """Record the host, then: sysctls, the bridge, the egress guard. Before any pod."""
-        check_host()
+        check_host(self.network_policy)
         self.root.mkdir(parents=True, exist_ok=True)
         if not self.before_file.exists():
             self.before_file.write_text(json.dumps(host_snapshot(), indent=1))
@@ -635,6 +702,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
                 self._unmount,
                 self._remove_cgroups,
                 self._restore_iptables,
+                self._restore_ipsets,
                 self._restore_host_paths,
             ):
                 try:
@@ -689,6 +757,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         RealNode._restore_iptables(
             {"iptables": {}, "ip6tables": {}, "nft": nft_tables(), "nfacct": nfacct_objects()}
         )
+        RealNode._restore_ipsets({"ipsets": []})
 
     @staticmethod
     def _restore_iptables(before: dict) -> None:
@@ -731,6 +800,32 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         ]
         if left:
             raise NodeError("iptables still has: " + "; ".join(left[:10]))
+
+    @staticmethod
+    def _restore_ipsets(before: dict) -> None:
+        """Destroy the ipsets kube-router made (IPSET_PREFIXES) that the host did not have; after
+        _restore_iptables, which removed the rules that referenced them. Not kube-router's own
+        `--cleanup-config`: in v2.1.0 it runs its netpol cleanup on a controller it never set up (no
+        iptables or ipset handlers: it removes nothing), then its service proxy's, which flushes every
+        IPVS definition of the host and panics (nil pointer dereference; tried in a scratch network
+        namespace: the KUBE-ROUTER-INPUT chain and a KUBE-SRC- set were left)."""
+        new = [
+            name
+            for name in ipsets()
+            if name.startswith(IPSET_PREFIXES) and name not in before.get("ipsets", [])
+        ]
+        # a deleted rule's reference to its set is released after the commit (nft frees rules
+        # deferred): a set still "in use" is tried again for a while
+        deadline = time.monotonic() + 10
+        while True:
+            for name in new:
+                _run("ipset", "destroy", name, check=False)
+            left = [name for name in ipsets() if name in new]
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if left:
+            raise NodeError("ipsets still there: " + ", ".join(left[:10]))
 
     def _restore_host_paths(self, before: dict) -> None:
         for p, entries in before["hostPaths"].items():

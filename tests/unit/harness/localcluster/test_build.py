@@ -126,3 +126,9 @@ def test_a_second_build_waits_for_the_first_and_uses_its_result(
     first.join(10)
     second.join(10)
     assert builds == ["build"] and results == [cache / build.cache_key() / "bin"] * 2, (builds, results)
+
+
+def test_kube_router_is_one_exact_version_stamped_and_cached_apart() -> None:
+    assert build.KUBE_ROUTER == "v2.1.0"  # the version the module proxy serves here (test-only)
+    assert f"pkg/version.Version={build.KUBE_ROUTER}" in build.kube_router_ldflags()
+    assert "kube-router" not in build.NODE_BINARIES  # adding it did not rebuild kubelet and the rest

@@ -107,3 +107,75 @@ def test_an_image_key_changes_with_its_copied_sources_only(
     assert changed != key
     assert images.image_key("app", base, {"VARIANT": "cpu"}) != changed
     assert images.image_key("app", tmp_path / "base-def.tar", {}) != changed
+
+
+def test_kube_router_runs_its_firewall_alone_and_opens_no_port(tmp_path: Path) -> None:
+    argv = node.kube_router_argv(tmp_path / "kube-router", tmp_path / "kubeconfig")
+    flags = dict(a.split("=", 1) for a in argv if a.startswith("--") and "=" in a)
+    assert flags["--run-firewall"] == "true"
+    for off in ("--run-router", "--run-service-proxy", "--run-loadbalancer", "--enable-cni", "--enable-ipv6"):
+        assert flags[off] == "false", off  # no BGP, IPVS, routes or CNI config of its own
+    assert flags["--health-port"] == "0" and flags["--metrics-port"] == "0"  # would bind every address
+
+    def value(flag: str) -> str:
+        return argv[argv.index(flag) + 1]
+
+    assert value("--kubeconfig") == str(tmp_path / "kubeconfig")
+    assert value("--hostname-override") == node.NODE_NAME
+    assert value("--service-cluster-ip-range") == addresses.SERVICE_CIDR  # not its 10.96.0.0/12
+    assert value("--service-node-port-range") == "30000-32767"  # the apiserver's
+
+
+def test_the_cluster_listens_below_the_ports_kube_router_leaves_open_to_pods() -> None:
+    """kube-router lets any pod reach the node's addresses on NodePorts whatever the policies: the
+    apiserver, kubelet and the rest never listen there."""
+    from harness.localcluster.cluster import LISTEN_PORTS
+
+    assert LISTEN_PORTS[1] < node.NODE_PORT_RANGE[0]
+
+
+def test_kube_router_synced_is_read_from_its_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    hooked = '-A FORWARD -m comment --comment "kube-router netpol - X" -j KUBE-ROUTER-FORWARD'
+    accept = (
+        '-A KUBE-ROUTER-FORWARD -m comment --comment "rule to explicitly ACCEPT traffic that comply to '
+        'network policies" -m mark --mark 0x20000/0x20000 -j ACCEPT'
+    )
+    for rules, synced in (([], False), ([hooked], False), ([accept], False), ([hooked, accept], True)):
+        monkeypatch.setattr(node, "iptables_rules", lambda family="ip", r=rules: {"filter": r})
+        assert node.firewall_synced() is synced, rules
+
+
+def test_the_network_policy_enforcer_needs_ipset(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_which = node.shutil.which
+    monkeypatch.setattr(node.shutil, "which", lambda cmd: None if cmd == "ipset" else real_which(cmd))
+    assert not any("ipset" in p for p in node.missing_requirements())  # a node without the enforcer
+    assert "missing ipset: install the Debian package `ipset`" in "\n".join(
+        node.missing_requirements(network_policy=True)
+    )
+
+
+def test_teardown_destroys_only_the_ipsets_kube_router_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    sets = ["KUBE-DST-AAA", "KUBE-SRC-BBB", "KUBE-SRC-OLD", "other-tool-set"]
+    destroyed: list[str] = []
+
+    def run(*cmd: str, check: bool = True, input: str | None = None) -> str:
+        assert cmd[:2] == ("ipset", "destroy")
+        destroyed.append(cmd[2])
+        sets.remove(cmd[2])
+        return ""
+
+    monkeypatch.setattr(node, "ipsets", lambda: sorted(sets))
+    monkeypatch.setattr(node, "_run", run)
+    node.RealNode._restore_ipsets({"ipsets": ["KUBE-SRC-OLD", "other-tool-set"]})
+    assert sorted(destroyed) == ["KUBE-DST-AAA", "KUBE-SRC-BBB"]
+    assert sets == ["KUBE-SRC-OLD", "other-tool-set"]
+
+
+def test_a_set_still_in_use_is_an_error_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(node, "ipsets", lambda: ["KUBE-SRC-STUCK"])
+    monkeypatch.setattr(node, "_run", lambda *cmd, check=True, input=None: "")
+    monkeypatch.setattr(node.time, "sleep", lambda _: None)
+    clock = iter(range(0, 1000, 5))
+    monkeypatch.setattr(node.time, "monotonic", lambda: next(clock))
+    with pytest.raises(node.NodeError, match="ipsets still there: KUBE-SRC-STUCK"):
+        node.RealNode._restore_ipsets({"ipsets": []})
