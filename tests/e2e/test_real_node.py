@@ -1,7 +1,8 @@
 """The local cluster's real node (localcluster/node.py) runs the project's own images: real pods
 beside kwok's fake GPU nodes, the API and cluster DNS reachable from pods, `kubectl logs/exec`,
 the operator's hardened tool pool under Pod Security `restricted` (Landlock and seccomp active,
-hostile code contained), the egress guard, and a host put back as it was by `down`.
+hostile code contained), the operator's NetworkPolicies enforced by packets (the node runs
+kube-router's firewall), the egress guard, and a host put back as it was by `down`.
 
 One real node runs per machine, so the tests share one cluster (module scope), in any order; the
 fixture's teardown stops it and fails the module's last test if a packet left the machine or the
@@ -12,10 +13,12 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -36,13 +39,34 @@ from harness.operator_process import (
 )
 from mcp import Client
 from openenv.core import GenericEnvClient
+from toolrl_operator.job import parse_job
+from toolrl_operator.naming import (
+    COMPONENT_TOOL_POOL,
+    COMPONENT_TRAINER,
+    RAY_DASHBOARD_ACCESS_LABEL,
+    RAY_DASHBOARD_PORT,
+    TOOL_POOL_PORT,
+    selector_labels,
+)
+from toolrl_operator.rayjob import build_ray_network_policy
+from toolrl_operator.settings import Settings
+from toolrl_operator.toolpool import build_network_policy
 
 # counters and ids that change by themselves (measured: two `sysctl -a` 5 s apart)
 VOLATILE_SYSCTLS = re.compile(
     r"^(fs\.(dentry-state|file-nr|inode-nr|inode-state|aio-nr|quota\.)|kernel\.(ns_last_pid|random\.|pty\.nr)"
     r"|net\.netfilter\.nf_conntrack_count)"
 )
-OUR_BINARIES = {"containerd", "containerd-shim-runc-v2", "kubelet", "kube-proxy", "coredns", "pause", "runc"}
+OUR_BINARIES = {
+    "containerd",
+    "containerd-shim-runc-v2",
+    "kubelet",
+    "kube-proxy",
+    "coredns",
+    "pause",
+    "runc",
+    "kube-router",
+}
 
 
 def machine_state() -> dict:
@@ -69,6 +93,7 @@ def machine_state() -> dict:
         "ip6tables": no_counters(run("ip6tables-save")),
         "nft": run("nft", "list", "tables").split("\n"),
         "nfacct": sorted(ln.rsplit("=", 1)[1] for ln in run("nfacct", "list").splitlines() if "=" in ln),
+        "ipsets": sorted(run("ipset", "list", "-n").split()),
         "links": sorted(Path("/sys/class/net").iterdir()),
         "routes": run("ip", "route", "show", "table", "all").splitlines(),
         "mounts": [ln.split()[4] for ln in Path("/proc/self/mountinfo").read_text().splitlines()],
@@ -88,7 +113,9 @@ def real(tmp_path_factory: pytest.TempPathFactory, images: dict[str, Image]) -> 
     def snapshot(cluster: LocalCluster) -> None:  # no other cluster's node changes the host meanwhile
         cluster.before = machine_state()  # type: ignore[attr-defined]
 
-    with real_node_cluster(tmp_path_factory.mktemp("real"), claimed=snapshot) as cluster:
+    # with the NetworkPolicy enforcer (kube-router's firewall): the operator's policies hold in every test
+    root = tmp_path_factory.mktemp("real")
+    with real_node_cluster(root, claimed=snapshot, network_policy=True) as cluster:
         for image in images.values():
             cluster.node.import_image(image.archive, image.ref)
         yield cluster
@@ -410,3 +437,153 @@ def test_the_node_pulls_nothing_from_anywhere(real: LocalCluster, images: dict[s
         assert "127.0.0.1:9" in message, f"{ref}: the pull did not go to the closed port: {message}"
         assert "lookup" not in message and "no such host" not in message, f"{ref} resolved a name: {message}"
     real.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+# NetworkPolicies by packets. A pod that accepts TCP connections on each port of its argv:
+SERVE = (
+    "import socket, sys, threading\n"
+    "def serve(port):\n"
+    "    s = socket.create_server(('0.0.0.0', port), backlog=64)\n"
+    "    while True:\n"
+    "        s.accept()[0].close()\n"
+    "for p in sys.argv[1:]:\n"
+    "    threading.Thread(target=serve, args=(int(p),), daemon=True).start()\n"
+    "threading.Event().wait()\n"
+)
+# Dials each [address, port] of argv[1] (JSON) at once: "open", or the error (kube-router REJECTs a
+# denied connection: ConnectionRefusedError at once; a timeout would mean a DROP somewhere)
+DIAL = (
+    "import json, socket, sys\n"
+    "from concurrent.futures import ThreadPoolExecutor\n"
+    "def dial(target):\n"
+    "    try:\n"
+    "        socket.create_connection(tuple(target), timeout=3).close()\n"
+    "        return 'open'\n"
+    "    except OSError as exc:\n"
+    "        return type(exc).__name__\n"
+    "with ThreadPoolExecutor(8) as pool:\n"
+    "    print(json.dumps(list(pool.map(dial, json.loads(sys.argv[1])))))\n"
+)
+
+
+def dial_from(
+    cluster: LocalCluster, namespace: str, pod_name: str, targets: list[tuple[str, int]]
+) -> list[str]:
+    """What each connection from inside `pod_name` to `targets` gave ("open" or the error's name)."""
+    out = cluster.kubectl(
+        "exec", pod_name, "-n", namespace, "--", "python", "-c", DIAL, json.dumps(targets), timeout=60
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def running_ips(cluster: LocalCluster, pods: dict[str, tuple[str, dict, list[int]]]) -> dict[str, str] | None:
+    """Each pod's IP once all of them are Running, else None."""
+    ips = {}
+    for name, (namespace, _, _) in pods.items():
+        status = get_json(cluster, "pod", name, "-n", namespace)["status"]
+        if status.get("phase") != "Running" or not status.get("podIP"):
+            return None
+        ips[name] = status["podIP"]
+    return ips
+
+
+def test_the_operators_network_policies_hold_by_packets(real: LocalCluster, images: dict[str, Image]) -> None:
+    """The tool pool's and the Ray pods' NetworkPolicies as the operator builds them (its own builders,
+    for a job with an `http` tool), on pods that carry the job's labels, enforced by kube-router on the
+    real node: without the policies every connection below opens; with them, the pool reaches only the
+    http tool's endpoint (not that pod's other port, not another pod, not the API server), only the
+    job's Ray pods reach the pool, only a namespace labelled for it reaches the Ray dashboard, and the
+    host still reaches the pool (kubelet's probes); deleted, the denied connections open again."""
+    ns, dashboards = restricted_namespace(real), restricted_namespace(real)
+    real.kubectl("label", "namespace", dashboards, f"{RAY_DASHBOARD_ACCESS_LABEL}=true")
+    job_name = "np"
+    # name -> (namespace, labels, ports it serves)
+    pods: dict[str, tuple[str, dict, list[int]]] = {
+        "pool": (ns, selector_labels(job_name, COMPONENT_TOOL_POOL), [TOOL_POOL_PORT]),
+        "ray": (ns, selector_labels(job_name, COMPONENT_TRAINER), [RAY_DASHBOARD_PORT]),
+        "upstream": (ns, {}, [8081, 8082]),  # the http tool's endpoint is its :8081
+        "stranger": (ns, {}, [8081]),  # a pod of no job
+        "kuberay": (dashboards, {}, []),  # a client in a namespace labelled for the dashboard
+    }
+    for name, (where, labels, ports) in pods.items():
+        manifest = pod(name, images["tool-sandbox"], ["python", "-c", SERVE, *map(str, ports)])
+        manifest["metadata"]["labels"] = labels
+        real.apply(manifest, "-n", where)
+    ip = wait_until(lambda: running_ips(real, pods), 180, "the pods Running with their IPs")
+
+    # client -> [(what, address, port, admitted by the policies)]
+    cases: dict[str, list[tuple[str, str, int, bool]]] = {
+        "pool": [
+            ("the http tool's endpoint", ip["upstream"], 8081, True),
+            ("that pod's port no tool names", ip["upstream"], 8082, False),
+            ("another pod", ip["stranger"], 8081, False),
+            ("the API server", BRIDGE_IP, real.ports["apiserver"], False),
+        ],
+        "ray": [("the pool, from the job's Ray pod", ip["pool"], TOOL_POOL_PORT, True)],
+        "stranger": [
+            ("the pool, from a pod of no job", ip["pool"], TOOL_POOL_PORT, False),
+            ("the Ray dashboard, from a pod of no job", ip["ray"], RAY_DASHBOARD_PORT, False),
+        ],
+        "kuberay": [("the Ray dashboard, from the labelled namespace", ip["ray"], RAY_DASHBOARD_PORT, True)],
+    }
+
+    def seen() -> dict[str, str]:
+        def one(client: str) -> dict[str, str]:
+            got = dial_from(real, pods[client][0], client, [(a, p) for _, a, p, _ in cases[client]])
+            return {f"{client} -> {what}": r for (what, _, _, _), r in zip(cases[client], got, strict=True)}
+
+        with ThreadPoolExecutor(len(cases)) as ex:
+            return {k: v for part in ex.map(one, cases) for k, v in part.items()}
+
+    all_open = {f"{c} -> {what}": "open" for c, rows in cases.items() for what, _, _, _ in rows}
+    enforced = {
+        f"{c} -> {what}": "open" if admitted else "ConnectionRefusedError"
+        for c, rows in cases.items()
+        for what, _, _, admitted in rows
+    }
+
+    last: dict[str, str] = {}
+
+    def expect(want: dict[str, str], what: str) -> None:
+        def matches() -> bool:
+            last.clear()
+            last.update(seen())
+            return last == want
+
+        try:
+            wait_until(matches, 60, what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\nwanted: {want}\nseen:   {last}") from None
+
+    expect(all_open, "every connection open without a policy")
+
+    body = pool_job(job_name)
+    body["metadata"].update(namespace=ns, uid=str(uuid.uuid4()))
+    body["spec"]["tools"].append(
+        {"name": "lookup", "type": "http", "url": f"http://{ip['upstream']}:8081/lookup"}
+    )
+    job = parse_job(body)
+    policies = [build_network_policy(job, Settings()), build_ray_network_policy(job, Settings())]
+    for policy in policies:
+        policy["metadata"].pop("ownerReferences")  # no such job: the garbage collector would delete them
+    real.apply(policies)
+    expect(enforced, "the policies enforced")
+    socket.create_connection((ip["pool"], TOOL_POOL_PORT), timeout=5).close()  # host -> pod: probes work
+
+    for policy in policies:
+        real.kubectl("delete", "networkpolicy", policy["metadata"]["name"], "-n", ns)
+    expect(all_open, "every connection open again once the policies are deleted")
+    real.kubectl("delete", "namespace", ns, dashboards, "--wait=false")
+
+
+def test_the_operators_own_pool_policy_denies_its_pool_pod_the_api_server(
+    real: LocalCluster, pool: dict
+) -> None:
+    """The policy the running operator applied to its job's pool (no http or mcp tool: no egress at all):
+    the pool pod opens no connection to the API server (directly or through the `kubernetes` Service)
+    nor to CoreDNS, which a pod without a policy reaches (the API test here)."""
+    ns, name = pool["namespace"], pool["pod"]["metadata"]["name"]
+    policy = get_json(real, "networkpolicy", "pool-tools", "-n", ns)
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"] and "egress" not in policy["spec"]
+    targets = [(BRIDGE_IP, real.ports["apiserver"]), (kubernetes_service_ip(), 443), (BRIDGE_IP, 53)]
+    assert dial_from(real, ns, name, targets) == ["ConnectionRefusedError"] * 3
