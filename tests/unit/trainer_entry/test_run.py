@@ -508,6 +508,8 @@ def test_an_mcp_entry_the_pool_serves_no_tool_of_stops_the_start():
 async def test_the_pools_tools_are_read_from_the_ready_pool(sandbox):
     from trainer_entry.run import read_pool_tools
 
-    (python,) = await read_pool_tools(sandbox)  # the conftest's pool serves one python tool
+    served = {tool["name"]: tool for tool in await read_pool_tools(sandbox)}
+    assert set(served) == {"python", "calc_gsm8k_reward"}  # the conftest's pool
+    python = served["python"]
     assert (python["name"], python["type"]) == ("python", "python")
     assert python["inputSchema"]["required"] == ["code"]
