@@ -483,32 +483,17 @@ def ensure_prometheus_built(verbose: bool = True) -> Path:
     """Prometheus built from its Go module (in a wrapper of its own: it pins its own client-go),
     cached by version; the binary's path. Without the `builtinassets` tag it serves its API and
     no web UI, which is all the tests and the demo use."""
-    root = cache_root()
-    spec = json.dumps({"prometheus": PROMETHEUS, "package": PROMETHEUS_PACKAGE, "go": _go_version()})
-    key = f"prometheus-{PROMETHEUS}-" + hashlib.sha256(spec.encode()).hexdigest()[:12]
-    with _build_lock(key):
-        return _ensure_prometheus_built(root, key, verbose)
-
-
-def _ensure_prometheus_built(root: Path, key: str, verbose: bool) -> Path:
-    binaries = {"prometheus": PROMETHEUS_PACKAGE}
-    bin_dir = root / key / "bin"
-    if _manifest_ok(bin_dir, binaries):
-        return bin_dir / "prometheus"
-    shutil.rmtree(bin_dir, ignore_errors=True)
-    log = root / key / "build.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text("")
-    src = root / key / "src"
     module = PROMETHEUS_PACKAGE.removesuffix("/cmd/prometheus")
-    _write_single_wrapper(src, module, PROMETHEUS, _go_version().removeprefix("go"), PROMETHEUS_PACKAGE)
-    if verbose:
-        print(f"localcluster: building Prometheus {PROMETHEUS} (log: {log}); a few minutes, once", flush=True)
-    jobs = {"prometheus": (PROMETHEUS_PACKAGE, src, "-s -w")}
-    manifest = _build_all(jobs, bin_dir, log, verbose, time.monotonic())
-    if verbose:
-        print(f"localcluster: Prometheus ready in {bin_dir} ({manifest['buildSeconds']}s)", flush=True)
-    return bin_dir / "prometheus"
+    return _ensure_one_built(
+        "prometheus",
+        "Prometheus",
+        PROMETHEUS,
+        module,
+        PROMETHEUS_PACKAGE,
+        "-s -w",
+        "a few minutes, once",
+        verbose,
+    )
 
 
 def kube_router_ldflags() -> str:
@@ -520,32 +505,42 @@ def ensure_kube_router_built(verbose: bool = True) -> Path:
     """kube-router built from its Go module (in a wrapper of its own: it pins its own client-go),
     cached by version apart from the node's other binaries (only clusters with `network_policy` run
     it); the binary's path. The checksum database verifies the module as for every other build."""
+    return _ensure_one_built(
+        "kube-router",
+        "kube-router",
+        KUBE_ROUTER,
+        KUBE_ROUTER_MODULE,
+        KUBE_ROUTER_PACKAGE,
+        kube_router_ldflags(),
+        "once",
+        verbose,
+    )
+
+
+def _ensure_one_built(
+    name: str, label: str, version: str, module: str, package: str, ldflags: str, when: str, verbose: bool
+) -> Path:
+    """One binary built from its Go module in a wrapper module of its own, cached by its version, its
+    package and the Go toolchain; the binary's path."""
     root = cache_root()
-    spec = json.dumps({"kube-router": KUBE_ROUTER, "package": KUBE_ROUTER_PACKAGE, "go": _go_version()})
-    key = f"kube-router-{KUBE_ROUTER}-" + hashlib.sha256(spec.encode()).hexdigest()[:12]
+    spec = json.dumps({name: version, "package": package, "go": _go_version()})
+    key = f"{name}-{version}-" + hashlib.sha256(spec.encode()).hexdigest()[:12]
     with _build_lock(key):
-        return _ensure_kube_router_built(root, key, verbose)
-
-
-def _ensure_kube_router_built(root: Path, key: str, verbose: bool) -> Path:
-    binaries = {"kube-router": KUBE_ROUTER_PACKAGE}
-    bin_dir = root / key / "bin"
-    if _manifest_ok(bin_dir, binaries):
-        return bin_dir / "kube-router"
-    shutil.rmtree(bin_dir, ignore_errors=True)
-    log = root / key / "build.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text("")
-    src = root / key / "src"
-    go_line = _go_version().removeprefix("go")
-    _write_single_wrapper(src, KUBE_ROUTER_MODULE, KUBE_ROUTER, go_line, KUBE_ROUTER_PACKAGE)
-    if verbose:
-        print(f"localcluster: building kube-router {KUBE_ROUTER} (log: {log}); once", flush=True)
-    jobs = {"kube-router": (KUBE_ROUTER_PACKAGE, src, kube_router_ldflags())}
-    manifest = _build_all(jobs, bin_dir, log, verbose, time.monotonic())
-    if verbose:
-        print(f"localcluster: kube-router ready in {bin_dir} ({manifest['buildSeconds']}s)", flush=True)
-    return bin_dir / "kube-router"
+        bin_dir = root / key / "bin"
+        if _manifest_ok(bin_dir, {name: package}):
+            return bin_dir / name
+        shutil.rmtree(bin_dir, ignore_errors=True)
+        log = root / key / "build.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("")
+        src = root / key / "src"
+        _write_single_wrapper(src, module, version, _go_version().removeprefix("go"), package)
+        if verbose:
+            print(f"localcluster: building {label} {version} (log: {log}); {when}", flush=True)
+        manifest = _build_all({name: (package, src, ldflags)}, bin_dir, log, verbose, time.monotonic())
+        if verbose:
+            print(f"localcluster: {label} ready in {bin_dir} ({manifest['buildSeconds']}s)", flush=True)
+        return bin_dir / name
 
 
 if __name__ == "__main__":
