@@ -238,21 +238,7 @@ def test_the_gsm8k_multiturn_recipe_ported_differs_from_verls_only_where_it_says
     """examples/recipes/gsm8k-multiturn.yaml against the recipe's own settings (gsm8k-multiturn.verl.txt):
     every hyper-parameter the recipe sets is the job's too; what differs is the engine, the tool, the
     attention and batching the job forces, and names."""
-    recipes = ROOT / "examples" / "recipes"
-    args = ["run", "--dry-run", "--spec", str(recipes / "gsm8k-multiturn.yaml")]
-    assert main([*args, "--compare", str(recipes / "gsm8k-multiturn.verl.txt")]) == 0
-    out, err = capsys.readouterr()
-    assert "warning:" not in err
-    compare = out.split("\n---\n")[-1]
-    differ = compare.split("\ndiffer:\n")[1].split("\nsame:\n")[0].splitlines()
-    same = compare.split("\nsame:\n")[1].splitlines()
-    differ_keys = {line.split(":")[0].strip() for line in differ}
-    same_keys = {line.split(":")[0].strip() for line in same}
-    set_by_recipe = {
-        line.split("=")[0]
-        for line in (recipes / "gsm8k-multiturn.verl.txt").read_text().splitlines()
-        if line and not line.startswith("#")
-    }
+    set_by_recipe, same_keys, differ_keys, same, differ = _compared("gsm8k-multiturn", capsys)
     expected_differ = {  # what the job cannot or does not take over, each listed with its reason
         "actor_rollout_ref.rollout.name",  # vllm, not sglang
         "actor_rollout_ref.rollout.multi_stage_wake_up",  # sglang's
@@ -279,9 +265,9 @@ def test_the_gsm8k_multiturn_recipe_ported_differs_from_verls_only_where_it_says
     assert "false (forced by the job (SDPA attention" in line and "| true (set)" in line
 
 
-def _compared(recipe: str, capsys) -> tuple[set[str], set[str], set[str], list[str]]:
+def _compared(recipe: str, capsys) -> tuple[set[str], set[str], set[str], list[str], list[str]]:
     """The dry run of examples/recipes/<recipe>.yaml against <recipe>.verl.txt: the keys the recipe
-    sets, those the job's config has the same, those it has otherwise, and the differing lines."""
+    sets, those the job's config has the same, those it has otherwise, and the same and differing lines."""
     recipes = ROOT / "examples" / "recipes"
     args = ["run", "--dry-run", "--spec", str(recipes / f"{recipe}.yaml")]
     assert main([*args, "--compare", str(recipes / f"{recipe}.verl.txt")]) == 0
@@ -296,14 +282,14 @@ def _compared(recipe: str, capsys) -> tuple[set[str], set[str], set[str], list[s
         if line and not line.startswith("#")
     }
     keys = [{line.split(":")[0].strip() for line in lines} for lines in (same, differ)]
-    return set_by_recipe, keys[0], keys[1], differ
+    return set_by_recipe, keys[0], keys[1], same, differ
 
 
 def test_the_retool_recipe_ported_differs_from_verls_only_where_it_says(capsys):
     """examples/recipes/retool.yaml against the ReTool recipe's own settings (retool.verl.txt): its tool is
     the pool's python tool answering as SandboxFusion does, its reward the math preset; what differs is
     what the job forces or bounds, and names."""
-    set_by_recipe, same, differ, lines = _compared("retool", capsys)
+    set_by_recipe, same, differ, _, lines = _compared("retool", capsys)
     expected_differ = {  # what the job cannot or does not take over, each listed with its reason
         "actor_rollout_ref.model.use_remove_padding",  # SDPA
         "actor_rollout_ref.actor.ulysses_sequence_parallel_size",  # needs remove-padding (flash-attn)
