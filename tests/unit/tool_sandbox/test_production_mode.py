@@ -81,6 +81,64 @@ def test_unreadable_directories_count_against_the_disk_budget_and_are_removed(
     recovered(any_server)
 
 
+KEEP_DELETED = (
+    "import os\nkept = globals().setdefault('kept', [])\n"
+    "fd = os.open(f'f{len(kept)}', os.O_CREAT | os.O_WRONLY, 0o600)\n"
+    "for _ in range(12):\n    os.write(fd, b'x' * (1 << 20))\n"
+    "os.unlink(f'f{len(kept)}')\nkept.append(fd)\nprint(len(kept))"
+)
+
+
+def test_files_deleted_while_open_or_mapped_count_against_the_disk_budget(any_server: SandboxProcess) -> None:
+    """Issue 35, class 2: a session kept 12 MiB deleted-but-open files from cell to cell, in no
+    directory, so its directory stayed under the 32 MiB budget while the disk filled (three VerlTool
+    trajectories filled a 2 GiB workdir; then every call of every caller failed, fault infra). A file the
+    code deleted but keeps open counts until it is closed; one it keeps only mapped, whose size the pool
+    cannot read, counts past the budget."""
+    opened = any_server.post("/v1/sessions", {"tool": "python"})
+    assert opened.status_code == 201, opened.text
+    session = opened.json()["session"]
+    for cell in (1, 2):
+        answer = any_server.execute(KEEP_DELETED, session=session)
+        assert answer["status"] == "ok" and answer["stdout"] == f"{cell}\n", answer
+    answer = any_server.execute(KEEP_DELETED, session=session)  # 36 MiB held
+    assert answer["status"] == "killed", answer
+    assert "wrote more than" in answer["message"] and "deleted while still open" in answer["message"], answer
+    gone = any_server.post("/v1/execute", {"tool": "python", "input": "1", "session": session})
+    assert gone.status_code == 404, gone.text  # the session's process, and its files, went with it
+    mapped = (
+        "import ctypes, os, time\nlibc = ctypes.CDLL(None)\nlibc.mmap.restype = ctypes.c_void_p\n"
+        "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,"
+        " ctypes.c_long]\nfd = os.open('m', os.O_CREAT | os.O_RDWR, 0o600)\nos.write(fd, b'x' * 4096)\n"
+        "assert libc.mmap(None, 4096, 1, 1, fd, 0) not in (None, 2**64 - 1)  # PROT_READ, MAP_SHARED\n"
+        "os.close(fd)\nos.unlink('m')\ntime.sleep(2)\nprint('not reached')"
+    )
+    answer = any_server.execute(mapped)
+    assert answer["status"] == "killed" and "wrote more than" in answer["message"], answer
+    assert "not reached" not in answer["stdout"]
+    # within the budget, a deleted open file is an ordinary program's (a TemporaryFile is one)
+    ordinary = (
+        "import tempfile\nwith tempfile.TemporaryFile() as f:\n    f.write(b'x' * (4 << 20))\nprint('ok')"
+    )
+    assert any_server.execute(ordinary)["stdout"] == "ok\n"
+    recovered(any_server)
+
+
+def test_a_process_that_hides_its_files_from_the_pool_counts_past_the_disk_budget(
+    pod_server: SandboxProcess,
+) -> None:
+    """In the pod the children share the worker's uid: one that makes itself non-dumpable hides its
+    /proc entries, so what it holds cannot be measured; that counts past the budget (as root the
+    worker reads them anyway)."""
+    code = (
+        "import ctypes\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE\n"
+        "import time\ntime.sleep(2)\nprint('not reached')"
+    )
+    answer = pod_server.execute(code)
+    assert answer["status"] == "killed" and "wrote more than" in answer["message"], answer
+    recovered(pod_server)
+
+
 def test_leftovers_of_dead_servers_are_removed(tmp_path: Path, make_server: object) -> None:
     """Class 3: what a lease nobody holds left behind (unreadable directories included) stayed
     on the pod's /tmp across restarts."""

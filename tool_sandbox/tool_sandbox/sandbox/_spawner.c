@@ -252,6 +252,12 @@ static const char *isolate(const struct setup *s, const char *workdir, int uid, 
     if (s->landlock_attr != NULL) {
         const char *failed = landlock(s);
         if (failed != NULL) return failed;
+        /* Sharing the worker's uid (the pod), this process inherited its non-dumpable flag, so the
+           worker, no root, could not read what it holds (/proc/PID/fd and maps: files deleted while
+           open count against the disk budget). Dumpable again only under Landlock, which hides /proc
+           from the siblings of the same uid (seccomp denies them ptrace, process_vm_readv and
+           pidfd_getfd); RLIMIT_CORE is 0. */
+        if (!own_uid && prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) return "prctl(PR_SET_DUMPABLE)";
     }
     if (s->task_filter.len > 0) { /* first: the static filter may deny what the handover needs */
         int listener = (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER,

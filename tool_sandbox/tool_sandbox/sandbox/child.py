@@ -8,9 +8,10 @@ interpreter's own, an uncaught exception is printed by the interpreter's own pri
 and runs cells with notebook semantics (the value of a trailing expression is printed) until told
 to stop.
 
-What the worker may believe of a child's control pipe: only its first frame, written before any of
-the code ran (a set-up failure, or that a session started). Once code has run it can write there
-too, so a cell's end counts only together with what the kernel reports: the child stopped itself."""
+What the worker may believe of a child's control pipe: only its first frames, written before any
+of the code ran (its pid, then a set-up failure or that a session started). Once code has run it can
+write there too, so a cell's end counts only together with what the kernel reports: the child stopped
+itself."""
 
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ def main(workdir: str, vm_bytes: int, setup_error: str | None) -> None:
         os._exit(code)
     try:
         # While waiting for code (off the call's path): the process a program will run in.
+        _report({"pid": os.getpid()})  # where the worker reads what it holds (tree.held_after_unlink)
         directory = os.getcwd()  # the working directory as the kernel resolves it, as python's
         program = os.path.join(directory, layers.PROGRAM_NAME)
         os.environ["HOME"] = os.environ["TMPDIR"] = tempfile.tempdir = workdir

@@ -157,10 +157,12 @@ class Child:
     cpu_seconds: float = 0.0  # its CPU budget (RLIMIT_CPU counts on top of its setup)
     disk_bytes: int = 0  # what its directory may hold (0: unchecked)
     reaped: bool = False
+    pid: int = 0  # as it said before any code ran (its first frame); 0 until then
     setup_error: str = ""
     setup_error_logged: bool = False
-    # Its control pipe is believed only until code can have run: the first frame (a set-up
-    # failure, or "started" for a session), or its end (a one-shot child closes it before the code).
+    # Its control pipe is believed only until code can have run: its pid (the first frame, at its
+    # start), then a set-up failure or "started" for a session, or its end (a one-shot child closes it
+    # before the code).
     trusted: bool = True
     cells: int = 0  # a session's cells so far; the one running is this number
     cell_exit: int | None = None  # what the child said of the running cell ("done" frame)
@@ -194,6 +196,10 @@ class Worker:
         self.in_fd, self.out_fd = 3, 4  # see _claim_fds
         layers.prepare_stdio()
         self.landlock_abi = landlock.abi_version() if settings.get("landlock", True) else 0
+        # whether /proc of its children is readable here: as root, or when they share its uid under
+        # Landlock (_spawner.c makes them dumpable then); otherwise files a child deleted but keeps
+        # open are not counted against its disk budget
+        self.reads_children = os.geteuid() == 0 or self.landlock_abi > 0
         self.layers = layers.Layers(
             landlock=landlock.Prepared(_read_only_paths(), self.landlock_abi) if self.landlock_abi else None,
             static_filter=seccomp.static_filter(),
@@ -386,8 +392,9 @@ class Worker:
         if call.disk_exceeded:
             result = outcome.Outcome(outcome.KILLED, result.exit_code, "")
             message = (
-                f"wrote more than {kid.disk_bytes} bytes to its directory (the call's disk budget);"
-                " write less or delete files as you go"
+                f"wrote more than {kid.disk_bytes} bytes to its directory (the call's disk budget; a"
+                " file deleted while still open or mapped counts until it is closed); write less or"
+                " delete and close files as you go"
             )
         if call.violation:
             result = outcome.Outcome(outcome.KILLED, result.exit_code, "")
@@ -494,6 +501,9 @@ class Worker:
         if not isinstance(frame, dict):
             raise ControlError("not a JSON object")
         if kid.trusted:
+            if not kid.pid and set(frame) == {"pid"} and isinstance(frame["pid"], int) and frame["pid"] > 0:
+                kid.pid = frame["pid"]  # its first frame, at its start: still trusted
+                return
             kid.trusted = False
             if "setupError" in frame:
                 kid.setup_error = str(frame["setupError"])[:MAX_SETUP_ERROR_CHARS]
@@ -629,6 +639,8 @@ class Worker:
             return False
         try:
             used = tree.usage(kid.workdir)
+            if kid.pid and not kid.reaped and self.reads_children:  # what it deleted but holds
+                used += tree.held_after_unlink(kid.pid, kid.workdir, kid.disk_bytes + 1)
         except OSError:  # changed under the walk: measured again next time, but not forever
             if kid.call is None:
                 return False
