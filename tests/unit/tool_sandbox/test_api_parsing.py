@@ -1,3 +1,4 @@
+import json
 from types import SimpleNamespace
 from typing import Any
 
@@ -5,7 +6,14 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from tool_sandbox.api import mcp, openenv, sandboxfusion, verltool
-from tool_sandbox.api.requests import RequestError, parse_batch, parse_execute, parse_json
+from tool_sandbox.api.requests import (
+    MAX_JSON_VALUES,
+    RequestError,
+    json_values,
+    parse_batch,
+    parse_execute,
+    parse_json,
+)
 from tool_sandbox.api.web import SETTINGS
 from tool_sandbox.tools.base import ToolResult
 
@@ -43,6 +51,21 @@ def test_bad_json_and_batches_name_the_problem() -> None:
     with pytest.raises(RequestError, match=r"calls\[1\]\.unknown tool"):
         parse_batch({"calls": [{"tool": "python", "input": "1"}, {"tool": "x", "input": "1"}]}, TOOLS)
     assert parse_batch({"calls": [{"tool": "search", "input": "q"}]}, TOOLS)[0].tool == "search"
+
+
+def test_the_values_a_body_may_hold_are_bounded_strings_whatever_they_hold_are_one() -> None:
+    """A body's values are counted before it is parsed (a 31 MiB body of `{}` held ~800 MiB parsed)."""
+    # an upper bound: {, [, {, 2 commas and + 1, and the comma inside "x,y" (strings are taken out only
+    # where the bound would refuse the body)
+    assert json_values(b'{"a": [1, 2, {"b": "x,y"}]}') == 7
+    many = b"[" + b"{}," * MAX_JSON_VALUES + b"{}]"
+    with pytest.raises(RequestError, match="more than the 1048576 a body may hold") as refused:
+        parse_json(many)
+    assert refused.value.status == 413
+    # commas, brackets and escaped quotes inside a string are not values: counted again without strings
+    text = json.dumps({"input": 'a, [b], {"c"}' * MAX_JSON_VALUES})
+    assert json_values(text.encode()) == 2
+    assert parse_json(text.encode())["input"].startswith('a, [b], {"c"}')
 
 
 def test_run_code_request_as_verl_sends_it() -> None:

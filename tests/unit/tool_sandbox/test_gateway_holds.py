@@ -517,6 +517,25 @@ def test_a_compressed_mcp_answer_is_refused_before_it_inflates(pool: SandboxProc
     assert grew < 24, f"the server's peak RSS grew by {grew:.0f} MiB"
 
 
+# 8 -------------------------------------------------------------------------------------------------
+
+
+def test_a_body_of_many_small_values_is_refused_before_it_is_parsed(pool: SandboxProcess) -> None:
+    """A 31 MiB body of small objects, within the size limit, held ~800 MiB while parsed: one of more
+    than 2^20 values is refused (413) unparsed; a large body of a few values (one long string, however many
+    commas it holds) is read as before."""
+    small_objects = b'{"tool": "python", "input": "print(1)", "extra": [' + b"{}," * (10 << 20) + b"{}]}"
+    assert len(small_objects) < 32 << 20
+    refused, grew = _with_peak(
+        pool, lambda: requests.post(f"{pool.url}/v1/execute", data=small_objects, timeout=120)
+    )
+    assert refused.status_code == 413, refused.text[:300]
+    assert "JSON values" in refused.json()["error"] and "send fewer" in refused.json()["error"], refused.text
+    assert grew < 128, f"the server's peak RSS grew by {grew:.0f} MiB (reading the body takes ~90)"
+    commas = "# " + "1, " * (2 << 20) + "\nprint('read')"  # 6 MiB, 2^21 commas inside one string
+    assert execute(pool, "python", commas)["output"] == "read\n"
+
+
 # 13 ------------------------------------------------------------------------------------------------
 
 COPY = """\
