@@ -27,6 +27,7 @@ class Data(_Object):
 
     train_files: list[str] = Field(alias="trainFiles")
     val_files: list[str] | None = Field(default=None, alias="valFiles")
+    val_freq: int | None = Field(default=None, alias="valFreq", ge=-1)
     max_prompt_length: int = Field(default=1024, alias="maxPromptLength", ge=1)
     max_response_length: int = Field(default=2048, alias="maxResponseLength", ge=1)
     volume: dict[str, Any] | None = Field(default=None, alias="volume")

@@ -77,6 +77,10 @@ SPEC_SCHEMA: dict[str, Any] = {
         "fieldPath": ".rollout.tensorParallelSize",
         "message": "rollout.tensorParallelSize must be 1 when cluster.workers.gpusPerWorker is 0 (CPU)",
     }, {
+        "rule": "!has(self.data.valFreq) || self.data.valFreq == -1 || (has(self.data.valFiles) && size(self.data.valFiles) > 0)",
+        "fieldPath": ".data.valFreq",
+        "message": "data.valFreq needs data.valFiles: it says how often to validate on them; add valFiles, or leave valFreq unset",
+    }, {
         "rule": "!has(self.checkpoint.saveFreq) || self.checkpoint.saveFreq == -1 || has(self.checkpoint.volume)",
         "fieldPath": ".checkpoint.saveFreq",
         "message": "checkpoint.saveFreq needs checkpoint.volume: checkpoints are written under /checkpoints, which without a volume is not writable and is lost with the pod; add a volume (e.g. a persistentVolumeClaim), or set saveFreq to -1 (or leave it unset)",
@@ -157,6 +161,15 @@ SPEC_SCHEMA: dict[str, Any] = {
                             "message": "data files must be .parquet files (prepare them with `python -m trainer_entry.data`)",
                         }],
                     },
+                },
+                "valFreq": {
+                    "type": "integer",
+                    "minimum": -1,
+                    "description": "Validate on valFiles every N training steps (verl's trainer.test_freq), and before training; -1 (or unset): before training only. Needs valFiles.",
+                    "x-kubernetes-validations": [{
+                        "rule": "self != 0",
+                        "message": "data.valFreq must be a positive step count, or -1 to validate before training only",
+                    }],
                 },
                 "maxPromptLength": {
                     "type": "integer",

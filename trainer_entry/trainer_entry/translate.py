@@ -407,6 +407,8 @@ def _overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list[str]:
         out.append(f"trainer.total_epochs={algo['totalEpochs']}")
     if not data.get("valFiles"):
         out += ["trainer.val_before_train=false", "trainer.test_freq=-1"]
+    else:
+        out.append(f"trainer.test_freq={data.get('valFreq', -1)}")
     out += list(ATTENTION_OVERRIDES)
     if cpu_only(s):
         out += list(CPU_OVERRIDES)
@@ -467,7 +469,7 @@ SPEC_SOURCES: tuple[tuple[str, str], ...] = (
     ("trainer.total_training_steps", "spec.algorithm.totalTrainingSteps"),
     ("trainer.total_epochs", "spec.algorithm.totalEpochs"),
     ("trainer.val_before_train", "spec.data.valFiles (empty: no validation)"),
-    ("trainer.test_freq", "spec.data.valFiles (empty: no validation)"),
+    ("trainer.test_freq", "spec.data.valFreq (unset: -1, before training only; no valFiles: -1)"),
     ("reward.custom_reward_function.reward_kwargs", "spec.reward"),
     ("reward.reward_manager.name", "spec.reward.overlongPenalty.enabled (verl's dapo reward manager)"),
     ("reward.reward_kwargs", "spec.reward.overlongPenalty"),

@@ -279,11 +279,11 @@ def compose_job(job: Any, translation: Any) -> tuple[DictConfig, list[str]]:
             elif field and any(key == k or key.startswith(k + ".") for k in COVERED_WHEN_UNSET):
                 warnings.append(f"{EXTRA_ARGS} {text!r} sets what {field} covers: set the field instead")
     config_problems(job, config)
-    if job.spec["data"].get("valFiles") and int(config.trainer.test_freq) <= 0:
+    data = job.spec["data"]
+    if data.get("valFiles") and "valFreq" not in data and int(config.trainer.test_freq) <= 0:
         warnings.append(
             "spec.data.valFiles are validated before training only (verl's trainer.test_freq is "
-            f"{config.trainer.test_freq}): add 'trainer.test_freq=N' to {EXTRA_ARGS} to validate every N "
-            "steps"
+            f"{config.trainer.test_freq}): set spec.data.valFreq to validate every N steps as well"
         )
     return config, warnings
 

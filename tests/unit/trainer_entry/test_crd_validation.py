@@ -51,7 +51,12 @@ def full_spec(**changes: Any) -> dict[str, Any]:
     as the apiserver would."""
     spec: dict[str, Any] = {
         "model": {"path": "Qwen/Qwen2.5-0.5B-Instruct"},
-        "data": {"trainFiles": ["/data/train.parquet"], "valFiles": ["/data/val.parquet"], "volume": PVC},
+        "data": {
+            "trainFiles": ["/data/train.parquet"],
+            "valFiles": ["/data/val.parquet"],
+            "valFreq": 5,
+            "volume": PVC,
+        },
         "algorithm": {"totalEpochs": 1},
         "tools": copy.deepcopy(EVERY_TOOL),
         "reward": {"preset": "code-execution", "custom": {"configMap": "reward"}},

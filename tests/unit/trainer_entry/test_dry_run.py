@@ -213,6 +213,19 @@ def test_extra_args_verl_reads_are_composed_and_those_over_a_field_warned():
     assert "spec.data.valFiles are validated before training only" in warnings[1] and len(warnings) == 2
 
 
+def test_val_freq_validates_every_n_steps_and_unset_says_validation_runs_before_training_only():
+    files = {"trainFiles": ["/data/t.parquet"], "valFiles": ["/data/v.parquet"]}
+    for val_freq, test_freq, warned in ((5, 5, False), (-1, -1, False), (None, -1, True)):
+        data = files if val_freq is None else {**files, "valFreq": val_freq}
+        j = job(data=data)
+        config, warnings = verl_config.compose_job(j, translate(j, POOL))
+        assert config.trainer.test_freq == test_freq and config.trainer.val_before_train is True
+        assert any("validated before training only" in w for w in warnings) is warned, warnings
+    j = job(data=files, trainer={"extraArgs": ["trainer.test_freq=3"]})
+    _, warnings = verl_config.compose_job(j, translate(j, POOL))
+    assert "replaces what spec.data.valFreq" in warnings[0], warnings
+
+
 def test_a_verl_command_line_is_read_as_the_shell_hands_it_to_verl(monkeypatch):
     monkeypatch.setenv("HOME", "/home/u")
     script = (
