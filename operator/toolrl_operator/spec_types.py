@@ -47,6 +47,14 @@ class AlgorithmClipRatio(_Object):
     high: int | float = Field(default=0.2, alias="high", ge=0, le=10)
 
 
+class AlgorithmDynamicSampling(_Object):
+    """`spec.algorithm.dynamicSampling`."""
+
+    enabled: bool = Field(default=False, alias="enabled")
+    metric: str = Field(default="reward", alias="metric", max_length=128)
+    max_generation_batches: int = Field(default=10, alias="maxGenerationBatches", ge=1, le=1000)
+
+
 class Algorithm(_Object):
     """`spec.algorithm`."""
 
@@ -60,6 +68,7 @@ class Algorithm(_Object):
     total_training_steps: int | None = Field(default=None, alias="totalTrainingSteps", ge=1)
     clip_ratio: AlgorithmClipRatio = Field(default_factory=AlgorithmClipRatio, alias="clipRatio")
     loss_aggregation: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = Field(default="token-mean", alias="lossAggregation")
+    dynamic_sampling: AlgorithmDynamicSampling = Field(default_factory=AlgorithmDynamicSampling, alias="dynamicSampling")
 
 
 class RolloutToolCall(_Object):

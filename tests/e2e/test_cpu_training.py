@@ -328,8 +328,15 @@ def train(
 # default, and an overlong penalty whose buffer penalises every response past 4 tokens: verl's dapo manager
 # penalises the tokens past maxResponseLength - bufferLength, so the buffer is 124 of the run's 128 tokens
 # (a wrong answer scores 0 by exact-match, and any of more than 4 tokens then scores below 0).
-DAPO_KNOBS = {"clipRatio": {"low": 0.2, "high": 0.28}, "lossAggregation": "seq-mean-token-mean"}
+DAPO_KNOBS = {
+    "clipRatio": {"low": 0.2, "high": 0.28},
+    "lossAggregation": "seq-mean-token-mean",
+    # the group filter runs in the sampler; its dropping and bound are tested in verl's own sampling loop
+    # (tests/unit/trainer_entry/test_reward_failure.py): here the run trains through with it on
+    "dynamicSampling": {"enabled": True},
+}
 PPO_RESPONSE_LENGTH = 128
+DYNAMIC_SAMPLING_LOG = "dynamic sampling: groups whose rollouts all scored alike on 'reward' are dropped"
 OVERLONG_PENALTY = {"enabled": True, "bufferLength": PPO_RESPONSE_LENGTH - 4, "penaltyFactor": 1.0}
 
 
@@ -347,9 +354,10 @@ def test_ppo_with_critic_kl_loss_and_dapo_knobs_on_vllms_cpu_build_calls_a_funct
       no HFRolloutServer), and verl's weight sync from the FSDP actor into vLLM after every step (over
       shared memory): everything of the GPU path but the CUDA kernels. `train` checks the rollout
       engine's log-probs agree with the actor's at every step (it generated with the actor's weights);
-    - DAPO's clip-higher, seq-mean-token-mean loss and overlong penalty as spec fields: verl's config
-      (which its TaskRunner prints) has them, and the penalty reached the scores (exact-match gives 0 or
-      1; only the penalty makes one negative);
+    - DAPO's clip-higher, seq-mean-token-mean loss, overlong penalty and dynamic sampling as spec fields:
+      verl's config (which its TaskRunner prints) has them, the job's sampler filters groups on the
+      metric, and the penalty reached the scores (exact-match gives 0 or 1; only the penalty makes one
+      negative);
     - `train` checks the rest of a run: grad_norm, status.progress and the trainer's metrics.
 
     The hf engine (its server's weights moving from the initial ones) is covered by this file's other
@@ -402,8 +410,11 @@ def test_ppo_with_critic_kl_loss_and_dapo_knobs_on_vllms_cpu_build_calls_a_funct
         "'loss_agg_mode': 'seq-mean-token-mean',",
         "'overlong_buffer_cfg': {'enable': True,",
         "'name': 'dapo',",  # reward.reward_manager's: nothing else in the config is named so
+        DYNAMIC_SAMPLING_LOG,
     ):
         assert setting in output, f"verl's config has no {setting}"
+    filter_groups = r"'filter_groups': \{'_target_': '[\w.]+FilterGroupsConfig',\s+'enable': True,"
+    assert re.search(filter_groups, output), "verl's config does not enable algorithm.filter_groups"
     lowest = [values["critic/score/min"] for values in console_steps(output).values()]
     assert lowest and min(lowest) < 0, f"no score was penalised for length: critic/score/min by step {lowest}"
     print(f"PPO with vLLM's CPU build: {STEPS} steps in {time.monotonic() - started:.0f}s")

@@ -27,6 +27,11 @@ SPEC_DEFAULTS: dict[str, Any] = {
             "high": 0.2,
         },
         "lossAggregation": "token-mean",
+        "dynamicSampling": {
+            "enabled": False,
+            "metric": "reward",
+            "maxGenerationBatches": 10,
+        },
     },
     "rollout": {
         "engine": "vllm",

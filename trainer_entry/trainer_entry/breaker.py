@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 import transfer_queue as tq
 from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 
+from trainer_entry.dynamic_sampling import DynamicSamplingExhausted, FilteredGroups
 from trainer_entry.hub import sink
 from trainer_entry.pool_client import PoolClient, backoff_seconds
 from trainer_entry.rewards import raise_recorded_failure
@@ -270,8 +272,27 @@ class BreakerReplayBuffer(ReplayBufferHooks, ReplayBufferAsync):
     """verl's replay buffer for our trainer mode, which will not hand a degraded batch to the update."""
 
     def __init__(self, *args: Any, sampler_kwargs: Any, **kwargs: Any) -> None:
+        self.filtered = FilteredGroups.from_kwargs(sampler_kwargs)  # dynamic sampling, when enabled
+        if self.filtered is not None:  # verl passes the metric to its own buffers only
+            kwargs["filter_groups_metric"] = self.filtered.metric
         super().__init__(*args, sampler_kwargs=sampler_kwargs, **kwargs)
         self.breaker = Breaker(BreakerSettings.from_kwargs(sampler_kwargs))
+        if self.filtered is not None:
+            log.warning(
+                "dynamic sampling: groups whose rollouts all scored alike on %r are dropped, at most %d"
+                " batches' worth a step",
+                self.filtered.metric,
+                self.filtered.max_batches,
+            )
+
+    def on_filtered_groups(self, partition_id: str, uids: set[str], scores: Counter[float]) -> None:
+        """verl is about to drop `uids` for dynamic sampling: the step's bound (dynamic_sampling.py)."""
+        if self.filtered is not None and partition_id == TRAIN_PARTITION:
+            try:
+                self.filtered.seen(uids, scores)
+            except DynamicSamplingExhausted as exc:  # the run fails with it (its last line: run.py)
+                log.error("%s", exc)
+                raise
 
     def on_group_poll(self, global_steps: int, partition_id: str) -> None:
         """Before verl's choice of the finished groups to evict, on each poll of its sampling loop (every
@@ -288,6 +309,8 @@ class BreakerReplayBuffer(ReplayBufferHooks, ReplayBufferAsync):
         if partition_id != TRAIN_PARTITION:
             return super().sample(global_steps, partition_id, batch_size)  # validation is not trained on
         self.breaker.new_sample(batch_size)
+        if self.filtered is not None:
+            self.filtered.new_sample(global_steps, batch_size)
 
         def discard(batch: Any) -> None:
             if batch.keys:

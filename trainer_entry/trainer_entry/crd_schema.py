@@ -281,6 +281,31 @@ SPEC_SCHEMA: dict[str, Any] = {
                     "default": "token-mean",
                     "description": "How the policy loss is averaged (verl actor.loss_agg_mode): token-mean (verl's default, DAPO's token-level loss: every token of the batch weighs the same), seq-mean-token-sum (each response's token sum, averaged over responses) or seq-mean-token-mean (GRPO's original: each response's token mean, averaged over responses).",
                 },
+                "dynamicSampling": {
+                    "type": "object",
+                    "default": {},
+                    "description": "DAPO's dynamic sampling (verl algorithm.filter_groups): a prompt group whose rollouts all scored alike (no signal for a group-relative advantage) is dropped and a new prompt generated in its place, until the batch is full of groups that differ.",
+                    "properties": {
+                        "enabled": {
+                            "type": "boolean",
+                            "default": False,
+                        },
+                        "metric": {
+                            "type": "string",
+                            "minLength": 1,
+                            "maxLength": 128,
+                            "default": "reward",
+                            "description": "What \"scored alike\" compares: reward (the score with every penalty, verl's default), or a key the reward function returns beside its score (a reward returning a dict), e.g. acc.",
+                        },
+                        "maxGenerationBatches": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "maximum": 1000,
+                            "default": 10,
+                            "description": "The run fails at a step that dropped more than this many batches' worth of groups (trainBatchSize each) without filling its batch: data the model now finds all too easy or all too hard would otherwise be generated for ever (DAPO: 10).",
+                        },
+                    },
+                },
             },
         },
         "rollout": {

@@ -225,8 +225,24 @@ def breaker_overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list
         "pool_url": pool_url,
         "recovery_seconds": float(pool_wait_seconds),
     }
+    dynamic = job.spec["algorithm"]["dynamicSampling"]
+    if dynamic["enabled"]:  # verl skips its own filtering when a custom sampler is set: ours does it
+        kwargs["filter_groups_metric"] = dynamic["metric"]
+        kwargs["max_generation_batches"] = dynamic["maxGenerationBatches"]
     return SAMPLER.overrides(hydra_value) + [
         f"+trainer.v1.sampler.sampler_kwargs.{key}={hydra_value(value)}" for key, value in kwargs.items()
+    ]
+
+
+def dynamic_sampling_overrides(dynamic: dict[str, Any]) -> list[str]:
+    """verl's own keys for DAPO's dynamic sampling, as its config shows them (the job's sampler applies
+    them: breaker_overrides)."""
+    if not dynamic["enabled"]:
+        return []
+    return [
+        "algorithm.filter_groups.enable=true",
+        f"algorithm.filter_groups.metric={hydra_value(dynamic['metric'])}",
+        f"algorithm.filter_groups.max_num_gen_batches={dynamic['maxGenerationBatches']}",
     ]
 
 
@@ -377,6 +393,7 @@ def _overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list[str]:
         f"actor_rollout_ref.actor.clip_ratio_low={v(float(algo['clipRatio']['low']))}",
         f"actor_rollout_ref.actor.clip_ratio_high={v(float(algo['clipRatio']['high']))}",
         f"actor_rollout_ref.actor.loss_agg_mode={algo['lossAggregation']}",
+        *dynamic_sampling_overrides(algo["dynamicSampling"]),
         f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_batch}",
         "actor_rollout_ref.actor.use_dynamic_bsz=true",
         f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={max(16384, seq_len)}",
@@ -438,6 +455,7 @@ SPEC_SOURCES: tuple[tuple[str, str], ...] = (
     ("actor_rollout_ref.actor.clip_ratio_low", "spec.algorithm.clipRatio.low"),
     ("actor_rollout_ref.actor.clip_ratio_high", "spec.algorithm.clipRatio.high"),
     ("actor_rollout_ref.actor.loss_agg_mode", "spec.algorithm.lossAggregation"),
+    ("algorithm.filter_groups", "spec.algorithm.dynamicSampling"),
     ("actor_rollout_ref.actor.ppo_mini_batch_size", "spec.algorithm.ppoMiniBatchSize (or trainBatchSize)"),
     (
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
@@ -479,7 +497,8 @@ SPEC_SOURCES: tuple[tuple[str, str], ...] = (
     ("trainer.resume_from_path", "spec.checkpoint.resume"),
     (
         "trainer.v1.sampler.sampler_kwargs",
-        "the circuit breaker: spec.rollout.toolCall.maxInfraFailureRatio, spec.algorithm.rolloutsPerPrompt",
+        "the circuit breaker: spec.rollout.toolCall.maxInfraFailureRatio, spec.algorithm.rolloutsPerPrompt;"
+        " dynamic sampling: spec.algorithm.dynamicSampling",
     ),
 )
 # verl keys a spec field covers even where it leaves them to verl (a disabled overlong penalty sets no

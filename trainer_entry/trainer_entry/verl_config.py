@@ -310,13 +310,17 @@ def config_problems(job: Any, config: DictConfig) -> None:
     errors = []
     sampler = config.trainer.v1.sampler.get("custom_sampler")
     filter_groups = config.algorithm.get("filter_groups")
-    if filter_groups is not None and filter_groups.get("enable") and sampler and sampler.get("path"):
+    dynamic = job.spec["algorithm"]["dynamicSampling"]["enabled"]
+    by_extra_args = filter_groups is not None and filter_groups.get("enable") and not dynamic
+    if by_extra_args and sampler and sampler.get("path"):
         errors.append(
             "algorithm.filter_groups.enable=true (DAPO's dynamic sampling) would do nothing: verl "
             f"{_verl_version()} applies it only in its own replay buffer and skips it when "
             "trainer.v1.sampler.custom_sampler is set (verl/trainer/ppo/v1/trainer_base.py, "
-            "_build_replay_buffer), and every job sets that to its circuit breaker "
-            f"({sampler.get('name')}): remove it from {EXTRA_ARGS}; dynamic sampling is not supported yet"
+            "_build_replay_buffer), as every job does (its circuit breaker, "
+            f"{sampler.get('name')}, which applies spec.algorithm.dynamicSampling): remove it from "
+            f"{EXTRA_ARGS} and set spec.algorithm.dynamicSampling instead (enabled, metric,"
+            " maxGenerationBatches)"
         )
     errors += overlong_problems(job, config)
     for section in ("actor_rollout_ref", "critic"):

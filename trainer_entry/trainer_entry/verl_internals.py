@@ -22,6 +22,7 @@ import importlib
 import inspect
 import logging
 import sys
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from importlib import metadata
@@ -134,14 +135,24 @@ INTERNALS: tuple[Internal, ...] = (
     # class; the sampling loop's poll of group states has no hook
     Internal(
         "verl.trainer.ppo.v1.replay_buffer:ReplayBufferAsync._terminal_eviction_reasons",
-        "sees failed prompt groups on each poll of the sampling loop, before verl regenerates them",
+        "sees failed prompt groups on each poll of the sampling loop, before verl regenerates them, and "
+        "the groups dynamic sampling drops: it returns (stale, dapo-filtered, failed, {score: groups})",
         params=("global_steps", "partition_id"),
+        source_has=("return stale_uids, dapo_uids, set(self.failure_keys[partition_id]), dapo_counts",),
     ),
+
     Internal(
         "verl.trainer.ppo.v1.replay_buffer:ReplayBufferAsync.__init__",
         "`failure_keys` / `finished_keys` (group states per partition) and `refill_fn` (submits fresh "
-        "prompts): the breaker counts failed groups and regenerates a discarded batch",
-        source_has=("self.failure_keys", "self.finished_keys", "self.refill_fn"),
+        "prompts): the breaker counts failed groups and regenerates a discarded batch; "
+        "`filter_groups_metric`: dynamic sampling in verl's buffer, which verl passes to its own buffers "
+        "only (the job's sampler hands spec.algorithm.dynamicSampling.metric over)",
+        source_has=(
+            "self.failure_keys",
+            "self.finished_keys",
+            "self.refill_fn",
+            "self.filter_groups_metric = filter_groups_metric",
+        ),
     ),
     Internal(
         "verl.trainer.ppo.v1.replay_buffer:ReplayBuffer",
@@ -438,13 +449,21 @@ class TrainerStepHooks:
 
 class ReplayBufferHooks:
     """For ReplayBufferAsync: `on_group_poll(global_steps, partition_id)` on each poll of the sampling
-    loop's group states, before verl picks the groups it evicts (and regenerates)."""
+    loop's group states, before verl picks the groups it evicts (and regenerates); then
+    `on_filtered_groups(partition_id, uids, scores)` with the groups it picked for dynamic sampling
+    (each uid's rollouts all scored alike; {score: groups})."""
 
     def on_group_poll(self, global_steps: int, partition_id: str) -> None: ...
 
+    def on_filtered_groups(self, partition_id: str, uids: set[str], scores: Counter[float]) -> None: ...
+
     def _terminal_eviction_reasons(self, global_steps: int, partition_id: str) -> Any:
         self.on_group_poll(global_steps, partition_id)
-        return super()._terminal_eviction_reasons(global_steps, partition_id)  # type: ignore[misc]
+        reasons = super()._terminal_eviction_reasons(global_steps, partition_id)  # type: ignore[misc]
+        _stale, filtered, _failed, scores = reasons
+        if filtered:
+            self.on_filtered_groups(partition_id, set(filtered), scores)
+        return reasons
 
 
 class ToolAgentLoopHooks:

@@ -1,5 +1,6 @@
 """A reward function that raises on a generated answer stops the run with a message naming the function,
-the exception and the answer; nothing is scored 0 for it, and verl does not regenerate it forever.
+the exception and the answer; nothing is scored 0 for it, and verl does not regenerate it forever. Dynamic
+sampling (spec.algorithm.dynamicSampling) drops groups that all scored alike, within its bound.
 
 The custom reward is called through the callable verl 0.9.1 builds from our translated config
 (`get_custom_reward_fn`), and the trainer side runs verl's own sampling loop
@@ -9,12 +10,15 @@ for TransferQueue's tag listing: the end-to-end run is tests/e2e/test_cpu_traini
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
+import numpy as np
 import pytest
 import transfer_queue as tq
 from omegaconf import OmegaConf
 from trainer_entry.breaker import Breaker, BreakerReplayBuffer, BreakerSettings, PoolNotRecovered
+from trainer_entry.dynamic_sampling import DynamicSamplingExhausted, FilteredGroups
 from trainer_entry.hub import Sink, use_sink
 from trainer_entry.metrics import TrainerMetrics
 from trainer_entry.rewards import RewardFunctionFailed, compute_score, failure_message
@@ -112,37 +116,53 @@ class Groups:
     verl's trainer injects: each refilled prompt ends as `refill_status` (a sampling loop that refills
     forever is stopped after `limit` refills)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, refill_status: str, limit: int = 20) -> None:
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        refill_status: str,
+        limit: int = 20,
+        refill_scores: tuple[float, ...] = (1.0, 0.0),
+    ) -> None:
         self.tags: dict[str, dict[str, Any]] = {}
+        self.scores: dict[str, float] = {}  # each trajectory's reward (its rm_scores summed)
         self.refills = 0
-        self.refill_status, self.limit = refill_status, limit
+        self.refill_status, self.limit, self.refill_scores = refill_status, limit, refill_scores
         monkeypatch.setattr(tq, "kv_list", lambda: {"train": dict(self.tags)})
         monkeypatch.setattr(tq, "kv_clear", self.clear)
+        monkeypatch.setattr(tq, "kv_batch_get", self.rewards)
+
+    def rewards(self, keys: list[str], partition_id: str, select_fields: list[str]) -> dict[str, Any]:
+        assert select_fields == ["rm_scores"], select_fields  # dynamic sampling on the metric "reward"
+        return {"rm_scores": [np.array([self.scores[key]]) for key in keys]}
 
     def clear(self, keys: list[str], partition_id: str) -> None:
         for key in keys:
             self.tags.pop(key, None)
 
-    def group(self, uid: str, status: str, sessions: int = 2) -> None:
+    def group(self, uid: str, status: str, scores: tuple[float, ...] = (1.0, 0.0)) -> None:
         self.tags[uid] = {"is_prompt": True, "status": status, "global_steps": 1}
         if status == "finished":
-            for session in range(sessions):
+            for session, score in enumerate(scores):
                 self.tags[f"{uid}_{session}_0"] = {"status": "success"}
+                self.scores[f"{uid}_{session}_0"] = score
 
     def refill(self, count: int) -> None:
         self.refills += 1
         if self.refills > self.limit:
             raise AssertionError(f"verl's sampling loop refilled {self.limit} times: the run would not end")
-        for _ in range(count):
-            self.group(f"r{self.refills}", self.refill_status)
+        for index in range(count):
+            self.group(f"r{self.refills}x{index}", self.refill_status, self.refill_scores)
 
 
-def replay_buffer(groups: Groups, recovery_seconds: float = 600.0) -> BreakerReplayBuffer:
+def replay_buffer(
+    groups: Groups, recovery_seconds: float = 600.0, dynamic: dict[str, Any] | None = None
+) -> BreakerReplayBuffer:
     settings = {
         "max_infra_failure_ratio": 0.2,
         "rollouts_per_prompt": 2,
         "pool_url": "http://127.0.0.1:1",
         "recovery_seconds": recovery_seconds,
+        **(dynamic or {}),
     }
     return BreakerReplayBuffer(
         trainer_mode="toolrl-sync",
@@ -188,7 +208,7 @@ def test_a_group_that_failed_for_another_reason_is_still_regenerated_as_verl_doe
     groups.group("u2", "failure")
     batch, _ = replay_buffer(groups).sample(global_steps=1, partition_id="train", batch_size=2)
     assert groups.refills == 1
-    assert sorted(batch.keys) == ["r1_0_0", "r1_1_0", "u1_0_0", "u1_1_0"]
+    assert sorted(batch.keys) == ["r1x0_0_0", "r1x0_1_0", "u1_0_0", "u1_1_0"]
 
 
 class Clock:
@@ -242,3 +262,73 @@ def test_failed_groups_with_progress_between_them_or_few_of_them_are_not_a_stuck
         PoolNotRecovered, match=r"^step 2: .* for 1200s .* \(4 failed group\(s\) for a batch of 4"
     ):
         breaker.failed_groups(step=2, failed=1, finished=0)
+
+
+def dynamic_sampling(job_spec: dict[str, Any]) -> dict[str, Any]:
+    """The sampler kwargs a job with `job_spec`'s algorithm.dynamicSampling gives its sampler."""
+    job = parse_job(
+        {
+            "metadata": {"name": "j", "namespace": "rl"},
+            "spec": {
+                "model": {"path": "Qwen/Qwen2.5-0.5B-Instruct"},
+                "data": {"trainFiles": ["/data/t.parquet"]},
+                "algorithm": {"totalEpochs": 1, "dynamicSampling": job_spec},
+                "tools": [{"name": "python", "type": "python"}],
+            },
+        }
+    )
+    config, _ = verl_config.compose_job(job, translate(job, "http://127.0.0.1:1"))
+    assert config.algorithm.filter_groups.enable is bool(job_spec.get("enabled"))
+    kwargs = config.trainer.v1.sampler.sampler_kwargs
+    return {k: kwargs[k] for k in ("filter_groups_metric", "max_generation_batches") if k in kwargs}
+
+
+def test_dynamic_sampling_drops_groups_that_all_scored_alike_in_verls_own_loop(sink, monkeypatch) -> None:
+    """verl's buffer filters groups only when its trainer hands it the metric, which it does for its own
+    buffers alone: the job's sampler hands it over, and verl's loop drops the group whose rollouts both
+    scored 1 and samples a new prompt in its place."""
+    kwargs = dynamic_sampling({"enabled": True})
+    assert kwargs == {"filter_groups_metric": "reward", "max_generation_batches": 10}
+    assert dynamic_sampling({}) == {}  # off by default: the sampler filters nothing
+    groups = Groups(monkeypatch, refill_status="finished")
+    groups.group("u1", "finished", scores=(1.0, 0.0))
+    groups.group("u2", "finished", scores=(1.0, 1.0))  # no signal for a group-relative advantage
+    buffer = replay_buffer(groups, dynamic=kwargs)
+    batch, metrics = buffer.sample(global_steps=1, partition_id="train", batch_size=2)
+    assert sorted(batch.keys) == ["r1x0_0_0", "r1x0_1_0", "u1_0_0", "u1_1_0"], batch.keys
+    assert metrics["training/filter_groups/evicted_samples"] == 1, metrics
+    # off, the same groups are sampled as they are
+    off = Groups(monkeypatch, refill_status="finished")
+    off.group("u1", "finished", scores=(1.0, 0.0))
+    off.group("u2", "finished", scores=(1.0, 1.0))
+    batch, _ = replay_buffer(off).sample(global_steps=1, partition_id="train", batch_size=2)
+    assert sorted(batch.keys) == ["u1_0_0", "u1_1_0", "u2_0_0", "u2_1_0"], batch.keys
+
+
+def test_dynamic_sampling_fails_a_step_that_keeps_dropping_past_its_bound(sink, monkeypatch) -> None:
+    """Data the model finds all too easy: every new prompt's rollouts score 1 alike. verl's buffer would
+    drop and regenerate for ever (it ignores max_num_gen_batches); past maxGenerationBatches batches' worth
+    of dropped groups the step fails with the numbers and what to change."""
+    kwargs = dynamic_sampling({"enabled": True, "maxGenerationBatches": 2})
+    groups = Groups(monkeypatch, refill_status="finished", refill_scores=(1.0, 1.0))
+    groups.group("u1", "finished", scores=(1.0, 1.0))
+    groups.group("u2", "finished", scores=(0.0, 1.0))
+    with pytest.raises(DynamicSamplingExhausted) as raised:
+        replay_buffer(groups, dynamic=kwargs).sample(global_steps=4, partition_id="train", batch_size=2)
+    message = str(raised.value)
+    assert message.startswith("step 4: dynamic sampling (spec.algorithm.dynamicSampling) dropped 5 prompt ")
+    assert "scored alike on 'reward' (the last: 1 at 1)" in message, message
+    assert "maxGenerationBatches x the batch's 2 prompts = 4, without filling the batch" in message, message
+    assert groups.refills == 4  # one group at a time, each dropped: the fifth drop ends the step
+
+
+def test_the_bound_counts_each_group_once_and_starts_afresh_with_each_step() -> None:
+    filtered = FilteredGroups.from_kwargs({"filter_groups_metric": "acc", "max_generation_batches": 1})
+    assert filtered is not None and FilteredGroups.from_kwargs({}) is None
+    filtered.new_sample(step=1, prompts=2)
+    filtered.seen({"a", "b"}, Counter({0.0: 2}))
+    filtered.seen({"a", "b"}, Counter({0.0: 2}))  # polled again before verl dropped them: the same two
+    filtered.new_sample(step=2, prompts=2)
+    filtered.seen({"c", "d"}, Counter({1.0: 2}))
+    with pytest.raises(DynamicSamplingExhausted, match=r"^step 2: .* dropped 3 .* 'acc' \(the last: 1 at"):
+        filtered.seen({"e"}, Counter({1.0: 1}))

@@ -107,7 +107,8 @@ def test_probe_names_a_changed_signature(monkeypatch):
     assert probe() == [
         "verl.trainer.ppo.v1.replay_buffer:ReplayBufferAsync._terminal_eviction_reasons: parameters are "
         "(step, partition_id), we rely on (global_steps, partition_id, ...) (we use it: sees failed prompt "
-        "groups on each poll of the sampling loop, before verl regenerates them)"
+        "groups on each poll of the sampling loop, before verl regenerates them, and the groups dynamic "
+        "sampling drops: it returns (stale, dapo-filtered, failed, {score: groups}))"
     ]
 
 
