@@ -289,7 +289,8 @@ def test_a_reward_that_raises_in_training_fails_the_job_with_the_trainers_reason
     # the trainer's record of the first raise: the function, where it comes from, the answer it met
     said = raised[0]["message"]
     assert "of spec.reward.custom (reward.py of ConfigMap 'broken-reward') raised ValueError" in said, said
-    assert re.search(r"on the generated answer '.+' \(\d+ characters\)", said), said
+    # the answer as Python's repr quotes it: in double quotes when it holds a single one (print('7'))
+    assert re.search(r"on the generated answer (['\"]).+\1 \(\d+ characters\)", said), said
     assert said.endswith("fix the function and apply the job again"), said
     # verl alone evicts the prompt's group and generates another, for ever: the run ends at the first raise
     after = broken.ended - dt.datetime.fromisoformat(raised[0]["firstTimestamp"]).timestamp()
