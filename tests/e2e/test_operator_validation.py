@@ -115,7 +115,11 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("custom-needs-configmap", {"reward.preset": "custom"}, "preset custom needs reward.custom"),
     ("val-freq-nonzero", {"data.valFreq": 0}, "valFreq must be a positive step count"),
-    ("val-freq-needs-val-files", {"data.valFreq": 5}, "data.valFreq needs data.valFiles"),
+    (
+        "val-freq-needs-val-files",
+        {"data.valFreq": 5, "data.valFiles": DELETE},
+        "data.valFreq needs data.valFiles",
+    ),
     ("save-freq-nonzero", {"checkpoint": {"saveFreq": 0}}, "saveFreq must be a positive step"),
     (
         "save-freq-needs-volume",
