@@ -123,28 +123,26 @@ def held_after_unlink(pid: int, root: str, unmeasured_bytes: int) -> int:
     between its cells. A process that hides its table (PR_SET_DUMPABLE 0, in the pod's shared uid) counts
     `unmeasured_bytes`. 0 once the process is gone."""
     prefix = os.path.join(root, "")
-    held: dict[str, int] = {}  # by the deleted file's path as the kernel shows it
+    deleted = " (deleted)"  # how the kernel shows the path of an unlinked file
+    open_bytes: dict[int, int] = {}  # by inode: the files it holds open
+    mapped_only: set[int] = set()  # inodes it keeps mapped and not open
     table = f"/proc/{pid}/fd"
     try:
-        names = os.listdir(table)
-        for name in names:
+        for name in os.listdir(table):
             link = f"{table}/{name}"
             with contextlib.suppress(FileNotFoundError):
                 target = os.readlink(link)
-                if target.startswith(prefix) and target.endswith(" (deleted)"):
+                if target.startswith(prefix) and target.endswith(deleted):
                     info = os.stat(link)  # the open file itself, through the process's fd
                     if stat.S_ISREG(info.st_mode) and info.st_nlink == 0:
-                        held[f"{info.st_dev}:{info.st_ino}"] = info.st_blocks * 512
+                        open_bytes[info.st_ino] = info.st_blocks * 512
         with open(f"/proc/{pid}/maps") as maps:
             for line in maps:
-                fields = line.rstrip("\n").split(maxsplit=5)
-                if len(fields) == 6 and fields[5].startswith(prefix) and fields[5].endswith(" (deleted)"):
-                    major, minor = (int(part, 16) for part in fields[3].split(":"))
-                    known = {key for key in held if key.endswith(f":{fields[4]}")}
-                    if not known:  # mapped only: not one of the files it holds open
-                        held[f"map:{os.makedev(major, minor)}:{fields[4]}"] = unmeasured_bytes
+                fields = line.rstrip("\n").split(maxsplit=5)  # address perms offset dev inode path
+                if len(fields) == 6 and fields[5].startswith(prefix) and fields[5].endswith(deleted):
+                    mapped_only.add(int(fields[4]))
     except FileNotFoundError:  # it ended
         return 0
     except PermissionError:
         return unmeasured_bytes
-    return sum(held.values())
+    return sum(open_bytes.values()) + len(mapped_only - open_bytes.keys()) * unmeasured_bytes
