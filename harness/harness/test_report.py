@@ -2,7 +2,7 @@
 
 CI shows only the tail of a run, and after pytest's own summary come the warnings that libraries
 print while the interpreter shuts down. This prints the verdict again, last, in a few lines:
-`python -m harness.test_report .test-results.xml`.
+`python -m harness.test_report .test-results-*.xml` (one report of every file given).
 """
 
 from __future__ import annotations
@@ -54,15 +54,17 @@ def report(cases: list[Case]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m harness.test_report RESULTS.xml", file=sys.stderr)
+    if not argv:
+        print("usage: python -m harness.test_report RESULTS.xml...", file=sys.stderr)
         return 2
-    try:
-        with open(argv[0], encoding="utf-8") as handle:
-            cases = read_cases(handle.read())
-    except (OSError, ET.ParseError) as exc:
-        print(f"no test report at {argv[0]}: {exc}", file=sys.stderr)
-        return 1
+    cases = []
+    for path in argv:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                cases += read_cases(handle.read())
+        except (OSError, ET.ParseError) as exc:
+            print(f"no test report at {path}: {exc}", file=sys.stderr)
+            return 1
     print(report(cases))
     return 0
 

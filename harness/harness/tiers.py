@@ -29,6 +29,7 @@ LAUNCHERS = frozenset(
         "harness.operator_process",
         "harness.training_cluster",
         "tool_sandbox.sandbox.pool",
+        "harness.test_streams",
     }
 )
 # our own distributions' packages, whose module-level imports are followed
