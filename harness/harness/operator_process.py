@@ -92,10 +92,14 @@ EXAMPLE_VOLUMES_LABEL = "toolrl.dev/e2e-namespace"
 
 
 def example_claims(example: Path = EXAMPLE) -> list[str]:
-    """The PersistentVolumeClaims the example mounts (its data and checkpoint volumes), which
-    examples/data-prep-job.yaml creates on a real cluster."""
+    """The PersistentVolumeClaims the example mounts (its data, checkpoint and model-cache volumes),
+    which examples/data-prep-job.yaml creates on a real cluster."""
     spec = yaml.safe_load(example.read_text())["spec"]
-    volumes = [spec.get("data", {}).get("volume"), spec.get("checkpoint", {}).get("volume")]
+    volumes = [
+        spec.get("data", {}).get("volume"),
+        spec.get("checkpoint", {}).get("volume"),
+        spec.get("model", {}).get("cache", {}).get("volume"),
+    ]
     return [v["persistentVolumeClaim"]["claimName"] for v in volumes if v and "persistentVolumeClaim" in v]
 
 

@@ -42,6 +42,7 @@ REWARD_DIR = "reward"  # inside CONFIG_MOUNT: /etc/toolrl/reward/<key>
 FUNCTIONS_DIR = "functions"  # inside CONFIG_MOUNT of a pool pod: a function tool's source, <tool>.py
 DATA_MOUNT = "/data"
 CHECKPOINT_MOUNT = "/checkpoints"
+MODEL_CACHE_MOUNT = "/models"  # spec.model.cache: HF_HOME is a directory in it (rayjob.HF_HOME)
 
 
 def config_name(job: str) -> str:

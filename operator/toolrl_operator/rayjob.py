@@ -14,6 +14,7 @@ from .naming import (
     CONFIG_MOUNT,
     DATA_MOUNT,
     LABEL_KUEUE_QUEUE,
+    MODEL_CACHE_MOUNT,
     RAY_CLIENT_PORT,
     RAY_DASHBOARD_ACCESS_LABEL,
     RAY_DASHBOARD_PORT,
@@ -32,7 +33,7 @@ from .naming import (
     trainer_name,
 )
 from .settings import Settings
-from .spec_types import ClusterHead, ClusterRolloutWorkers, ClusterWorkers, Spec
+from .spec_types import ClusterHead, ClusterRolloutWorkers, ClusterWorkers, ModelCache, Spec
 
 GPU_RESOURCE = "nvidia.com/gpu"
 WORKER_GROUP = "gpu-workers"
@@ -83,6 +84,9 @@ SUBMITTER_RESOURCES = {"requests": {"cpu": "50m", "memory": "256Mi"}, "limits": 
 # not route between pods (docker0, a CNI bridge) and hang in init_process_group, a hang verl and
 # Ray users report; eth0 is the pod network interface of the common CNIs. cluster.env overrides.
 NETWORK_ENV_DEFAULTS = {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}
+# With spec.model.cache, the Hugging Face libraries (transformers, vLLM's loader, huggingface_hub) keep
+# hub downloads under HF_HOME on the cache: a shared volume is downloaded into once. cluster.env overrides.
+HF_HOME = f"{MODEL_CACHE_MOUNT}/huggingface"
 
 
 def trainer_env(name: str, namespace: str) -> list[dict[str, str]]:
@@ -97,13 +101,14 @@ def trainer_env(name: str, namespace: str) -> list[dict[str, str]]:
 
 
 def ray_env(job: Job) -> list[dict[str, Any]]:
-    """The Ray containers' environment: the NCCL/Gloo defaults, then `cluster.env` (which may
-    override them), then the operator's contract (TOOLRL_*, which the CRD keeps users from
-    setting)."""
+    """The Ray containers' environment: the NCCL/Gloo defaults (and HF_HOME with a model cache), then
+    `cluster.env` (which may override them), then the operator's contract (TOOLRL_*, which the CRD
+    keeps users from setting)."""
     meta = job.metadata
     user = [copy.deepcopy(e) for e in job.spec.cluster.env or []]
     named = {e["name"] for e in user}
-    defaults = [{"name": k, "value": v} for k, v in NETWORK_ENV_DEFAULTS.items() if k not in named]
+    values = {**NETWORK_ENV_DEFAULTS, **({"HF_HOME": HF_HOME} if job.spec.model.cache else {})}
+    defaults = [{"name": k, "value": v} for k, v in values.items() if k not in named]
     return [*defaults, *user, *trainer_env(meta["name"], meta["namespace"])]
 
 
@@ -132,14 +137,34 @@ def _volumes(job: Job) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         {"name": "toolrl-config", "mountPath": CONFIG_MOUNT, "readOnly": True},
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
+    cache = spec.model.cache
     for vol_name, source, path in (
         ("data", spec.data.volume, DATA_MOUNT),
         ("checkpoints", spec.checkpoint.volume, CHECKPOINT_MOUNT),
+        ("model-cache", _model_cache_source(cache), MODEL_CACHE_MOUNT),
     ):
         if source:
             volumes.append({"name": vol_name, **copy.deepcopy(source)})
             mounts.append({"name": vol_name, "mountPath": path})
     return volumes, mounts
+
+
+def _model_cache_source(cache: ModelCache | None) -> dict[str, Any] | None:
+    """spec.model.cache as a volume source: the user's volume, or an emptyDir of `size` (the CRD
+    admits exactly one of them)."""
+    if cache is None:
+        return None
+    if cache.volume:
+        return cache.volume
+    return {"emptyDir": {"sizeLimit": str(cache.size)}}
+
+
+def _with_cache_storage(resources: dict[str, Any], cache: ModelCache | None) -> dict[str, Any]:
+    """A Ray container's resources asking for the emptyDir cache's size of ephemeral storage (the
+    node must have room for the weights), unless the user asked for an amount themselves."""
+    if cache is not None and cache.size is not None and not cache.volume:
+        resources.setdefault("requests", {}).setdefault("ephemeral-storage", str(cache.size))
+    return resources
 
 
 def _shm(spec: Spec) -> dict[str, Any]:
@@ -279,7 +304,7 @@ def build_rayjob(job: Job, settings: Settings, current_suspend: bool | None = No
             {"name": "client", "containerPort": RAY_CLIENT_PORT},
             {"name": "trainer-metrics", "containerPort": TRAINER_METRICS_PORT},
         ],
-        "resources": quantities(head.resources),
+        "resources": _with_cache_storage(quantities(head.resources), spec.model.cache),
     }
 
     def worker_group(group: str, group_workers: ClusterWorkers | ClusterRolloutWorkers) -> dict[str, Any]:
@@ -287,7 +312,7 @@ def build_rayjob(job: Job, settings: Settings, current_suspend: bool | None = No
             "name": "ray-worker",
             "image": image,
             "env": env,
-            "resources": _worker_resources(group_workers),
+            "resources": _with_cache_storage(_worker_resources(group_workers), spec.model.cache),
         }
         replicas = group_workers.replicas
         return {

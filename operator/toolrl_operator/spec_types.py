@@ -16,10 +16,18 @@ class _Object(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class ModelCache(_Object):
+    """`spec.model.cache`."""
+
+    volume: dict[str, Any] | None = Field(default=None, alias="volume")
+    size: int | str | None = Field(default=None, alias="size")
+
+
 class Model(_Object):
     """`spec.model`."""
 
     path: str = Field(alias="path", max_length=512)
+    cache: ModelCache | None = Field(default=None, alias="cache")
 
 
 class Data(_Object):
@@ -285,6 +293,7 @@ class RunPolicy(_Object):
     active_deadline_seconds: int = Field(default=0, alias="activeDeadlineSeconds", ge=0)
     ttl_seconds_after_finished: int = Field(default=300, alias="ttlSecondsAfterFinished", ge=0)
     pending_deadline_seconds: int = Field(default=0, alias="pendingDeadlineSeconds", ge=0)
+    placement_timeout_seconds: int = Field(default=600, alias="placementTimeoutSeconds", ge=10, le=86400)
 
 
 class Spec(_Object):

@@ -175,6 +175,13 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
         "use a persistentVolumeClaim",
     ),
     (
+        "model-cache-volume-or-size",
+        {"model.cache": {"volume": {"persistentVolumeClaim": {"claimName": "c"}}, "size": "20Gi"}},
+        "spec.model.cache: give volume (a shared cache, downloaded into once) or size",
+    ),
+    ("model-cache-size-min", {"model.cache": {"size": "1Ki"}}, "spec.model.cache.size: at least 1Mi"),
+    ("model-cache-no-hostpath", {"model.cache": {"volume": {"hostPath": {"path": "/"}}}}, "hostPath volumes"),
+    (
         "checkpoint-no-hostpath",
         {"checkpoint": {"volume": {"hostPath": {"path": "/"}}}},
         "hostPath volumes are not allowed",

@@ -127,7 +127,45 @@ SPEC_SCHEMA: dict[str, Any] = {
                     "type": "string",
                     "minLength": 1,
                     "maxLength": 512,
-                    "description": "Hugging Face hub id, or a path inside a mounted volume.",
+                    "description": "Hugging Face hub id, or a path inside a mounted volume (model.cache.volume is mounted at /models, data.volume at /data).",
+                },
+                "cache": {
+                    "type": "object",
+                    "description": "Where the Ray pods keep the model's weights (HF_HOME=/models/huggingface). A volume (a ReadWriteMany claim for a multi-node job) is downloaded into once and read by every pod and attempt after it; size alone gives each Ray pod an emptyDir of that size at /models and asks the node for that much ephemeral storage. Unset: each pod downloads the weights into its container's writable layer, on every attempt.",
+                    "x-kubernetes-validations": [{
+                        "rule": "has(self.volume) != has(self.size)",
+                        "message": "spec.model.cache: give volume (a shared cache, downloaded into once) or size (an emptyDir of that size in each Ray pod), one of them",
+                    }, {
+                        "rule": "!has(self.size) || quantity(string(self.size)).asApproximateFloat() >= 1048576.0",
+                        "message": "spec.model.cache.size: at least 1Mi (the weights of the smallest models are tens of MiB; e.g. 20Gi for a 7B model)",
+                    }],
+                    "properties": {
+                        "volume": {
+                            "type": "object",
+                            "description": "A Kubernetes volume source (e.g. persistentVolumeClaim), mounted writable at /models; not hostPath.",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                            "properties": {
+                                "hostPath": {
+                                    "type": "object",
+                                    "x-kubernetes-preserve-unknown-fields": True,
+                                },
+                            },
+                            "x-kubernetes-validations": [{
+                                "rule": "!has(self.hostPath)",
+                                "message": "hostPath volumes are not allowed (they expose the node's files to the job): use a persistentVolumeClaim",
+                            }],
+                        },
+                        "size": {
+                            "description": "The emptyDir's sizeLimit and each Ray pod's ephemeral-storage request (e.g. 20Gi for a 7B model in bf16).",
+                            "anyOf": [{
+                                "type": "integer",
+                            }, {
+                                "type": "string",
+                            }],
+                            "pattern": "^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$",
+                            "x-kubernetes-int-or-string": True,
+                        },
+                    },
                 },
             },
         },
@@ -1329,6 +1367,13 @@ SPEC_SCHEMA: dict[str, Any] = {
                     "minimum": 0,
                     "default": 0,
                     "description": "Seconds the job may take to start running (Ray cluster up, job submitted) before it fails with PreRunningDeadlineExceeded; 0 means no deadline. KubeRay's preRunningDeadlineSeconds.",
+                },
+                "placementTimeoutSeconds": {
+                    "type": "integer",
+                    "minimum": 10,
+                    "maximum": 86400,
+                    "default": 600,
+                    "description": "Seconds one of verl's placement groups may stay pending once the trainer runs (verl itself waits with no timeout, holding the GPUs it placed); past it the attempt ends with a PlacementPending Event that says what is missing. Raise it when an autoscaler adds nodes slowly.",
                 },
             },
         },

@@ -38,7 +38,7 @@ POOL_READY = "PoolReady"  # False: training (an attempt) started with the pool r
 TOOL_POOL_RECOVERED = "ToolPoolRecovered"
 TRAJECTORIES_EXCLUDED = "TrajectoriesExcluded"
 RAY_NODE_LOST = "RayNodeLost"  # Warning: a Ray node died mid-run; the attempt ends (node_watch.py)
-# Warning: a placement group of verl's stayed pending past TOOLRL_PLACEMENT_TIMEOUT_SECONDS; the attempt ends
+# Warning: a placement group of verl's stayed pending past runPolicy.placementTimeoutSeconds; the attempt ends
 PLACEMENT_PENDING = "PlacementPending"
 REWARD_FUNCTION_FAILED = "RewardFunctionFailed"  # Warning: the reward raised on an answer; the run stops
 NO_TOOL_CALLS = "NoToolCalls"  # Warning: the run ended without one tool call

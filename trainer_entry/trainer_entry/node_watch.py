@@ -14,8 +14,9 @@ head is another matter: the driver and the GCS go with it, and KubeRay submits t
 The same thread mechanism bounds placement (`PlacementWatch`): verl waits on its placement groups with no
 timeout (`RayResourcePool.get_placement_groups`), so one that stays PENDING — the nodes changed after the
 start-up check (trainer_entry.placement), or something else holds their resources — would hold the GPUs
-forever. Past `TOOLRL_PLACEMENT_TIMEOUT_SECONDS` (600 s) the attempt ends with what is pending, what the
-nodes have and what to change, read from Ray's public `placement_group_table()` and `nodes()`.
+forever. Past `spec.runPolicy.placementTimeoutSeconds` (600 s by default) the attempt ends with what is
+pending, what the nodes have and what to change, read from Ray's public `placement_group_table()` and
+`nodes()`.
 """
 
 from __future__ import annotations
@@ -31,10 +32,9 @@ from trainer_entry.placement import worker_cpus
 log = logging.getLogger(__name__)
 
 INTERVAL_SECONDS = 10.0  # between looks; Ray itself marks a node dead after its health checks fail
-PLACEMENT_TIMEOUT_ENV = "TOOLRL_PLACEMENT_TIMEOUT_SECONDS"
-# verl's placement groups are ready in seconds once the nodes have joined (a RayJob starts the trainer when
-# its RayCluster is ready); 10 minutes also covers a slow autoscaler adding a node
-DEFAULT_PLACEMENT_TIMEOUT_SECONDS = 600.0
+# the bound's field (its default, 600 s, is the CRD's): verl's placement groups are ready in seconds once the
+# nodes have joined (a RayJob starts the trainer when its RayCluster is ready)
+PLACEMENT_TIMEOUT_FIELD = "spec.runPolicy.placementTimeoutSeconds"
 
 
 def alive(nodes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
@@ -191,7 +191,7 @@ def pending_message(
     return (
         f"verl's placement group(s) {groups} not placed after {waited:.0f} s, and verl waits on them with no "
         f"timeout; the Ray nodes: {', '.join(shown) or 'none alive'}: {fix}. This attempt ends instead of "
-        f"holding the GPUs (if nodes were still joining, raise {PLACEMENT_TIMEOUT_ENV})"
+        f"holding the GPUs (if nodes were still joining, raise {PLACEMENT_TIMEOUT_FIELD})"
     )
 
 
@@ -207,7 +207,7 @@ class PlacementWatch(Watch):
         groups: Callable[[], Mapping[str, Mapping[str, Any]]],
         nodes: Callable[[], list[dict[str, Any]]],
         on_stuck: Callable[[str], None],
-        timeout: float = DEFAULT_PLACEMENT_TIMEOUT_SECONDS,
+        timeout: float,
         interval: float = INTERVAL_SECONDS,
         advice: Callable[[list[dict[str, Any]]], str | None] = lambda nodes: None,
         clock: Callable[[], float] = time.monotonic,

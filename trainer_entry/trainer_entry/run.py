@@ -23,12 +23,7 @@ from typing import Any
 import yaml
 
 from trainer_entry import cpu_platform
-from trainer_entry.node_watch import (
-    DEFAULT_PLACEMENT_TIMEOUT_SECONDS,
-    PLACEMENT_TIMEOUT_ENV,
-    NodeWatch,
-    PlacementWatch,
-)
+from trainer_entry.node_watch import NodeWatch, PlacementWatch
 from trainer_entry.pool_client import PoolClient
 from trainer_entry.progress import SA_DIR
 from trainer_entry.spec import SEPARATE_TRAINER_MODE, Job, SpecError, cpu_only
@@ -65,7 +60,6 @@ class Environment:
     pool_wait_seconds: float
     service_account_dir: str
     custom_reward_dir: Path = CUSTOM_REWARD_DIR
-    placement_timeout_seconds: float = DEFAULT_PLACEMENT_TIMEOUT_SECONDS  # node_watch.PlacementWatch
 
     @classmethod
     def from_env(cls, job: Job) -> Environment:
@@ -80,9 +74,6 @@ class Environment:
             pool_wait_seconds=_env_number("TOOLRL_POOL_WAIT_SECONDS", DEFAULT_POOL_WAIT_SECONDS, float, 0),
             service_account_dir=os.environ.get("TOOLRL_SERVICE_ACCOUNT_DIR", SA_DIR),
             custom_reward_dir=Path(os.environ.get("TOOLRL_CUSTOM_REWARD_DIR", str(CUSTOM_REWARD_DIR))),
-            placement_timeout_seconds=_env_number(
-                PLACEMENT_TIMEOUT_ENV, DEFAULT_PLACEMENT_TIMEOUT_SECONDS, float, 1
-            ),
         )
 
 
@@ -312,6 +303,8 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     start_ray(job, runtime_env)
     storage_units = int(config.transfer_queue.backend.SimpleStorage.num_data_storage_units)
     check_placement(job, storage_units)
+    if not cpu_only(job.spec):
+        check_gpu_drivers()
     algo = job.spec["algorithm"]
     hub = start_hub(
         HubSettings(
@@ -330,7 +323,7 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
         ray.util.placement_group_table,
         ray.nodes,
         lambda message: end_attempt(hub, message, event="placement_pending"),
-        timeout=env.placement_timeout_seconds,
+        timeout=float(job.spec["runPolicy"]["placementTimeoutSeconds"]),
         advice=lambda nodes: placement_problem(job, storage_units, nodes),
     ).start()
     try:
@@ -455,6 +448,20 @@ def check_placement(job: Job, storage_units: int) -> None:
     if problem:
         ray.shutdown()
         raise TrainingError(problem)
+
+
+def check_gpu_drivers() -> None:
+    """Every GPU node's NVIDIA driver runs this image's CUDA (trainer_entry.gpu_driver), checked before
+    verl's workers fail on it minutes in."""
+    import ray
+    import torch
+
+    from trainer_entry import gpu_driver
+
+    try:
+        print(f"trainer_entry: {gpu_driver.check(ray.nodes(), torch.version.cuda)}", flush=True)
+    except gpu_driver.DriverError as exc:
+        raise TrainingError(str(exc)) from None
 
 
 def check_custom_reward(job: Job, workdir: Path, path: Path | None = None) -> None:

@@ -34,6 +34,7 @@ def test_the_gpu_example_reads_what_the_data_prep_job_writes(tmp_path):
     claims = {d["metadata"]["name"] for d in prep if d["kind"] == "PersistentVolumeClaim"}
     assert job["data"]["volume"]["persistentVolumeClaim"]["claimName"] in claims
     assert job["checkpoint"]["volume"]["persistentVolumeClaim"]["claimName"] in claims
+    assert job["model"]["cache"]["volume"]["persistentVolumeClaim"]["claimName"] in claims
     (batch,) = [d for d in prep if d["kind"] == "Job"]
     pod = batch["spec"]["template"]["spec"]
     (container,) = pod["containers"]

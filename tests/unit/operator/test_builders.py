@@ -109,6 +109,7 @@ def test_rayjob_runs_trainer_entry_with_the_contract_environment(make_job) -> No
     assert _env(container) == {
         "NCCL_SOCKET_IFNAME": "eth0",
         "GLOO_SOCKET_IFNAME": "eth0",
+        "HF_HOME": "/models/huggingface",  # the example's model.cache
         "TOOLRL_JOB_SPEC": "/etc/toolrl/job.json",
         "TOOLRL_TOOL_POOL_URL": "http://gsm8k-python-tools.rl.svc:8080",
         "TOOLRL_JOB_NAME": "gsm8k-python",
@@ -121,6 +122,7 @@ def test_rayjob_runs_trainer_entry_with_the_contract_environment(make_job) -> No
     assert mounts["/etc/toolrl"] == "toolrl-config"
     assert mounts["/data"] == "data"
     assert mounts["/checkpoints"] == "checkpoints"
+    assert mounts["/models"] == "model-cache"
     volumes = {v["name"]: v for v in head["volumes"]}
     assert volumes["toolrl-config"]["projected"]["sources"] == [
         {"configMap": {"name": "gsm8k-python-config"}}
@@ -176,6 +178,63 @@ def test_rayjob_passes_run_policy_node_placement_and_volumes(make_job) -> None:
         "configMap": {"name": "my-reward", "items": [{"key": "reward.py", "path": "reward/reward.py"}]}
     }
     assert volumes["checkpoints"]["persistentVolumeClaim"] == {"claimName": "ckpt"}
+
+
+def _ray_pods(rayjob: dict[str, Any]) -> list[dict[str, Any]]:
+    cluster = rayjob["spec"]["rayClusterSpec"]
+    return [cluster["headGroupSpec"]["template"]["spec"]] + [
+        group["template"]["spec"] for group in cluster["workerGroupSpecs"]
+    ]
+
+
+def test_a_model_cache_volume_is_every_ray_pods_hf_home(make_job, separate_async_cpu_job) -> None:
+    """Weights downloaded once into the shared volume, read by every pod (the rollout workers' too)
+    and every attempt after; cluster.env may still point HF_HOME elsewhere."""
+    claim = {"persistentVolumeClaim": {"claimName": "hf-cache"}}
+    separate = separate_async_cpu_job.body["spec"]
+    job = make_job(**{**separate, "model": {"path": "Qwen/Qwen2.5-3B-Instruct", "cache": {"volume": claim}}})
+    pods = _ray_pods(build_rayjob(job, SETTINGS))
+    assert len(pods) == 3
+    for pod in pods:
+        container = pod["containers"][0]
+        assert {"name": "model-cache", **claim} in pod["volumes"]
+        assert {"name": "model-cache", "mountPath": "/models"} in container["volumeMounts"]
+        assert _env(container)["HF_HOME"] == "/models/huggingface"
+        assert "ephemeral-storage" not in container["resources"].get("requests", {})  # the volume holds them
+    submitter = build_rayjob(job, SETTINGS)["spec"]["submitterPodTemplate"]["spec"]
+    assert "volumes" not in submitter  # it runs `ray job submit` only
+    overridden = make_job(
+        model={"path": "/models/mine", "cache": {"volume": claim}},
+        cluster={"env": [{"name": "HF_HOME", "value": "/models/elsewhere"}]},
+    )
+    env = build_rayjob(overridden, SETTINGS)["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    assert [e for e in env["containers"][0]["env"] if e["name"] == "HF_HOME"] == [
+        {"name": "HF_HOME", "value": "/models/elsewhere"}
+    ]
+
+
+def test_a_model_cache_size_is_an_emptydir_the_node_must_have_room_for(make_job) -> None:
+    job = make_job(
+        model={"path": "Qwen/Qwen2.5-3B-Instruct", "cache": {"size": "20Gi"}},
+        cluster={
+            "head": {"resources": {"requests": {"cpu": "4", "ephemeral-storage": "50Gi"}}},
+            "workers": {"replicas": 2, "gpusPerWorker": 8, "resources": {"requests": {"cpu": "26"}}},
+        },
+    )
+    head, workers = _ray_pods(build_rayjob(job, SETTINGS))
+    for pod in (head, workers):
+        assert {"name": "model-cache", "emptyDir": {"sizeLimit": "20Gi"}} in pod["volumes"]
+        assert _env(pod["containers"][0])["HF_HOME"] == "/models/huggingface"
+    assert head["containers"][0]["resources"]["requests"]["ephemeral-storage"] == "50Gi"  # the user's own
+    assert workers["containers"][0]["resources"]["requests"] == {
+        "cpu": "26",
+        "nvidia.com/gpu": "8",
+        "ephemeral-storage": "20Gi",
+    }
+    plain = _ray_pods(build_rayjob(make_job(model={"path": "Qwen/Qwen2.5-3B-Instruct"}), SETTINGS))
+    for pod in plain:
+        assert all(v["name"] != "model-cache" for v in pod["volumes"])
+        assert "HF_HOME" not in _env(pod["containers"][0])
 
 
 @pytest.mark.parametrize(

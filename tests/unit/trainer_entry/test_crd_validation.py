@@ -50,7 +50,7 @@ def full_spec(**changes: Any) -> dict[str, Any]:
     """A valid spec (CPU, separate-async) in which every place that has a rule holds a value, defaulted
     as the apiserver would."""
     spec: dict[str, Any] = {
-        "model": {"path": "Qwen/Qwen2.5-0.5B-Instruct"},
+        "model": {"path": "Qwen/Qwen2.5-0.5B-Instruct", "cache": {"volume": PVC}},
         "data": {
             "trainFiles": ["/data/train.parquet"],
             "valFiles": ["/data/val.parquet"],
@@ -77,6 +77,7 @@ def gpu_spec(cpu: str) -> dict[str, Any]:
     """A valid colocate-async spec on 8 GPUs whose workers have `cpu` CPUs (the rule wants > 25)."""
     workers = {"gpusPerWorker": 8, "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": cpu}}}
     return full_spec(
+        model={"path": "Qwen/Qwen2.5-7B-Instruct", "cache": {"size": "20Gi"}},
         trainer={"mode": "colocate-async"},
         cluster={"workers": workers, "env": [{"name": "HF_TOKEN", "value": "x"}], "podLabels": {"a": "b"}},
     )
@@ -190,6 +191,13 @@ def test_every_compiled_rule_evaluates_to_true_on_valid_specs_with_every_place_p
         ),
         ({"data": {"trainFiles": ["/data/t.parquet"], "volume": {"hostPath": {"path": "/"}}}},
          "!has(self.hostPath)", "spec.data.volume"),
+        ({"model": {"path": "m", "cache": {"volume": {"hostPath": {"path": "/"}}}}},
+         "!has(self.hostPath)", "spec.model.cache.volume"),
+        ({"model": {"path": "m", "cache": {"volume": PVC, "size": "20Gi"}}},
+         "has(self.volume) != has(self.size)", "spec.model.cache"),
+        ({"model": {"path": "m", "cache": {}}}, "has(self.volume) != has(self.size)", "spec.model.cache"),
+        ({"model": {"path": "m", "cache": {"size": "512Ki"}}}, "asApproximateFloat() >= 1048576.0",
+         "spec.model.cache"),
         (
             {"reward": {"preset": "math", "overlongPenalty": {"enabled": True}}},
             "!self.reward.overlongPenalty.enabled || has(self.reward.overlongPenalty.bufferLength)",
@@ -260,7 +268,8 @@ def test_structural_errors_name_the_field_and_hold_back_the_rules() -> None:
     spec["trainer"]["loggers"] = ["console", "console"]
     del spec["model"]["path"]
     errors = validator.errors(spec)
-    assert "spec.model.path: is required: Hugging Face hub id, or a path inside a mounted volume." in errors
+    required = "spec.model.path: is required: Hugging Face hub id, or a path inside a mounted volume"
+    assert any(e.startswith(required) for e in errors), errors
     protocols = "hermes, tool-tags, python-tags, react"
     assert f"spec.rollout.protocol: unknown value 'xml'; use one of {protocols}" in errors
     assert "spec.rollout.gpuMemoryUtilization: must be <= 0.95, got 1.5" in errors

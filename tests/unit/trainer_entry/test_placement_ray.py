@@ -16,6 +16,7 @@ pending: the driver's PlacementWatch ends that attempt.
 from __future__ import annotations
 
 import copy
+import functools
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import ray
 import yaml
 from ray.cluster_utils import Cluster
@@ -34,6 +36,7 @@ OBJECT_STORE = 80 * 1024 * 1024  # Ray's floor is 75 MiB: nothing here stores ob
 READY_SECONDS = 120  # a placement that works is ready in seconds; this machine is shared and loaded
 VERL_GROUPS_8_8 = "global_poolverl_group_8_8:"  # verl's names: pool name, verl_group_, GPUs per node
 OLD_WORKER_CPUS = 24  # KubeRay's --num-cpus for a 24-CPU request before issue 32 (3 per GPU)
+OPEN_MODULE = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {}  Release Build  (dvs-builder)\n"
 
 
 def example(**workers) -> dict:
@@ -237,6 +240,29 @@ class Shape:
             self.cluster.remove_node(node)
 
 
+def drivers_read_on_the_gpu_nodes(nodes: list, tmp_path: Path) -> None:
+    """The trainer's driver check (run.check_gpu_drivers) on this shape: a task pinned to each GPU node
+    reads the driver file there (one of this machine's files standing for /proc/driver/nvidia/version)."""
+    from trainer_entry import gpu_driver
+
+    version = tmp_path / "nvidia-version"
+
+    def check() -> str:
+        read = functools.partial(gpu_driver.read_drivers, version_file=str(version))
+        return gpu_driver.check(nodes, "13.0", read=read)
+
+    version.write_text(OPEN_MODULE.format("580.65.06"))
+    assert check() == "NVIDIA driver checked on 2 GPU node(s): CUDA 13.0 needs >= 580"
+    version.write_text(OPEN_MODULE.format("550.54.15"))
+    with pytest.raises(gpu_driver.DriverError) as old:
+        check()
+    assert str(old.value).count("runs NVIDIA driver 550.54.15; this image's torch is built for CUDA 13") == 2
+    version.unlink()
+    with pytest.raises(gpu_driver.DriverError) as absent:
+        check()
+    assert str(absent.value).count("shows no NVIDIA driver") == 2, absent.value
+
+
 def test_verls_placement_is_ready_on_the_examples_shapes_and_pends_on_the_old_one(
     tmp_path, monkeypatch, operator_nodes
 ) -> None:
@@ -289,6 +315,7 @@ def test_verls_placement_is_ready_on_the_examples_shapes_and_pends_on_the_old_on
                     checked = check()
                     assert checked.returncode == 0, checked.stderr
                     assert "placement check passed: 2 placement group(s)" in checked.stdout, checked.stdout
+                    drivers_read_on_the_gpu_nodes(ray.nodes(), tmp_path)
             worker_ids = {node.node_id for node in nodes}
             assert sorted(placed["units"].values()) == sorted([head_id, *worker_ids]), placed  # one a node
             assert sorted(placed["groups"].values()) == sorted(worker_ids), placed  # one group a worker

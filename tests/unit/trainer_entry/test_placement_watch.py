@@ -4,12 +4,7 @@ driver's PlacementWatch on `ray.util.placement_group_table()` as Ray writes it, 
 from __future__ import annotations
 
 import pytest
-from trainer_entry.node_watch import (
-    DEFAULT_PLACEMENT_TIMEOUT_SECONDS,
-    PLACEMENT_TIMEOUT_ENV,
-    PlacementWatch,
-)
-from trainer_entry.run import Environment
+from trainer_entry.node_watch import PLACEMENT_TIMEOUT_FIELD, PlacementWatch
 from trainer_entry.spec import SpecError, parse_job
 
 
@@ -69,7 +64,7 @@ def test_a_group_pending_past_the_bound_ends_the_attempt_saying_what_is_pending_
     assert "a STRICT_PACK group needs all of it on one node (24 CPUs and 8 GPUs)" in message
     assert "give each worker 3 CPUs per GPU + 2 (cluster.workers.resources.requests.cpu)" in message
     assert "python -m trainer_entry placement-check" in message
-    assert f"raise {PLACEMENT_TIMEOUT_ENV}" in message
+    assert f"raise {PLACEMENT_TIMEOUT_FIELD}" in message
 
 
 def test_the_placement_checks_shortfall_on_the_nodes_as_they_are_is_the_advice():
@@ -87,7 +82,7 @@ def test_the_placement_checks_shortfall_on_the_nodes_as_they_are_is_the_advice()
     message = w.find()
     assert message is not None and message.endswith(
         ": set cluster.workers.resources.requests.cpu (and its limit, if set) to 26 or more. This attempt "
-        f"ends instead of holding the GPUs (if nodes were still joining, raise {PLACEMENT_TIMEOUT_ENV})"
+        f"ends instead of holding the GPUs (if nodes were still joining, raise {PLACEMENT_TIMEOUT_FIELD})"
     )
     assert seen == [NODES]
 
@@ -112,23 +107,19 @@ def test_a_group_placed_in_time_or_removed_is_forgotten_and_a_new_one_gets_its_o
     assert "global_poolverl_group_8:g2" in (w.find() or "")
 
 
-def test_the_bound_is_an_environment_setting_600_s_by_default(monkeypatch):
-    job = parse_job(
-        {
-            "metadata": {"name": "j", "namespace": "rl"},
-            "spec": {
-                "model": {"path": "m"},
-                "data": {"trainFiles": ["/d/t.parquet"]},
-                "algorithm": {"totalEpochs": 1},
-                "tools": [{"name": "python", "type": "python"}],
-            },
+def test_the_bound_is_a_field_of_the_job_600_s_by_default():
+    def job(**run_policy):
+        spec = {
+            "model": {"path": "m"},
+            "data": {"trainFiles": ["/d/t.parquet"]},
+            "algorithm": {"totalEpochs": 1},
+            "tools": [{"name": "python", "type": "python"}],
+            "runPolicy": run_policy,
         }
-    )
-    monkeypatch.setenv("TOOLRL_TOOL_POOL_URL", "http://pool:8080")
-    monkeypatch.delenv(PLACEMENT_TIMEOUT_ENV, raising=False)
-    assert Environment.from_env(job).placement_timeout_seconds == DEFAULT_PLACEMENT_TIMEOUT_SECONDS == 600
-    monkeypatch.setenv(PLACEMENT_TIMEOUT_ENV, "1800")
-    assert Environment.from_env(job).placement_timeout_seconds == 1800
-    monkeypatch.setenv(PLACEMENT_TIMEOUT_ENV, "0")
-    with pytest.raises(SpecError, match=f"{PLACEMENT_TIMEOUT_ENV}='0': must be a number >= 1"):
-        Environment.from_env(job)
+        return parse_job({"metadata": {"name": "j", "namespace": "rl"}, "spec": spec})
+
+    assert PLACEMENT_TIMEOUT_FIELD == "spec.runPolicy.placementTimeoutSeconds"
+    assert job().spec["runPolicy"]["placementTimeoutSeconds"] == 600  # the CRD's default
+    assert job(placementTimeoutSeconds=1800).spec["runPolicy"]["placementTimeoutSeconds"] == 1800
+    with pytest.raises(SpecError, match=r"spec\.runPolicy\.placementTimeoutSeconds: must be >= 10, got 0"):
+        job(placementTimeoutSeconds=0)
