@@ -102,6 +102,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
         "activeDeadlineSeconds": 0,
         "ttlSecondsAfterFinished": 300,
         "pendingDeadlineSeconds": 0,
+        "placementTimeoutSeconds": 600,
     },
 }
 """`spec` as defaulting fills it: every default outside arrays and optional objects."""
