@@ -7,6 +7,7 @@ import asyncio
 import sys
 
 from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
 
 server = MCPServer("remote-test-tools")
 
@@ -18,8 +19,11 @@ def add(a: int, b: int) -> int:
 
 
 @server.tool()
-def fail(reason: str) -> str:
-    """Always raises, with the reason given."""
+def fail(reason: str, code: int | None = None) -> str:
+    """Always raises, with the reason given: as the JSON-RPC error `code` when one is given (a server's
+    own handler may answer a call so), else as the tool's error (isError)."""
+    if code is not None:
+        raise MCPError(code, f"refused: {reason}")
     raise ValueError(f"refused: {reason}")
 
 

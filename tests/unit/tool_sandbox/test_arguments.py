@@ -1,5 +1,6 @@
 """Issue 35, class 6 (in-process): a schema's `$ref` to a URL is refused where the schema is loaded and
-never fetched; uniqueItems keeps JSON's equality in one pass; shapes no client can send are named."""
+never fetched; uniqueItems keeps JSON's equality in one pass; shapes no client can send are named; a
+function tool's schema takes only the keys it declares unless it says otherwise."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ from types import SimpleNamespace
 import pytest
 from mcp_types import Tool as Listed
 from tool_sandbox.config import ConfigError, ToolConfig
-from tool_sandbox.tools.arguments import MAX_DEPTH, argument_problems, shape_problem, validator
+from tool_sandbox.tools.arguments import (
+    MAX_DEPTH,
+    argument_problems,
+    declared_only,
+    shape_problem,
+    validator,
+)
 from tool_sandbox.tools.function import check_parameters
 from tool_sandbox.tools.remote_mcp import RemoteMcpTool
 
@@ -60,3 +67,24 @@ def test_shapes_no_client_can_send_are_named() -> None:
     assert shape_problem({"x": deep[0][0]}) == ""  # type: ignore[index]: 100 levels, the dict's included
     assert "lone surrogate (at /k/0)" in shape_problem({"k": ["\udc80"]}, surrogates=True)
     assert shape_problem({"k": ["\udc80"]}) == ""  # JSON can escape it: an http API may take it
+
+
+def test_a_function_schema_takes_only_the_keys_it_declares_unless_it_says_otherwise() -> None:
+    query = {"type": "object", "properties": {"q": {"type": "string"}}, "patternProperties": {"^x_": {}}}
+
+    def said(schema: dict, arguments: dict) -> str:
+        return asyncio.run(argument_problems(validator(declared_only(schema)), arguments, 5))
+
+    assert said(query, {"q": "a", "x_extra": 1}) == ""
+    assert said(query, {"q": "a", "_debug": True}) == (
+        "unexpected argument '_debug'; this tool takes q, names matching '^x_'"
+    )
+    assert said({"type": "object"}, {"a": 1}) == "unexpected argument 'a'; this tool takes no arguments"
+    for allowing in (
+        {"additionalProperties": True},
+        {"additionalProperties": {}},
+        {"unevaluatedProperties": True},
+    ):
+        assert said({**query, **allowing}, {"q": "a", "_debug": True}) == "", allowing
+    closed = said({**query, "additionalProperties": False}, {"q": "a", "_debug": True})
+    assert closed == "'_debug' does not match any of the regexes: '^x_'", closed  # the schema's own words

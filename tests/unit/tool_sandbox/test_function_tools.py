@@ -51,6 +51,10 @@ def calc_gsm8k_reward(answer: str, *, ground_truth: str, strict: bool = False) -
     return f"Current parsed answer={value!r} reward={reward}"
 
 
+def lookup(q: str, _debug: bool = False) -> str:
+    return f"internals of {q}" if _debug else f"found {q}"
+
+
 def fork_bomb() -> str:
     while True:
         os.fork()
@@ -69,6 +73,7 @@ NUMBERS = {
 
 
 ANSWER = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+QUERY = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
 
 
 def function_tool(name: str, source: Path, parameters: dict | None = None, **extra: object) -> dict:
@@ -112,10 +117,22 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
             function_tool("add", source, NUMBERS),
             function_tool("greet", source, {"type": "object", "properties": {"name": {"type": "string"}}}),
             function_tool("slow_echo", source, text),
-            function_tool("divide", source, {"type": "object", "properties": {}}),
+            function_tool(
+                "divide", source, {"type": "object", "properties": {}, "additionalProperties": True}
+            ),
             function_tool("peek", source, {"type": "object", "properties": {"path": {"type": "string"}}}),
             function_tool("bomb", source, function={"name": "fork_bomb"}, timeoutSeconds=3),
             function_tool("calc_gsm8k_reward", source, ANSWER),
+            function_tool("lookup", source, QUERY),
+            function_tool(
+                "lookup_any", source, {**QUERY, "additionalProperties": True}, function={"name": "lookup"}
+            ),
+            function_tool(
+                "lookup_flags",
+                source,
+                {**QUERY, "additionalProperties": {"type": "boolean"}},
+                function={"name": "lookup"},
+            ),
             {"name": "python", "type": "python"},
         ]
         with SandboxProcess.start(root, tools=tools) as running:
@@ -141,7 +158,7 @@ def test_a_call_returns_the_functions_value(pool: SandboxProcess) -> None:
 def test_a_raising_function_is_the_codes_fault_with_its_traceback(pool: SandboxProcess) -> None:
     result = call(pool, "divide", {"a": 1, "b": 0})
     assert (result["status"], result["fault"]) == ("error", "code"), result
-    assert "ZeroDivisionError" in result["stderr"] and "tool_function.py" in result["stderr"]
+    assert "ZeroDivisionError" in result["stderr"] and 'File "tools.py", line' in result["stderr"]
 
 
 @pytest.mark.parametrize(
@@ -166,6 +183,25 @@ def test_arguments_the_function_does_not_take_are_the_codes_fault(pool: SandboxP
     assert "unexpected keyword argument" in result["stderr"]
     not_an_object = pool.post("/v1/execute", {"tool": "add", "input": [1, 2]})
     assert not_an_object.status_code == 400 and "JSON object" in not_an_object.text
+
+
+def test_arguments_the_schema_does_not_declare_are_refused(pool: SandboxProcess) -> None:
+    """A schema without additionalProperties no longer passes the function's hidden keyword arguments
+    (`def lookup(q, _debug=False)`): an undeclared key is the model's fault, named with the declared ones."""
+    hidden = call(pool, "lookup", {"q": "x", "_debug": True})
+    assert (hidden["status"], hidden["fault"]) == ("error", "code"), hidden
+    assert "internals" not in hidden["output"] + hidden["stderr"], hidden
+    said = "invalid arguments for lookup: unexpected argument '_debug'; this tool takes q"
+    assert said in hidden["message"] and said in hidden["stderr"], hidden
+    several = call(pool, "lookup", {"q": "x", "b": 1, "a": 2})
+    assert "unexpected arguments 'a', 'b'; this tool takes q" in several["message"], several
+    assert call(pool, "lookup", {"q": "x"})["output"] == "found x"
+    # the schema says what else may come: as it says
+    assert call(pool, "lookup_any", {"q": "x", "_debug": True})["output"] == "internals of x"
+    assert call(pool, "lookup_flags", {"q": "x", "_debug": True})["output"] == "internals of x"
+    typed = call(pool, "lookup_flags", {"q": "x", "_debug": "yes"})
+    assert (typed["status"], typed["fault"]) == ("error", "code"), typed
+    assert "_debug: 'yes' is not of type 'boolean'" in typed["message"], typed
 
 
 def test_a_hostile_function_is_contained(pool: SandboxProcess) -> None:

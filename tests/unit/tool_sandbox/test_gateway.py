@@ -4,6 +4,8 @@ with the official SDK client, OpenEnv with the openenv client, and the metrics o
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from typing import Any
 
 import aiohttp
@@ -192,6 +194,27 @@ def test_openenv_http_routes(server: SandboxProcess) -> None:
     ]:
         answer = server.post("/step", body)
         assert answer.status_code == 422 and message in answer.json()["error"], answer.text
+
+
+def test_openenv_health_answers_as_readiness_does(make_server: Any) -> None:
+    """OpenEnv clients poll /health before they start episodes: a pool that must not take calls (here
+    its workers run without Landlock, not allowed) answers it 503 with /readyz's reason, not healthy."""
+    unready = make_server("--no-landlock", wait_ready=False)
+    deadline = time.monotonic() + 90
+    while True:  # until the workers reported their layers (before: "starting")
+        assert unready.process.poll() is None and time.monotonic() < deadline, unready.log_tail()
+        with contextlib.suppress(requests.RequestException):
+            readiness = requests.get(unready.url + "/readyz", timeout=10)
+            if not readiness.json().get("problem", "starting").startswith("starting"):
+                break
+        time.sleep(0.2)
+    assert readiness.status_code == 503 and "--allow-no-landlock" in readiness.json()["problem"], (
+        readiness.text
+    )
+    health = requests.get(unready.url + "/health", timeout=10)
+    assert health.status_code == 503, health.text
+    problems = readiness.json()["problems"]
+    assert health.json() == {"status": "unhealthy", "problem": problems[0], "problems": problems}
 
 
 async def test_a_full_pool_is_the_infrastructures_fault_in_mcp_and_openenv(make_server: Any) -> None:

@@ -35,8 +35,26 @@ BIG_ANSWER = 200 << 20  # an upstream's answer far past what the pool keeps (max
 READ_BOUND = 1 << 20  # what the pool reads of such an answer: 16 x maxOutputBytes, at least 1 MiB
 
 SOURCE = """\
+import json
+
+
 def check(**arguments):
     return f"text of {len(arguments['text'])} characters" if "text" in arguments else "checked"
+
+
+def _ratio(a, b):
+    return a / b
+
+
+def ratio(a, b):
+    return _ratio(a, b) * 100
+
+
+def parse(text):
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise RuntimeError("not JSON: " + text) from exc
 """
 # A schema a user may well write, with a pattern that backtracks catastrophically on "aaa...a!" (in
 # Python's re and in the regex engine alike) and
@@ -46,6 +64,7 @@ CHECK_SCHEMA = {
     "properties": {
         "word": {"type": "string", "pattern": "^(a|aa)+$"},
         "items": {"type": "array", "uniqueItems": True},
+        "text": {"type": "string"},
     },
 }
 
@@ -202,6 +221,20 @@ def _tools(source: Path, api: str, mcp: str, huge: str) -> list[dict[str, Any]]:
             "source": str(source),
             "timeoutSeconds": 5,
         },
+        *(
+            {
+                "name": name,
+                "type": "function",
+                "function": {"configMap": {"name": "tools", "key": "tools.py"}},
+                "parameters": {"type": "object", "properties": properties},
+                "source": str(source),
+                "timeoutSeconds": 5,
+            }
+            for name, properties in [
+                ("ratio", {"a": {"type": "number"}, "b": {"type": "number"}}),
+                ("parse", {"text": {"type": "string"}}),
+            ]
+        ),
         {"name": "echo", "type": "http", "url": api, "timeoutSeconds": 5, "maxRetries": 2},
         {"name": "big", "type": "http", "url": api + "big", "timeoutSeconds": 30, "maxOutputBytes": 4096},
         {
@@ -411,6 +444,46 @@ def test_a_call_too_large_for_the_sandbox_is_the_callers_fault(pool: SandboxProc
     assert (result["status"], result["fault"]) == ("error", "code"), short
     assert "send less" in result["message"] and not result["sandboxError"], short
     assert execute(pool, "python", "print(1)")["stdout"] == "1\n"
+
+
+# function tracebacks ----------------------------------------------------------------------------------
+
+
+def _line(text: str) -> int:
+    """The line of SOURCE (the function tool's file, tools.py) that is `text`."""
+    return SOURCE.splitlines().index(text) + 1
+
+
+def test_a_raising_functions_traceback_shows_its_lines_but_no_source_and_no_path(
+    pool: SandboxProcess,
+) -> None:
+    """The function's source is not the model's to read, nor are the worker's paths: a raising
+    function's traceback is its exception and the lines of its own file that raised it."""
+    ratio = execute(pool, "ratio", {"a": 1, "b": 0})
+    assert (ratio["status"], ratio["fault"]) == ("error", "code"), ratio
+    assert ratio["stderr"] == (
+        "Traceback (most recent call last):\n"
+        f'  File "tools.py", line {_line("    return _ratio(a, b) * 100")}, in ratio\n'
+        f'  File "tools.py", line {_line("    return a / b")}, in _ratio\n'
+        "ZeroDivisionError: division by zero\n"
+    ), ratio
+    raised = _line('        raise RuntimeError("not JSON: " + text) from exc')
+    parsed = execute(pool, "parse", {"text": "{oops"})
+    assert (parsed["status"], parsed["fault"]) == ("error", "code"), parsed
+    assert parsed["stderr"] == (
+        "Traceback (most recent call last):\n"
+        f'  File "tools.py", line {_line("        return json.loads(text)")}, in parse\n'
+        "json.decoder.JSONDecodeError: Expecting property name enclosed in double quotes: line 1 column 2"
+        " (char 1)\n"
+        "\nThe above exception was the direct cause of the following exception:\n\n"
+        "Traceback (most recent call last):\n"
+        f'  File "tools.py", line {raised}, in parse\n'
+        "RuntimeError: not JSON: {oops\n"
+    ), parsed
+    for answer in (ratio, parsed):
+        shown = json.dumps(answer)
+        assert "/" not in shown and "main.py" not in shown and "tool_function" not in shown, answer
+    assert execute(pool, "ratio", {"a": 1, "b": 4})["output"] == "25.0"
 
 
 # 1 -------------------------------------------------------------------------------------------------

@@ -245,6 +245,136 @@ async def test_a_server_answering_5xx_is_the_infrastructures_fault() -> None:
     assert len([m for m in hits if m == "POST"]) >= 3
 
 
+@pytest.mark.parametrize("code", [-32603, -32000, -32001, -32602, 4711])
+def test_an_error_the_remote_server_answers_to_the_call_is_the_calls_own(
+    pool: SandboxProcess, code: int
+) -> None:
+    """The remote handler fails on these arguments and its server answers the call with a JSON-RPC
+    error (an internal error, a code of its own): the model's doing, never masked as `infra`."""
+    answer = call(pool, "remote__fail", {"reason": "crash", "code": code})
+    assert (answer["status"], answer["fault"]) == ("error", "code"), answer
+    assert f"JSON-RPC error {code}" in answer["message"] and "refused: crash" in answer["message"], answer
+    assert "attempt" not in answer["message"], answer  # not retried
+
+
+@pytest.mark.parametrize("code", [-32601, -32600, -32700])
+def test_an_error_about_the_pools_own_client_is_the_infrastructures(pool: SandboxProcess, code: int) -> None:
+    """Method not found, invalid request, parse error: the pool's configuration or its client, retried."""
+    answer = call(pool, "remote__fail", {"reason": "crash", "code": code})
+    assert (answer["status"], answer["fault"]) == ("error", "infra"), answer
+    assert "after 2 attempt(s)" in answer["message"], answer
+
+
+async def _call_scripted_server(arguments: dict[str, Any]) -> tuple[Any, list[dict[str, Any]]]:
+    """One call of the tool `answer` of a handshake-era MCP server (aiohttp, on loopback) that answers
+    tools/call as its arguments say: with the JSON-RPC error `error` (as `body` "json" or "sse"), or
+    with a plain `text` body, a body that is not JSON (`garbage`) or an SSE stream that ends without
+    an answer (`cut`), at HTTP `status`. Returns (the result, the arguments of every tools/call)."""
+    calls: list[dict[str, Any]] = []
+
+    async def serve(request: web.Request) -> web.StreamResponse:
+        if request.method != "POST":
+            return web.Response(status=200 if request.method == "DELETE" else 405)
+        message = await request.json()
+        ident, method = message.get("id"), message.get("method")
+        if ident is None:  # a notification
+            return web.Response(status=202)
+        if method == "initialize":
+            result = {
+                "protocolVersion": message["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "scripted", "version": "1"},
+            }
+            answer = {"jsonrpc": "2.0", "id": ident, "result": result}
+            return web.json_response(answer, headers={"Mcp-Session-Id": "s1"})
+        how = message["params"]["arguments"]
+        calls.append(how)
+        error = {"code": how.get("error", -32603), "message": "the handler crashed"}
+        text = json.dumps({"jsonrpc": "2.0", "id": ident, "error": error})
+        body, kind = {
+            "json": (text, "application/json"),
+            "sse": (f"event: message\ndata: {text}\n\n", "text/event-stream"),
+            "cut": (": no answer follows\n\n", "text/event-stream"),
+            "text": ("the handler crashed", "text/plain"),
+            "garbage": ('{"jsonrpc": "2.0", "id": ', "application/json"),
+        }[how.get("body", "json")]
+        return web.Response(status=how.get("status", 200), text=body, content_type=kind)
+
+    app = web.Application()
+    app.router.add_route("*", "/mcp", serve)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        (config,) = parse_tools(json.dumps({"tools": [mcp_entry(f"http://127.0.0.1:{port}/mcp")]}))
+        entry = McpServerTool(config)
+        listed = Listed(name="answer", description="", input_schema={"type": "object"})
+        result = await RemoteMcpTool(entry, listed).execute(arguments, None)
+        await entry.close()
+    finally:
+        await runner.cleanup()
+    return result, calls
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"error": -32603},
+        {"error": -32603, "body": "sse"},
+        {"error": -32000, "body": "sse"},
+        {"error": -32001},
+        {"error": -32099, "status": 400},
+        {"error": 12},
+    ],
+    ids=["internal", "internal-sse", "server-defined-sse", "server-defined", "at-http-400", "any-code"],
+)
+async def test_a_json_rpc_error_the_server_wrote_is_the_calls_own_at_once(arguments: dict[str, Any]) -> None:
+    """Whatever its code (but the pool's own, below), as JSON or as an SSE event, at HTTP 200 or 4xx."""
+    result, calls = await _call_scripted_server(arguments)
+    assert (result.status, result.whose_fault()) == ("error", "code"), result
+    assert f"JSON-RPC error {arguments['error']}: the handler crashed" in result.message, result
+    assert len(calls) == 1, "the call's own error was retried"
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"error": -32601},
+        {"error": -32600, "body": "sse"},
+        {"error": -32700},
+        {"error": -32603, "status": 500},
+        {"error": -32000, "status": 503, "body": "sse"},
+        {"error": -32603, "status": 429},
+        {"body": "text", "status": 400},
+        {"body": "garbage"},
+        {"body": "cut"},
+    ],
+    ids=[
+        "method-not-found",
+        "invalid-request",
+        "parse-error",
+        "at-http-500",
+        "at-http-503-sse",
+        "at-http-429",
+        "plain-http-400",
+        "not-json",
+        "no-answer-in-the-stream",
+    ],
+)
+async def test_json_rpc_errors_the_client_made_up_or_about_the_pool_are_the_infrastructures(
+    arguments: dict[str, Any],
+) -> None:
+    """The pool's client or configuration (method not found, invalid request, parse error), an HTTP
+    5xx or 429 whatever its body, and the errors the MCP SDK makes up itself for what was no JSON-RPC
+    answer (-32603 for a plain HTTP error, -32700 for a body it could not read, -32000 for a stream
+    that ended without an answer): retried, then the infrastructure's failure."""
+    result, calls = await _call_scripted_server(arguments)
+    assert (result.status, result.whose_fault()) == ("error", "infra"), result
+    assert "after 2 attempt(s)" in result.message, result
+    assert len(calls) == 2
+
+
 def test_a_remote_tool_whose_name_another_tool_has_stops_the_start() -> None:
     class Fixed(Tool):
         def __init__(self, name: str, serves: list[str]) -> None:

@@ -14,7 +14,8 @@ episode's Python process ended (its state is gone: reset for a new one). A call 
 or lost is an observation with `fault: "infra"`, like every other protocol's.
 
 The HTTP routes are OpenEnv's stateless ones: `POST /reset`, `POST /step` (one call, no session),
-`GET /state`, `/health`, `/schema` and `/metadata`."""
+`GET /state`, `/health` (the pool's readiness: 503 with the reason while /readyz is), `/schema` and
+`/metadata`."""
 
 from __future__ import annotations
 
@@ -406,8 +407,12 @@ def routes(service: Service) -> web.RouteTableDef:
 
     @routes.get("/health")
     async def health(request: web.Request) -> web.Response:
-        healthy = service.tools_ready and not service.draining
-        return json_response({"status": "healthy" if healthy else "unhealthy"}, 200 if healthy else 503)
+        """OpenEnv clients poll this before they start episodes: it answers as /readyz decides (its
+        check, shared by every probe), healthy only when a call would run, else 503 with why."""
+        problems = await service.readiness()
+        if problems:
+            return json_response({"status": "unhealthy", "problem": problems[0], "problems": problems}, 503)
+        return json_response({"status": "healthy"})
 
     @routes.get("/schema")
     async def schema(request: web.Request) -> web.Response:

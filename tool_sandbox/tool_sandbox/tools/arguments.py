@@ -27,6 +27,9 @@ import regex
 from jsonschema import ValidationError
 
 MAX_DEPTH = 100  # nesting of a call's arguments: the pool's own clients (MCP: ~250 levels in all) send these
+# The pool's own keyword, added to a function tool's schema that does not say which other keys may come
+# (declared_only): keys outside `properties` (and `patternProperties`) are refused.
+DECLARED_ONLY = "x-toolrl-declared-only"
 VALIDATION_THREADS = 4
 CHECK_SECONDS = 2.0  # the longest a call's arguments may take to check (its timeout, when shorter)
 _executor: ThreadPoolExecutor | None = None
@@ -129,14 +132,20 @@ def _pattern_properties(
                     yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
+def _undeclared(instance: dict[str, Any], schema: Any) -> list[str]:
+    """The keys of `instance` that neither the schema's `properties` nor its `patternProperties` name."""
+    properties = schema.get("properties", {})
+    patterns = list(schema.get("patternProperties", {}))
+    return [key for key in instance if key not in properties and not any(_search(p, key) for p in patterns)]
+
+
 def _additional_properties(
     validator: Any, extra: Any, instance: Any, schema: Any
 ) -> Iterator[ValidationError]:
     if not validator.is_type(instance, "object"):
         return
-    properties = schema.get("properties", {})
     patterns = list(schema.get("patternProperties", {}))
-    extras = [key for key in instance if key not in properties and not any(_search(p, key) for p in patterns)]
+    extras = _undeclared(instance, schema)
     if validator.is_type(extra, "object"):
         for key in extras:
             yield from validator.descend(instance[key], extra, path=key)
@@ -150,6 +159,29 @@ def _additional_properties(
         else:
             verb = "was" if len(extras) == 1 else "were"
             yield ValidationError(f"Additional properties are not allowed ({joined} {verb} unexpected)")
+
+
+def _declared_only(validator: Any, on: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if not (on and validator.is_type(instance, "object")):
+        return
+    extras = _undeclared(instance, schema)
+    if extras:
+        declared = [*schema.get("properties", {})]
+        declared += [f"names matching {pattern!r}" for pattern in schema.get("patternProperties", {})]
+        takes = f"this tool takes {', '.join(declared)}" if declared else "this tool takes no arguments"
+        noun = "argument" if len(extras) == 1 else "arguments"
+        joined = ", ".join(repr(key) for key in sorted(extras))
+        yield ValidationError(f"unexpected {noun} {joined}; {takes}")
+
+
+def declared_only(schema: dict[str, Any]) -> dict[str, Any]:
+    """A function tool's schema as its calls are checked: a schema that does not say which other keys
+    may come (neither `additionalProperties` nor `unevaluatedProperties`) takes only the keys it declares.
+    JSON Schema would pass the others, and they reach the function as keyword arguments its author may
+    never have offered to the model (`def lookup(q, _debug=False)`)."""
+    if "additionalProperties" in schema or "unevaluatedProperties" in schema:
+        return schema
+    return {**schema, DECLARED_ONLY: True}
 
 
 def _same(value: Any) -> Any:
@@ -192,6 +224,7 @@ BoundedValidator = jsonschema.validators.extend(
         "patternProperties": _bounded(_pattern_properties),
         "additionalProperties": _bounded(_additional_properties),
         "uniqueItems": _bounded(_unique_items),
+        DECLARED_ONLY: _bounded(_declared_only),
     },
 )
 

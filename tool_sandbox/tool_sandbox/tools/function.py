@@ -2,6 +2,11 @@
 ConfigMap), called per call INSIDE the sandbox with the model's JSON arguments, with the isolation,
 limits, verdicts and metrics of a python call. Its return value is the observation.
 
+The model's arguments are checked against the tool's `parameters` first; a key the schema does not
+declare is refused (the model's fault) unless the schema says what other keys may come
+(`additionalProperties` true or a schema; `arguments.declared_only`): a function may have keyword
+arguments its author never offered to the model (`def lookup(q, _debug=False)`).
+
 Its keyword-only parameters (after `*`) are per-sample values, as verl passes a tool's `create_kwargs`
 from the row (`extra_info.tools_kwargs.<tool>.create_kwargs`, e.g. the ground truth): the trainer sends
 them as the call's `sample`, the model never sees them (they are not in `parameters`) and cannot give
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from typing import Any
 
 import jsonschema
@@ -25,45 +31,93 @@ import jsonschema
 from tool_sandbox.config import ConfigError, ServerSettings, ToolConfig
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.sandbox.pool import Pool
-from tool_sandbox.tools.arguments import argument_problems, remote_references, validator
+from tool_sandbox.tools.arguments import argument_problems, declared_only, remote_references, validator
 from tool_sandbox.tools.base import Tool, ToolInputError, ToolResult
 from tool_sandbox.tools.python import PythonTool
 
 MODULE_FILE = "tool_function.py"  # the user's source, in the call's directory
 MAX_SOURCE_BYTES = 1 << 20  # a ConfigMap holds at most 1 MiB
 
-# The runner: argv is never used (the sandbox's program has none); the function's name comes as the
-# first line of stdin, its JSON arguments as the rest.
+# The runner: argv is never used (the sandbox's program has none); the function's name and the name its
+# file is shown by come as the first line of stdin (JSON), its JSON arguments as the rest.
 # The source is read by its name in the working directory, not by an absolute path: a child under a uid of
 # its own (root mode) may not pass through the directories above its working directory.
+# A failure is shown as `shown` words it: the exception's type and message, and the lines of the function's
+# own file it passed through, without their source text (the function's source is not the model's to
+# read) and without any other file (the runner's path is the worker's directory). The source is compiled
+# under the name `<FILE>`, which no file has: nothing that reads source lines by a code object's file name
+# (a warning's line, the interpreter's traceback printer, inspect) can read it either.
 RUNNER = """\
-import asyncio, inspect, json, sys, types
-name, arguments = sys.stdin.readline().strip(), sys.stdin.read()
+import asyncio, inspect, itertools, json, sys, textwrap, traceback, types
+name, file = json.loads(sys.stdin.readline())
+arguments = sys.stdin.read()
+compiled = f"<{file}>"
 out, sys.stdout = sys.stdout, sys.stderr  # what the source prints goes to stderr
-module = types.ModuleType("tool_function")
-module.__file__ = "tool_function.py"
-sys.modules["tool_function"] = module
-with open("tool_function.py", "rb") as source:
-    code = compile(source.read(), "tool_function.py", "exec")
-exec(code, module.__dict__)
-function = getattr(module, name, None)
-if not callable(function):
-    sys.exit(f"tool_function.py defines no function {name!r}; define it at the top level of the source")
-if arguments == "":  # the start's check: the function's keyword-only parameters (per-sample values)
-    try:
-        parameters = inspect.signature(function).parameters.values()
-    except (TypeError, ValueError):
-        parameters = []
-    keyword_only = {p.name: p.default is p.empty for p in parameters if p.kind is p.KEYWORD_ONLY}
-    out.write("ok " + json.dumps(keyword_only))
-    sys.exit(0)
-value = function(**json.loads(arguments))
-if inspect.isawaitable(value):
-    async def wait():
-        return await value
-    value = asyncio.run(wait())
-sys.stdout.flush()
-out.write(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str))
+
+
+def main():
+    module = types.ModuleType("tool_function")
+    module.__file__ = "tool_function.py"
+    sys.modules["tool_function"] = module
+    with open("tool_function.py", "rb") as source:
+        code = compile(source.read(), compiled, "exec")
+    exec(code, module.__dict__)
+    function = getattr(module, name, None)
+    if not callable(function):
+        sys.exit(f"{file} defines no function {name!r}; define it at the top level of the source")
+    if arguments == "":  # the start's check: the function's keyword-only parameters (per-sample values)
+        try:
+            parameters = inspect.signature(function).parameters.values()
+        except (TypeError, ValueError):
+            parameters = []
+        keyword_only = {p.name: p.default is p.empty for p in parameters if p.kind is p.KEYWORD_ONLY}
+        out.write("ok " + json.dumps(keyword_only))
+        sys.exit(0)
+    value = function(**json.loads(arguments))
+    if inspect.isawaitable(value):
+        async def wait():
+            return await value
+        value = asyncio.run(wait())
+    sys.stdout.flush()
+    out.write(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str))
+
+
+def shown(exc, seen):
+    seen.add(id(exc))
+    cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    text = ""
+    if cause is not None and id(cause) not in seen:
+        text = shown(cause, seen) + (
+            "\\nThe above exception was the direct cause of the following exception:\\n\\n"
+            if exc.__cause__ is not None
+            else "\\nDuring handling of the above exception, another exception occurred:\\n\\n"
+        )
+    lines = [
+        f'  File "{file}", line {line}, in {frame.f_code.co_name}\\n'
+        for frame, line in traceback.walk_tb(exc.__traceback__)
+        if frame.f_code.co_filename == compiled
+    ]
+    if lines:
+        text += "Traceback (most recent call last):\\n"
+    for line, same in itertools.groupby(lines):  # deep recursion: as the interpreter shortens it
+        count = len(list(same))
+        text += line * min(count, 3)
+        if count > 3:
+            text += f"  [Previous line repeated {count - 3} more times]\\n"
+    text += "".join(traceback.format_exception_only(type(exc), exc))
+    for inner in exc.exceptions if isinstance(exc, BaseExceptionGroup) else ():
+        text += textwrap.indent(shown(inner, seen), "  | ")
+    return text
+
+
+try:
+    main()
+except SystemExit:
+    raise
+except BaseException as exc:
+    sys.stdout.flush()
+    sys.stderr.write(shown(exc, set()))
+    sys.exit(1)
 """
 
 
@@ -126,9 +180,11 @@ class FunctionTool(Tool):
         super().__init__(config)
         self.function_name: str = config.function.get("name") or config.name
         self.input_schema = config.parameters
-        self.validator = validator(config.parameters)
+        self.validator = validator(declared_only(config.parameters))
         self.sandbox = PythonTool(config, pool, settings)  # its limits and its way of running a program
         self.files: dict[str, str] = {}
+        # the name a failure's traceback shows the function's file by: the file's own, without its directory
+        self.shown_file = os.path.basename(config.source or "") or MODULE_FILE
         # the function's keyword-only parameters (read at start): name -> required (no default)
         self.sample_parameters: dict[str, bool] = {}
 
@@ -196,7 +252,7 @@ class FunctionTool(Tool):
         return await self._run(_json(values), timeout)
 
     async def _run(self, arguments: str, timeout: float | None = None) -> ToolResult:
-        stdin = f"{self.function_name}\n{arguments}"
+        stdin = f"{json.dumps([self.function_name, self.shown_file])}\n{arguments}"
         result = await self.sandbox.run(
             {"code": RUNNER, "stdin": stdin}, self.effective_timeout(timeout), files=self.files
         )

@@ -9,8 +9,13 @@ ready and /readyz says why (the server may start after the pool); it retries wit
 A call is checked against the remote tool's input schema (arguments that do not fit: the model's
 fault, no round trip), then sent with the entry's timeout (one deadline across attempts) and
 retries. Whose fault a failure is, from what this process observed: the server unreachable, timing
-out, answering 5xx or not speaking MCP is `infra`; a tool result with `isError` (the remote tool
-failed on the model's input) or a JSON-RPC "invalid params" is `code`. An answer is read up to
+out, answering 5xx (or 408, 429) or not speaking MCP is `infra`; a tool result with `isError` (the
+remote tool failed on the model's input) is `code`, and so is a JSON-RPC error the server wrote in answer
+to the call (`mcp_http.Bound.written_error`: invalid params, an internal error of a handler that crashed
+on these arguments, a code of its own; not retried), except the codes that blame the pool's own client or
+configuration (CLIENT_ERRORS: `infra`, retried). An upstream broken for every call then shows as `code`
+failures of its tools (`toolrl_tool_calls_total{tool, outcome="error"}` with no `ok`), not as the pool's.
+An answer is read up to
 `answer_limit` (16 x maxOutputBytes, at least 1 MiB; `mcp_http`): a longer one is refused unread, the
 call's own (`code`, no retry), as a program printing past 16 x its limit is killed: what a remote tool
 answers is what its arguments asked for.
@@ -51,6 +56,10 @@ LIST_RETRY_MIN_SECONDS = 0.5
 LIST_RETRY_MAX_SECONDS = 10.0
 # The HTTP client's own limits (seconds), beyond any call's deadline (each call has its own, asyncio.timeout).
 HTTP_TIMEOUT, HTTP_READ_TIMEOUT = 30.0, 300.0
+# JSON-RPC errors answering a call that blame the pool's client or configuration, not the arguments: parse
+# error, invalid request, method not found (JSON-RPC's), and MCP's header mismatch, missing client
+# capability and unsupported protocol version.
+CLIENT_ERRORS = frozenset({-32700, -32600, -32601, -32020, -32021, -32022})
 
 
 def list_pause(attempt: int, delay: float) -> float:
@@ -268,13 +277,17 @@ class RemoteMcpTool(Tool):
                 message = f"the MCP server {self.server.url} gave no answer within {seconds}s"
                 return self._result(outcome.TIMEOUT, "", started, message, outcome.FAULT_INFRA)
             except Exception as exc:
-                from mcp_types import INVALID_PARAMS
-
                 if bound.exceeded:  # the server answered, past what the pool reads: the call asked for it
                     return self._too_large(started, limit)
                 error = _mcp_error(exc)
-                if error is not None and error.code == INVALID_PARAMS:  # the server refused the arguments
-                    message = f"{self.remote_name}: {error}"
+                code = error.code if error is not None else None
+                written = bound.written_error("tools/call") if code is not None else None
+                if written is not None and written[0] == code and code not in CLIENT_ERRORS:
+                    # the server answered these arguments with an error: the call's own, as an exception
+                    message = (
+                        f"{self.remote_name}: the MCP server answered the call with JSON-RPC error"
+                        f" {written[0]}: {written[1]}"
+                    )
                     return self._result(outcome.ERROR, "", started, message, outcome.FAULT_CODE)
                 last = f"MCP server {self.server.url}: {describe(exc)} after {attempt + 1} attempt(s)"
                 continue
