@@ -26,7 +26,8 @@ placement-check --ray-address ...` runs it against any Ray cluster.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -254,6 +255,44 @@ def shortfall(need: Demand, nodes: list[Node]) -> str | None:
     return (
         "verl cannot place this job on the Ray cluster and would wait forever: " + "; ".join(problems) + "."
     )
+
+
+JOIN_POLL_SECONDS = 2.0
+
+
+def await_fit(
+    look: Callable[[], tuple[str | None, int]],
+    expected_nodes: int,
+    timeout: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    waiting: Callable[[str], None] = lambda message: None,
+) -> str | None:
+    """The shortfall that stands (None: it fits), looked at (`look()`: the shortfall on the nodes as they
+    are, and how many are alive) until it fits, or all `expected_nodes` have joined, or `timeout` passed.
+
+    A RayJob starts the trainer once its Ray cluster was ready, but not every start is the first: when
+    the head's container restarts within an attempt, KubeRay submits the trainer again while the workers
+    are still reconnecting to the new GCS (seen on a loaded node: no worker alive for the check, the
+    attempt failed on "the largest node has 0 GPUs"). Nodes that have not joined yet are waited for;
+    once all the job's nodes are there, a shortfall is final at once."""
+    deadline = clock() + timeout
+    announced = False
+    while True:
+        problem, alive = look()
+        if problem is None:
+            return None
+        if alive >= expected_nodes:
+            return problem
+        if clock() >= deadline:
+            return (
+                f"{problem} (only {alive} of the job's {expected_nodes} Ray nodes joined within "
+                f"{timeout:.0f} s, spec.runPolicy.placementTimeoutSeconds)"
+            )
+        if not announced:
+            waiting(f"waiting for the job's Ray nodes to join ({alive} of {expected_nodes} alive)")
+            announced = True
+        sleep(JOIN_POLL_SECONDS)
 
 
 def summary(need: Demand, nodes: list[Node]) -> str:

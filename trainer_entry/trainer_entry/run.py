@@ -36,6 +36,7 @@ from trainer_entry.translate import (
     Translation,
     mcp_tools,
     ray_gpus,
+    ray_nodes,
     translate,
 )
 from trainer_entry.verl_config import first_line
@@ -435,16 +436,29 @@ def placement_problem(job: Job, storage_units: int, nodes: list[dict[str, Any]])
 
     from trainer_entry import placement
 
-    ray_nodes = placement.nodes_from_ray(nodes, ray.get_runtime_context().get_node_id())
-    return placement.shortfall(placement.demand(job, storage_units), ray_nodes)
+    alive = placement.nodes_from_ray(nodes, ray.get_runtime_context().get_node_id())
+    return placement.shortfall(placement.demand(job, storage_units), alive)
 
 
 def check_placement(job: Job, storage_units: int) -> None:
     """Fail in seconds, saying what to change, when verl's requests cannot be placed on this Ray
-    cluster (trainer_entry.placement): verl would otherwise wait on its placement group forever."""
+    cluster (trainer_entry.placement): verl would otherwise wait on its placement group forever. On a
+    RayJob's cluster, workers that have not (re)joined yet are waited for, up to the placement bound
+    (placement.await_fit); a local Ray is whole from its start."""
     import ray
 
-    problem = placement_problem(job, storage_units, ray.nodes())
+    from trainer_entry import placement
+
+    def look() -> tuple[str | None, int]:
+        nodes = ray.nodes()
+        return placement_problem(job, storage_units, nodes), sum(1 for n in nodes if n.get("Alive"))
+
+    problem = placement.await_fit(
+        look,
+        ray_nodes(job) if os.environ.get("RAY_ADDRESS") else 1,
+        float(job.spec["runPolicy"]["placementTimeoutSeconds"]),
+        waiting=lambda message: print(f"trainer_entry: {message}", flush=True),
+    )
     if problem:
         ray.shutdown()
         raise TrainingError(problem)

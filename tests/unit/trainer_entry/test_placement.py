@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from trainer_entry.placement import Node, demand, shortfall, storage_units, worker_cpus
+from trainer_entry.placement import Node, await_fit, demand, shortfall, storage_units, worker_cpus
 from trainer_entry.spec import parse_job
 from trainer_entry.translate import translate
 
@@ -138,3 +138,43 @@ def test_nodes_come_from_ray_nodes_alive_only_with_the_driver_marked():
         Node("h", "10.0.0.1", 4.0, 0.0, driver=True),
         Node("w", "10.0.0.4", 26.0, 8.0),
     ]
+
+
+class Looks:
+    """`look()` for await_fit: scripted (shortfall, alive nodes) pairs, with a clock that each sleep moves."""
+
+    def __init__(self, *looks: tuple[str | None, int]) -> None:
+        self.looks, self.now, self.slept, self.said = list(looks), 0.0, 0, []
+
+    def look(self) -> tuple[str | None, int]:
+        return self.looks.pop(0) if len(self.looks) > 1 else self.looks[0]
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.slept += 1
+
+    def fit(self, expected: int, timeout: float = 600) -> str | None:
+        return await_fit(self.look, expected, timeout, lambda: self.now, self.sleep, self.said.append)
+
+
+def test_workers_still_joining_are_waited_for_and_then_it_fits() -> None:
+    """The head restarted within an attempt: the trainer starts again while its workers reconnect."""
+    looks = Looks(("the largest node has 0 GPUs", 1), ("the largest node has 0 GPUs", 2), (None, 3))
+    assert looks.fit(expected=3) is None
+    assert looks.slept == 2
+    assert looks.said == ["waiting for the job's Ray nodes to join (1 of 3 alive)"]
+
+
+def test_a_shortfall_with_every_node_joined_fails_at_once() -> None:
+    looks = Looks(("node x has 24 Ray CPUs and needs 26", 3))
+    assert looks.fit(expected=3) == "node x has 24 Ray CPUs and needs 26"
+    assert looks.slept == 0 and looks.said == []
+
+
+def test_nodes_that_never_join_fail_at_the_placement_bound_saying_so() -> None:
+    looks = Looks(("the largest node has 0 GPUs", 2))
+    assert looks.fit(expected=3, timeout=30) == (
+        "the largest node has 0 GPUs (only 2 of the job's 3 Ray nodes joined within 30 s, "
+        "spec.runPolicy.placementTimeoutSeconds)"
+    )
+    assert looks.now >= 30 and looks.slept == 15
