@@ -169,6 +169,10 @@ class McpServerTool(Tool):
     async def start(self) -> None:
         """List the server's tools, retrying until it answers; a tool named in mcp.tools that the
         server lacks stops the pool's start with what to fix."""
+        # the SDK's import (seconds on a loaded machine) is not the server's time to answer: done before
+        # the first attempt's clock starts (it once made "no answer within 3s" of a server that was down)
+        import mcp.client.streamable_http  # noqa: F401
+
         attempt = 0
         while True:
             attempt += 1
