@@ -115,34 +115,69 @@ def _walk(root: str, remove: bool) -> int:
     return total
 
 
+PF_EXITING = 0x4  # a task's flag (include/linux/sched.h) while it runs do_exit
+
+
 def held_after_unlink(pid: int, root: str, unmeasured_bytes: int) -> int:
     """Bytes of files under `root` that were deleted while process `pid` keeps them: a file it holds
     open counts its blocks; a file it only keeps mapped (its fd closed) counts `unmeasured_bytes`, as its
     size cannot be read without privileges (/proc/PID/map_files). Such files take disk until the process
     ends but are in no directory, so `usage` misses them: a session's code could keep gigabytes of them
     between its cells. A process that hides its table (PR_SET_DUMPABLE 0, in the pod's shared uid) counts
-    `unmeasured_bytes`. 0 once the process is gone."""
+    `unmeasured_bytes`. 0 once the process is gone.
+
+    The kernel hands an ending task's /proc entries to root once it has released its memory, so its
+    table reads as a hiding one's (seen under load at the end of ordinary calls, which were then killed
+    for their disk): a task that reads so is asked through another thread of the process, and when
+    every thread is ending nothing outlives the process, 0. (A main thread that exits while others run
+    on is such an ending task: the others are read.)"""
+    try:
+        return _held(f"/proc/{pid}", root, unmeasured_bytes)
+    except FileNotFoundError:  # it ended
+        return 0
+    except PermissionError:
+        pass
+    hiding = False
+    with contextlib.suppress(FileNotFoundError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            task = f"/proc/{pid}/task/{tid}"
+            try:
+                return _held(task, root, unmeasured_bytes)
+            except FileNotFoundError:  # this thread ended
+                continue
+            except PermissionError:
+                hiding = hiding or not _ending(task)
+    return unmeasured_bytes if hiding else 0
+
+
+def _held(proc: str, root: str, unmeasured_bytes: int) -> int:
+    """held_after_unlink as read from one /proc entry of the process (`/proc/PID` or a thread's)."""
     prefix = os.path.join(root, "")
     deleted = " (deleted)"  # how the kernel shows the path of an unlinked file
     open_bytes: dict[int, int] = {}  # by inode: the files it holds open
     mapped_only: set[int] = set()  # inodes it keeps mapped and not open
-    table = f"/proc/{pid}/fd"
-    try:
-        for name in os.listdir(table):
-            link = f"{table}/{name}"
-            with contextlib.suppress(FileNotFoundError):
-                target = os.readlink(link)
-                if target.startswith(prefix) and target.endswith(deleted):
-                    info = os.stat(link)  # the open file itself, through the process's fd
-                    if stat.S_ISREG(info.st_mode) and info.st_nlink == 0:
-                        open_bytes[info.st_ino] = info.st_blocks * 512
-        with open(f"/proc/{pid}/maps") as maps:
-            for line in maps:
-                fields = line.rstrip("\n").split(maxsplit=5)  # address perms offset dev inode path
-                if len(fields) == 6 and fields[5].startswith(prefix) and fields[5].endswith(deleted):
-                    mapped_only.add(int(fields[4]))
-    except FileNotFoundError:  # it ended
-        return 0
-    except PermissionError:
-        return unmeasured_bytes
+    table = f"{proc}/fd"
+    for name in os.listdir(table):
+        link = f"{table}/{name}"
+        with contextlib.suppress(FileNotFoundError):
+            target = os.readlink(link)
+            if target.startswith(prefix) and target.endswith(deleted):
+                info = os.stat(link)  # the open file itself, through the process's fd
+                if stat.S_ISREG(info.st_mode) and info.st_nlink == 0:
+                    open_bytes[info.st_ino] = info.st_blocks * 512
+    with open(f"{proc}/maps") as maps:
+        for line in maps:
+            fields = line.rstrip("\n").split(maxsplit=5)  # address perms offset dev inode path
+            if len(fields) == 6 and fields[5].startswith(prefix) and fields[5].endswith(deleted):
+                mapped_only.add(int(fields[4]))
     return sum(open_bytes.values()) + len(mapped_only - open_bytes.keys()) * unmeasured_bytes
+
+
+def _ending(task: str) -> bool:
+    """Whether the task of this /proc entry is in do_exit or gone (its stat is readable by anyone)."""
+    try:
+        with open(f"{task}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except FileNotFoundError:
+        return True
+    return bool(int(fields[6]) & PF_EXITING)  # state ppid pgrp session tty_nr tpgid flags
