@@ -54,19 +54,30 @@ STREAMS = (
 )
 
 
-def _follow(stream: Stream, process: subprocess.Popen[str], lock: threading.Lock) -> None:
+def _follow(
+    stream: Stream,
+    process: subprocess.Popen[str],
+    lock: threading.Lock,
+    started: float,
+    codes: dict[str, int],
+) -> None:
+    """Print the stream's lines as they come, then when its pytest exited and how."""
     assert process.stdout is not None
     for line in process.stdout:
         with lock:
             sys.stdout.write(f"{stream.name:>4} | {line}")
             sys.stdout.flush()
+    codes[stream.name] = process.wait()
+    with lock:
+        print(f"{stream.name:>4} | pytest exited {codes[stream.name]} after {_minutes(started)}", flush=True)
 
 
 def run(streams: tuple[Stream, ...], extra: list[str], cwd: Path = REPO) -> int:
     """Every stream's pytest at once in `cwd` (their JUnit files there too); 0 if all passed."""
     lock = threading.Lock()
     started = time.monotonic()
-    running = []
+    codes: dict[str, int] = {}
+    followers = []
     for stream in streams:
         stream.results(cwd).unlink(missing_ok=True)
         process = subprocess.Popen(
@@ -77,15 +88,11 @@ def run(streams: tuple[Stream, ...], extra: list[str], cwd: Path = REPO) -> int:
             text=True,
             errors="replace",
         )
-        follower = threading.Thread(target=_follow, args=(stream, process, lock), daemon=True)
+        follower = threading.Thread(target=_follow, args=(stream, process, lock, started, codes), daemon=True)
         follower.start()
-        running.append((stream, process, follower))
-    codes = {}
-    for stream, process, follower in running:
-        codes[stream.name] = process.wait()
+        followers.append(follower)
+    for follower in followers:
         follower.join()
-        with lock:
-            print(f"{stream.name:>4} | pytest exited {codes[stream.name]} after {_minutes(started)}")
     cases = []
     for stream in streams:
         try:
