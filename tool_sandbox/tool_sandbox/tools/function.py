@@ -42,13 +42,13 @@ MAX_SOURCE_BYTES = 1 << 20  # a ConfigMap holds at most 1 MiB
 # file is shown by come as the first line of stdin (JSON), its JSON arguments as the rest.
 # The source is read by its name in the working directory, not by an absolute path: a child under a uid of
 # its own (root mode) may not pass through the directories above its working directory.
-# A failure is shown as `shown` words it: the exception's type and message, and the lines of the function's
-# own file it passed through, without their source text (the function's source is not the model's to
-# read) and without any other file (the runner's path is the worker's directory). The source is compiled
-# under the name `<FILE>`, which no file has: nothing that reads source lines by a code object's file name
-# (a warning's line, the interpreter's traceback printer, inspect) can read it either.
+# A failure is shown as the interpreter words it (`own_frames`): the exception's type and message, and the
+# lines of the function's own file it passed through, without their source text (the function's source is
+# not the model's to read) and without any other file (the runner's path is the worker's directory). The
+# source is compiled under the name `<FILE>`, which no file has: nothing that reads source lines by a code
+# object's file name (a warning's line, the interpreter's traceback printer, inspect) can read it either.
 RUNNER = """\
-import asyncio, inspect, itertools, json, sys, textwrap, traceback, types
+import asyncio, inspect, json, sys, traceback, types
 name, file = json.loads(sys.stdin.readline())
 arguments = sys.stdin.read()
 compiled = f"<{file}>"
@@ -82,32 +82,16 @@ def main():
     out.write(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str))
 
 
-def shown(exc, seen):
-    seen.add(id(exc))
-    cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
-    text = ""
-    if cause is not None and id(cause) not in seen:
-        text = shown(cause, seen) + (
-            "\\nThe above exception was the direct cause of the following exception:\\n\\n"
-            if exc.__cause__ is not None
-            else "\\nDuring handling of the above exception, another exception occurred:\\n\\n"
-        )
-    lines = [
-        f'  File "{file}", line {line}, in {frame.f_code.co_name}\\n'
-        for frame, line in traceback.walk_tb(exc.__traceback__)
-        if frame.f_code.co_filename == compiled
+def own_frames(te):
+    # the interpreter's report (its causes and group members too), with the function file's frames only
+    own = [
+        traceback.FrameSummary(file, f.lineno, f.name, line="") for f in te.stack if f.filename == compiled
     ]
-    if lines:
-        text += "Traceback (most recent call last):\\n"
-    for line, same in itertools.groupby(lines):  # deep recursion: as the interpreter shortens it
-        count = len(list(same))
-        text += line * min(count, 3)
-        if count > 3:
-            text += f"  [Previous line repeated {count - 3} more times]\\n"
-    text += "".join(traceback.format_exception_only(type(exc), exc))
-    for inner in exc.exceptions if isinstance(exc, BaseExceptionGroup) else ():
-        text += textwrap.indent(shown(inner, seen), "  | ")
-    return text
+    te.stack = traceback.StackSummary.from_list(own)
+    for inner in (te.__cause__, te.__context__, *(te.exceptions or ())):
+        if inner is not None:
+            own_frames(inner)
+    return te
 
 
 try:
@@ -116,7 +100,8 @@ except SystemExit:
     raise
 except BaseException as exc:
     sys.stdout.flush()
-    sys.stderr.write(shown(exc, set()))
+    report = traceback.TracebackException.from_exception(exc, lookup_lines=False)
+    sys.stderr.write("".join(own_frames(report).format()))
     sys.exit(1)
 """
 
