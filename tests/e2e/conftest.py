@@ -51,11 +51,20 @@ def namespace(cluster: LocalCluster) -> Iterator[str]:
 
 
 @pytest.fixture
-def operator(cluster: LocalCluster, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+def operator_env() -> dict[str, str]:
+    """Extra environment of the `operator` fixture's process; a test sets it with
+    `@pytest.mark.parametrize("operator_env", [{...}])`."""
+    return {}
+
+
+@pytest.fixture
+def operator(
+    cluster: LocalCluster, namespace: str, tmp_path: Path, operator_env: dict[str, str]
+) -> Iterator[OperatorProcess]:
     """The real operator watching `namespace`; its jobs are deleted while it still runs."""
     install_crd(cluster)
     log = tmp_path / "operator.log"
-    with OperatorProcess(cluster.kubeconfig, namespaces=[namespace], log_path=log) as op:
+    with OperatorProcess(cluster.kubeconfig, namespaces=[namespace], log_path=log, env=operator_env) as op:
         yield op
         delete_jobs(cluster, namespace)
     print(op.log_tail(80))
