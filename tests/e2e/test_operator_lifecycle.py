@@ -267,7 +267,10 @@ def test_suspend_and_resume(cluster, namespace, operator) -> None:
 # Deployment's update (the size holds at the Deployment's while the kwok pods give no metrics, and a
 # changed AutoscalerHealthy message rewrites it) put it back. The loop is tested with real load in
 # test_autoscaler_prometheus.
-@pytest.mark.parametrize("operator_env", [{"TOOLRL_AUTOSCALER_INTERVAL_SECONDS": "86400"}], ids=["autoscaler-idle"])
+AUTOSCALER_IDLE = {"TOOLRL_AUTOSCALER_INTERVAL_SECONDS": "86400"}
+
+
+@pytest.mark.parametrize("operator_env", [AUTOSCALER_IDLE], ids=["autoscaler-idle"])
 def test_tool_pool_edits_autoscaler_replicas_and_deleted_children(cluster, namespace, operator) -> None:
     job = small_job(JOB)
     apply(cluster, namespace, job)
