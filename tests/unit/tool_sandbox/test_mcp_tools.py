@@ -265,11 +265,19 @@ def test_an_error_about_the_pools_own_client_is_the_infrastructures(pool: Sandbo
     assert "after 2 attempt(s)" in answer["message"], answer
 
 
-async def _call_scripted_server(arguments: dict[str, Any]) -> tuple[Any, list[dict[str, Any]]]:
+# The output schema of the scripted server's tool `answer` where a test gives it one.
+COUNT_SCHEMA = {"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]}
+
+
+async def _call_scripted_server(
+    arguments: dict[str, Any], output_schema: dict[str, Any] | None = None
+) -> tuple[Any, list[dict[str, Any]]]:
     """One call of the tool `answer` of a handshake-era MCP server (aiohttp, on loopback) that answers
-    tools/call as its arguments say: with the JSON-RPC error `error` (as `body` "json" or "sse"), or
-    with a plain `text` body, a body that is not JSON (`garbage`) or an SSE stream that ends without
-    an answer (`cut`), at HTTP `status`. Returns (the result, the arguments of every tools/call)."""
+    tools/call as its arguments say: with the JSON-RPC error `error` (as `body` "json" or "sse"), with
+    a plain `text` body, a body that is not JSON (`garbage`) or an SSE stream that ends without an
+    answer (`cut`), at HTTP `status`; or with a tool result whose structured content is `result`. It
+    lists `answer` with `output_schema` (tools/list fails with HTTP 500 after a call that says
+    `"listing": "fails"`). Returns (the result, the arguments of every tools/call)."""
     calls: list[dict[str, Any]] = []
 
     async def serve(request: web.Request) -> web.StreamResponse:
@@ -287,8 +295,17 @@ async def _call_scripted_server(arguments: dict[str, Any]) -> tuple[Any, list[di
             }
             answer = {"jsonrpc": "2.0", "id": ident, "result": result}
             return web.json_response(answer, headers={"Mcp-Session-Id": "s1"})
+        if method == "tools/list":  # the SDK's, to check a result's structured content
+            if calls and calls[-1].get("listing") == "fails":
+                return web.Response(status=500, text="listing broken")
+            tool = {"name": "answer", "inputSchema": {"type": "object"}, "outputSchema": output_schema}
+            return web.json_response({"jsonrpc": "2.0", "id": ident, "result": {"tools": [tool]}})
         how = message["params"]["arguments"]
         calls.append(how)
+        if "result" in how:
+            text = json.dumps(how["result"])
+            result = {"content": [{"type": "text", "text": text}], "structuredContent": how["result"]}
+            return web.json_response({"jsonrpc": "2.0", "id": ident, "result": result})
         error = {"code": how.get("error", -32603), "message": "the handler crashed"}
         text = json.dumps({"jsonrpc": "2.0", "id": ident, "error": error})
         body, kind = {
@@ -309,7 +326,9 @@ async def _call_scripted_server(arguments: dict[str, Any]) -> tuple[Any, list[di
     try:
         (config,) = parse_tools(json.dumps({"tools": [mcp_entry(f"http://127.0.0.1:{port}/mcp")]}))
         entry = McpServerTool(config)
-        listed = Listed(name="answer", description="", input_schema={"type": "object"})
+        listed = Listed(
+            name="answer", description="", input_schema={"type": "object"}, output_schema=output_schema
+        )
         result = await RemoteMcpTool(entry, listed).execute(arguments, None)
         await entry.close()
     finally:
@@ -373,6 +392,34 @@ async def test_json_rpc_errors_the_client_made_up_or_about_the_pool_are_the_infr
     assert (result.status, result.whose_fault()) == ("error", "infra"), result
     assert "after 2 attempt(s)" in result.message, result
     assert len(calls) == 2
+
+
+async def test_structured_content_that_does_not_fit_the_output_schema_is_the_calls_own_at_once() -> None:
+    """The server wrote a tool result for these arguments; the MCP SDK refuses it afterwards (its
+    output-schema check raises RuntimeError, which was retried and answered infra): a model whose
+    arguments make a tool answer outside its schema must not hide that failure from training."""
+    result, calls = await _call_scripted_server({"result": {"count": "many"}}, COUNT_SCHEMA)
+    assert (result.status, result.whose_fault()) == ("error", "code"), result
+    assert "does not fit its output schema: count: 'many' is not of type 'integer'" in result.message, result
+    assert '{"count": "many"}' in result.stderr, "the answer is shown to the model"
+    assert len(calls) == 1, "the call's own answer was retried"
+    result, _ = await _call_scripted_server({"result": {"other": 1}}, COUNT_SCHEMA)
+    assert (result.status, result.whose_fault()) == ("error", "code"), result
+    assert "'count' is a required property" in result.message, result
+
+
+async def test_a_result_that_fits_stands_whatever_the_sdks_listing_after_it_does() -> None:
+    """A tool result the server wrote that fits its schema is the call's answer, ok, also when the
+    listing the SDK fetches after the call to check it fails; with no output schema, too."""
+    for arguments, schema in [
+        ({"result": {"count": 3}}, COUNT_SCHEMA),
+        ({"result": {"count": 3}, "listing": "fails"}, COUNT_SCHEMA),
+        ({"result": {"count": "any"}, "listing": "fails"}, None),
+    ]:
+        result, calls = await _call_scripted_server(arguments, schema)
+        assert (result.status, result.whose_fault()) == ("ok", None), (arguments, result)
+        assert json.loads(result.output) == arguments["result"], result
+        assert len(calls) == 1
 
 
 def test_a_remote_tool_whose_name_another_tool_has_stops_the_start() -> None:

@@ -64,6 +64,26 @@ class Bound:
     def written_error(self, method: str) -> tuple[int, str] | None:
         """(code, message) of a well-formed JSON-RPC error the server wrote in answer to a request of
         `method` sent in the block, else None."""
+        for message in self._written(method):
+            error = message.get("error")
+            if (
+                isinstance(error, dict)
+                and type(error.get("code")) is int
+                and isinstance(error.get("message"), str)
+            ):
+                return error["code"], error["message"]
+        return None
+
+    def written_result(self, method: str) -> dict[str, Any] | None:
+        """The JSON-RPC result (an object) the server wrote in answer to a request of `method` sent in
+        the block, else None."""
+        for message in self._written(method):
+            if isinstance(message.get("result"), dict):
+                return message["result"]
+        return None
+
+    def _written(self, method: str) -> Iterator[dict[str, Any]]:
+        """The JSON-RPC 2.0 messages the server wrote answering (by id) a request of `method`."""
         for answer in self.answers:
             try:
                 request = json.loads(answer.request)
@@ -72,18 +92,12 @@ class Bound:
             if not isinstance(request, dict) or request.get("method") != method or "id" not in request:
                 continue
             for message in answer.messages():
-                if not isinstance(message, dict):
-                    continue
-                error = message.get("error")
                 if (
-                    message.get("jsonrpc") == "2.0"
+                    isinstance(message, dict)
+                    and message.get("jsonrpc") == "2.0"
                     and message.get("id") == request["id"]
-                    and isinstance(error, dict)
-                    and type(error.get("code")) is int
-                    and isinstance(error.get("message"), str)
                 ):
-                    return error["code"], error["message"]
-        return None
+                    yield message
 
 
 def _sse_data(body: bytes) -> list[bytes]:

@@ -88,6 +88,29 @@ def _mcp_error(exc: BaseException) -> MCPError | None:
     return exc if isinstance(exc, MCPError) else None
 
 
+def _checked(schema: dict[str, Any]) -> Any:
+    """A bounded validator of a remote tool's schema, or None: a schema that is not valid, or refers
+    to others by URL (never fetched), is the server's to check."""
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError:
+        return None
+    return None if remote_references(schema) else validator(schema)
+
+
+def _tool_result(result: dict[str, Any] | None) -> Any:
+    """The JSON-RPC result the server wrote as the SDK's CallToolResult, or None if it is not one."""
+    from mcp.types import CallToolResult
+    from pydantic import ValidationError
+
+    if result is None:
+        return None
+    try:
+        return CallToolResult.model_validate(result)
+    except ValidationError:
+        return None
+
+
 def observation(result: Any) -> str:
     """A CallToolResult as text for the model: its text blocks; other blocks (images, resources)
     as their JSON; the structured content when there is no text."""
@@ -238,13 +261,9 @@ class RemoteMcpTool(Tool):
         self.description = remote.description or f"The tool {remote.name} of the MCP server {server.url}."
         self.input_schema = dict(remote.input_schema or {"type": "object"})
         # a schema that is not valid, or refers to others by URL (never fetched), is the server's to check
-        self.validator: Any = None
-        try:
-            jsonschema.Draft202012Validator.check_schema(self.input_schema)
-            if not remote_references(self.input_schema):
-                self.validator = validator(self.input_schema)
-        except jsonschema.SchemaError:
-            pass
+        self.validator = _checked(self.input_schema)
+        # the structured content an answer must have (the SDK checks it too, against a listing of its own)
+        self.output_validator = _checked(remote.output_schema) if remote.output_schema is not None else None
 
     def schema(self) -> dict[str, Any]:
         return {**super().schema(), "description": self.description}
@@ -293,15 +312,38 @@ class RemoteMcpTool(Tool):
                         f" {written[0]}: {written[1]}"
                     )
                     return self._result(outcome.ERROR, "", started, message, outcome.FAULT_CODE)
+                answered = _tool_result(bound.written_result("tools/call"))
+                if answered is not None:
+                    # the server wrote a tool result and the SDK refused it afterwards (its check of the
+                    # structured content against a listing it fetches after the call, or that listing
+                    # failing): the verdict is the written result's
+                    return await self._answered(answered, started, seconds, check_output=True)
                 last = f"MCP server {self.server.url}: {describe(exc)} after {attempt + 1} attempt(s)"
                 continue
-            text = observation(answer)
-            if answer.is_error:  # the remote tool ran and failed on these arguments
-                message = f"the remote tool {self.remote_name} reported an error"
-                return self._result(outcome.ERROR, text, started, message, outcome.FAULT_CODE)
-            return self._result(outcome.OK, text, started, "")
+            return await self._answered(answer, started, seconds, check_output=False)  # the SDK checked it
         # unreachable, 5xx or no MCP on every attempt: the server's failure, not the model's
         return self._result(outcome.ERROR, "", started, last, outcome.FAULT_INFRA)
+
+    async def _answered(self, answer: Any, started: float, seconds: float, check_output: bool) -> ToolResult:
+        """The verdict of a tool result the server wrote (a CallToolResult): what it answers is what
+        these arguments asked for, so a failure in it is the call's own (`code`). `check_output`: check
+        its structured content against the output schema listed at start."""
+        text = observation(answer)
+        if answer.is_error:  # the remote tool ran and failed on these arguments
+            message = f"the remote tool {self.remote_name} reported an error"
+            return self._result(outcome.ERROR, text, started, message, outcome.FAULT_CODE)
+        if check_output and self.output_validator is not None:
+            if answer.structured_content is None:
+                said = "it has none"
+            else:
+                said = await argument_problems(self.output_validator, answer.structured_content, seconds)
+            if said:
+                message = (
+                    f"the remote tool {self.remote_name} answered with structured content that does not fit"
+                    f" its output schema: {said}"
+                )
+                return self._result(outcome.ERROR, text, started, message, outcome.FAULT_CODE)
+        return self._result(outcome.OK, text, started, "")
 
     def _too_large(self, started: float, limit: int) -> ToolResult:
         message = (
