@@ -213,6 +213,7 @@ class JobScaler:
         current = int(deployment["spec"].get("replicas", 0))
         ready = int(deployment["status"].get("readyReplicas", 0))
         reading = await read(current)
+        desired = self.written[0] if self.written is not None else _desired(job.body)
         decision = scale_decision.decide(
             policy,
             self.state,
@@ -224,6 +225,7 @@ class JobScaler:
                 problem=reading.problem,
                 phase=reading.phase,
                 expected_calls=reading.expected_calls,
+                desired_replicas=desired,
             ),
         )
         self.state = decision.state
@@ -245,7 +247,7 @@ class JobScaler:
         status = job.get("status") or {}
         mine = next((c for c in status.get("conditions", []) if c.get("type") == CONDITION), None)
         if self.written is None:
-            self.written = (status.get("toolPool", {}).get("desiredReplicas"), mine)
+            self.written = (_desired(job), mine)
         written_replicas, written_condition = self.written
         healthy = reading.load is not None
         generation = int(job["metadata"].get("generation") or 1)
@@ -302,3 +304,9 @@ class JobScaler:
 async def _blocking(threads: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """A blocking API call on the loop's own threads (the default executor stays free)."""
     return await asyncio.get_running_loop().run_in_executor(threads, lambda: fn(*args, **kwargs))
+
+
+def _desired(job: Mapping[str, Any]) -> int | None:
+    """The size the autoscaler last wrote into the job's status, if any."""
+    desired = ((job.get("status") or {}).get("toolPool") or {}).get("desiredReplicas")
+    return desired if isinstance(desired, int) else None

@@ -121,6 +121,18 @@ def test_missing_metrics_hold_the_current_size():
     assert {pool.step(None).replicas for _ in range(100)} == {6}
 
 
+def test_missing_metrics_hold_the_last_decision_not_a_deployment_that_lags_it():
+    """A scale just decided (5) that the Deployment does not show yet (3), and its new pods give no load
+    until they are ready: holding the Deployment's size undid the decision (seen in CI: a size written
+    to status.toolPool.desiredReplicas put back at the next tick)."""
+    sig = a.Signals(now=1.0, current_replicas=3, ready_replicas=3, load=None, desired_replicas=5)
+    d = a.decide(policy(), a.State(), sig)
+    assert (d.replicas, d.reason) == (5, "metrics-unavailable")
+    assert "holding 5 replicas" in d.message
+    # the job's bounds still apply to what is held
+    assert a.decide(policy(max_replicas=4), a.State(), sig).replicas == 4
+
+
 def test_hold_after_restart_before_scaling_down():
     pool = Pool(policy(scale_down_delay_seconds=60), replicas=12)
     assert pool.step(0).replicas == 12

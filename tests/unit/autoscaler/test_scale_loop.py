@@ -212,6 +212,17 @@ async def test_holds_with_unreadable_metrics_writing_and_warning_once(kube, even
     assert events == [], "a hold shorter than a scrape or two is in the condition, not a Warning"
 
 
+async def test_a_hold_keeps_the_size_last_written_while_the_deployment_lags(kube, events):
+    written = job()
+    written["status"]["toolPool"] = {"desiredReplicas": 3}  # decided; the Deployment still has 2
+    loop = scale_loop.Autoscaler({("n", "j"): [written]}, {("n", "j"): [deployment(2)]}, interval=5)
+    async with aiohttp.ClientSession() as session:
+        await loop.tick(session)
+    [(_, status, _)] = kube.applied  # the condition is new
+    assert status["toolPool"] == {"desiredReplicas": 3}
+    assert "none of the pool's 2 pods is ready" in status["conditions"][0]["message"]
+
+
 async def test_a_hold_that_lasts_is_warned_of_once(kube, events, monkeypatch):
     clock = [1000.0]
     monkeypatch.setattr(scale_loop.time, "monotonic", lambda: clock[0])
