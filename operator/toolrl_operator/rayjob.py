@@ -202,6 +202,8 @@ def _pod_template(
         pod_spec["nodeSelector"] = dict(group.node_selector)
     if group.tolerations:
         pod_spec["tolerations"] = copy.deepcopy(group.tolerations)
+    if group.runtime_class_name:
+        pod_spec["runtimeClassName"] = group.runtime_class_name
     metadata: dict[str, Any] = {"labels": {**(cluster.pod_labels or {}), **labels(name, COMPONENT_TRAINER)}}
     if cluster.pod_annotations:
         metadata["annotations"] = dict(cluster.pod_annotations)

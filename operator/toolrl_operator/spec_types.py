@@ -219,6 +219,7 @@ class ClusterHead(_Object):
     resources: dict[str, Any] | None = Field(default=None, alias="resources")
     node_selector: dict[str, str] | None = Field(default=None, alias="nodeSelector")
     tolerations: list[dict[str, Any]] | None = Field(default=None, alias="tolerations")
+    runtime_class_name: str | None = Field(default=None, alias="runtimeClassName", max_length=253, pattern="^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 class ClusterWorkers(_Object):
@@ -229,6 +230,7 @@ class ClusterWorkers(_Object):
     resources: dict[str, Any] | None = Field(default=None, alias="resources")
     node_selector: dict[str, str] | None = Field(default=None, alias="nodeSelector")
     tolerations: list[dict[str, Any]] | None = Field(default=None, alias="tolerations")
+    runtime_class_name: str | None = Field(default=None, alias="runtimeClassName", max_length=253, pattern="^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 class ClusterRolloutWorkers(_Object):
@@ -239,6 +241,7 @@ class ClusterRolloutWorkers(_Object):
     resources: dict[str, Any] | None = Field(default=None, alias="resources")
     node_selector: dict[str, str] | None = Field(default=None, alias="nodeSelector")
     tolerations: list[dict[str, Any]] | None = Field(default=None, alias="tolerations")
+    runtime_class_name: str | None = Field(default=None, alias="runtimeClassName", max_length=253, pattern="^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 class Cluster(_Object):

@@ -1000,6 +1000,12 @@ SPEC_SCHEMA: dict[str, Any] = {
                                 "x-kubernetes-preserve-unknown-fields": True,
                             },
                         },
+                        "runtimeClassName": {
+                            "type": "string",
+                            "maxLength": 253,
+                            "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+                            "description": "RuntimeClass of this group's pods (e.g. nvidia, where the GPU nodes' container runtime is not the default); empty: the cluster's default.",
+                        },
                     },
                 },
                 "workers": {
@@ -1065,6 +1071,12 @@ SPEC_SCHEMA: dict[str, Any] = {
                                 "x-kubernetes-preserve-unknown-fields": True,
                             },
                         },
+                        "runtimeClassName": {
+                            "type": "string",
+                            "maxLength": 253,
+                            "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+                            "description": "RuntimeClass of this group's pods (e.g. nvidia, where the GPU nodes' container runtime is not the default); empty: the cluster's default.",
+                        },
                     },
                 },
                 "rolloutWorkers": {
@@ -1129,6 +1141,12 @@ SPEC_SCHEMA: dict[str, Any] = {
                                 "type": "object",
                                 "x-kubernetes-preserve-unknown-fields": True,
                             },
+                        },
+                        "runtimeClassName": {
+                            "type": "string",
+                            "maxLength": 253,
+                            "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+                            "description": "RuntimeClass of this group's pods (e.g. nvidia, where the GPU nodes' container runtime is not the default); empty: the cluster's default.",
                         },
                     },
                 },

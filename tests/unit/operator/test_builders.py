@@ -725,6 +725,29 @@ def test_ray_pods_get_the_users_environment_and_pod_settings(make_job) -> None:
     ]["emptyDir"] == {"medium": "Memory"}
 
 
+def test_each_ray_groups_runtime_class_is_its_own(make_job) -> None:
+    """GPU nodes whose container runtime is not the cluster's default (the NVIDIA runtime as a
+    RuntimeClass) take the GPU groups' pods only: the head (and the submitter placed like it) keeps the
+    default unless it names one."""
+    job = make_job(
+        trainer={"mode": "separate-async"},
+        cluster={
+            "workers": {"gpusPerWorker": 8, "runtimeClassName": "nvidia"},
+            "rolloutWorkers": {"gpusPerWorker": 8, "runtimeClassName": "nvidia-cdi"},
+        },
+    )
+    spec = build_rayjob(job, SETTINGS)["spec"]
+    head = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    workers, rollouts = (g["template"]["spec"] for g in spec["rayClusterSpec"]["workerGroupSpecs"])
+    assert (workers["runtimeClassName"], rollouts["runtimeClassName"]) == ("nvidia", "nvidia-cdi")
+    assert "runtimeClassName" not in head
+    assert "runtimeClassName" not in spec["submitterPodTemplate"]["spec"]
+    spec = build_rayjob(make_job(cluster={"head": {"runtimeClassName": "kata"}}), SETTINGS)["spec"]
+    assert spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["runtimeClassName"] == "kata"
+    assert spec["submitterPodTemplate"]["spec"]["runtimeClassName"] == "kata"
+    assert "runtimeClassName" not in spec["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+
+
 def test_tool_pool_placement_follows_the_spec(make_job) -> None:
     placement = {
         "nodeSelector": {"pool": "cpu"},
