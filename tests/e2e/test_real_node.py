@@ -43,8 +43,10 @@ from toolrl_operator.job import parse_job
 from toolrl_operator.naming import (
     COMPONENT_TOOL_POOL,
     COMPONENT_TRAINER,
+    RAY_CLIENT_PORT,
     RAY_DASHBOARD_ACCESS_LABEL,
     RAY_DASHBOARD_PORT,
+    RAY_GCS_PORT,
     TOOL_POOL_PORT,
     selector_labels,
 )
@@ -439,7 +441,11 @@ def test_the_node_pulls_nothing_from_anywhere(real: LocalCluster, images: dict[s
     real.kubectl("delete", "namespace", ns, "--wait=false")
 
 
-# NetworkPolicies by packets. A pod that accepts TCP connections on each port of its argv:
+# NetworkPolicies by packets. Ray's ports that run code besides the dashboard (GCS, the Ray client), and
+# an MCP server's:
+RAY_CODE_PORTS = (RAY_GCS_PORT, RAY_CLIENT_PORT)
+MCP_PORT = 8000
+# A pod that accepts TCP connections on each port of its argv:
 SERVE = (
     "import socket, sys, threading\n"
     "def serve(port):\n"
@@ -489,21 +495,31 @@ def running_ips(cluster: LocalCluster, pods: dict[str, tuple[str, dict, list[int
 
 def test_the_operators_network_policies_hold_by_packets(real: LocalCluster, images: dict[str, Image]) -> None:
     """The tool pool's and the Ray pods' NetworkPolicies as the operator builds them (its own builders,
-    for a job with an `http` tool), on pods that carry the job's labels, enforced by kube-router on the
-    real node: without the policies every connection below opens; with them, the pool reaches only the
-    http tool's endpoint (not that pod's other port, not another pod, not the API server), only the
-    job's Ray pods reach the pool, only a namespace labelled for it reaches the Ray dashboard, and the
-    host still reaches the pool (kubelet's probes); deleted, the denied connections open again."""
+    for a job with an `http` tool and an `mcp` tool whose server runs in another namespace), on pods that
+    carry the job's labels, enforced by kube-router on the real node: without the policies every
+    connection below opens; with them, the pool reaches only the http tool's endpoint and the mcp
+    server's port on the server's pods (not those pods' other ports, not another pod of the server's
+    namespace, not another namespace, not another job's pool, not the job's own Ray pods' GCS, client or
+    dashboard ports, not the API server or the node's kubelet), only the job's Ray pods reach the pool,
+    only a namespace labelled for it reaches the Ray dashboard and nothing else reaches GCS or the Ray
+    client port, and the host still reaches the pool (kubelet's probes); deleted, the denied connections
+    open again."""
     ns, dashboards = restricted_namespace(real), restricted_namespace(real)
+    tools_ns, elsewhere = restricted_namespace(real), restricted_namespace(real)
     real.kubectl("label", "namespace", dashboards, f"{RAY_DASHBOARD_ACCESS_LABEL}=true")
     job_name = "np"
+    mcp_labels = {"app": "docs-mcp"}
     # name -> (namespace, labels, ports it serves)
     pods: dict[str, tuple[str, dict, list[int]]] = {
         "pool": (ns, selector_labels(job_name, COMPONENT_TOOL_POOL), [TOOL_POOL_PORT]),
-        "ray": (ns, selector_labels(job_name, COMPONENT_TRAINER), [RAY_DASHBOARD_PORT]),
+        "ray": (ns, selector_labels(job_name, COMPONENT_TRAINER), [RAY_DASHBOARD_PORT, *RAY_CODE_PORTS]),
         "upstream": (ns, {}, [8081, 8082]),  # the http tool's endpoint is its :8081
         "stranger": (ns, {}, [8081]),  # a pod of no job
         "kuberay": (dashboards, {}, []),  # a client in a namespace labelled for the dashboard
+        "mcp": (tools_ns, mcp_labels, [MCP_PORT, MCP_PORT + 1]),  # the mcp tool's server
+        "mcp-neighbour": (tools_ns, {}, [MCP_PORT]),  # another pod of the server's namespace
+        "elsewhere": (elsewhere, {}, [8081]),  # a pod of another namespace
+        "other-pool": (ns, selector_labels("other", COMPONENT_TOOL_POOL), [TOOL_POOL_PORT]),  # another job's
     }
     for name, (where, labels, ports) in pods.items():
         manifest = pod(name, images["tool-sandbox"], ["python", "-c", SERVE, *map(str, ports)])
@@ -517,12 +533,23 @@ def test_the_operators_network_policies_hold_by_packets(real: LocalCluster, imag
             ("the http tool's endpoint", ip["upstream"], 8081, True),
             ("that pod's port no tool names", ip["upstream"], 8082, False),
             ("another pod", ip["stranger"], 8081, False),
+            ("the mcp tool's server", ip["mcp"], MCP_PORT, True),
+            ("the mcp server's port no tool names", ip["mcp"], MCP_PORT + 1, False),
+            ("another pod of the mcp server's namespace", ip["mcp-neighbour"], MCP_PORT, False),
+            ("a pod of another namespace", ip["elsewhere"], 8081, False),
+            ("another job's pool", ip["other-pool"], TOOL_POOL_PORT, False),
+            *(
+                (f"the job's Ray pod's port {p}", ip["ray"], p, False)
+                for p in (RAY_DASHBOARD_PORT, *RAY_CODE_PORTS)
+            ),
             ("the API server", BRIDGE_IP, real.ports["apiserver"], False),
+            ("the node's kubelet", BRIDGE_IP, real.ports["kubelet"], False),
         ],
         "ray": [("the pool, from the job's Ray pod", ip["pool"], TOOL_POOL_PORT, True)],
         "stranger": [
             ("the pool, from a pod of no job", ip["pool"], TOOL_POOL_PORT, False),
             ("the Ray dashboard, from a pod of no job", ip["ray"], RAY_DASHBOARD_PORT, False),
+            *((f"Ray's port {p}, from a pod of no job", ip["ray"], p, False) for p in RAY_CODE_PORTS),
         ],
         "kuberay": [("the Ray dashboard, from the labelled namespace", ip["ray"], RAY_DASHBOARD_PORT, True)],
     }
@@ -562,6 +589,8 @@ def test_the_operators_network_policies_hold_by_packets(real: LocalCluster, imag
     body["spec"]["tools"].append(
         {"name": "lookup", "type": "http", "url": f"http://{ip['upstream']}:8081/lookup"}
     )
+    server = {"url": f"http://docs-mcp.{tools_ns}.svc:{MCP_PORT}/mcp", "podSelector": mcp_labels}
+    body["spec"]["tools"].append({"name": "docs", "type": "mcp", "mcp": server})
     job = parse_job(body)
     policies = [build_network_policy(job, Settings()), build_ray_network_policy(job, Settings())]
     for policy in policies:
@@ -573,7 +602,7 @@ def test_the_operators_network_policies_hold_by_packets(real: LocalCluster, imag
     for policy in policies:
         real.kubectl("delete", "networkpolicy", policy["metadata"]["name"], "-n", ns)
     expect(all_open, "every connection open again once the policies are deleted")
-    real.kubectl("delete", "namespace", ns, dashboards, "--wait=false")
+    real.kubectl("delete", "namespace", ns, dashboards, tools_ns, elsewhere, "--wait=false")
 
 
 def test_the_operators_own_pool_policy_denies_its_pool_pod_the_api_server(
