@@ -3,6 +3,8 @@ without warming up again; a warm-up cut short by its time bound is not kept; oth
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ class WarmUps:
     def __init__(self) -> None:
         self.calls: list[str] = []
         self.goal_met = True
+        self.seconds = 0.0
 
     def build(self, root: Path, name: str, hidden: int, layers: int) -> Path:
         (root / name).mkdir(parents=True)
@@ -24,6 +27,7 @@ class WarmUps:
 
     def warm(self, path: Path, protocol: str, seconds: float, tools: object) -> tiny_model.WarmUp:
         self.calls.append(protocol)
+        time.sleep(self.seconds)
         (path / "model.safetensors").write_text(f"weights {len(self.calls)}")
         return tiny_model.WarmUp(50, 1.0, 0.5, 0.4, 0.8, self.goal_met)
 
@@ -46,6 +50,16 @@ def test_a_second_request_copies_the_cached_model_and_result(tmp_path: Path, war
     assert (second / "model.safetensors").read_text() == (first / "model.safetensors").read_text()
     tiny_models.warmed_model(tmp_path / "c", "hermes")
     assert warm_ups.calls == ["python-tags", "hermes"], "another protocol is another model"
+
+
+def test_requests_at_once_warm_up_once(tmp_path: Path, warm_ups: WarmUps) -> None:
+    """make test's two streams ask for the same model at the same time: the second waits for the
+    first's warm-up (a file lock per key) and copies it."""
+    warm_ups.seconds = 0.5
+    with ThreadPoolExecutor(2) as pool:
+        made = list(pool.map(lambda d: tiny_models.warmed_model(tmp_path / d, "python-tags"), "ab"))
+    assert warm_ups.calls == ["python-tags"], "both warmed up"
+    assert [(path / "model.safetensors").read_text() for path, _ in made] == ["weights 1"] * 2
 
 
 def test_a_warm_up_stopped_by_its_time_bound_is_not_kept(tmp_path: Path, warm_ups: WarmUps) -> None:
