@@ -13,7 +13,6 @@ pytest exited 0. `python -m harness.test_streams [PYTEST_ARGS...]` (extra argume
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 import threading
@@ -30,15 +29,8 @@ TESTS = "tests"
 REAL_NODE_MODULES = ("tests/e2e/test_real_node.py", "tests/e2e/test_demo_training.py")
 # ... and after them, verl's runs launched as processes: the rest of the suite (the kwok cluster's tests,
 # then the pure and process tiers) took 50 min beside the real node's 34 (a whole run, 2026-12-06), and
-# these runs are the largest share of its CPU that can move
-CPU_TRAINING = "tests/e2e/test_cpu_training.py"
-NODE_STREAM = (*REAL_NODE_MODULES, CPU_TRAINING)
-# ... but not all of them: with the rest's slowest checks made cheaper (38 -> ~34 min) the node stream was
-# the longer by ~9 min (43.5, of which these two runs 3.3), so these run in the rest stream
-CPU_TRAINING_IN_THE_REST = (
-    "test_colocate_async_overlaps_rollouts_with_updates_within_the_staleness_bound",
-    "test_separate_async_generates_on_its_own_worker_group_and_syncs_weights_to_it",
-)
+# these four runs are the largest share of its CPU that can move
+NODE_STREAM = (*REAL_NODE_MODULES, "tests/e2e/test_cpu_training.py")
 
 
 @dataclass(frozen=True)
@@ -46,42 +38,19 @@ class Stream:
     name: str
     paths: tuple[str, ...]
     ignored: tuple[str, ...] = ()
-    deselected: tuple[str, ...] = ()  # node ids (or their prefixes) left to the other stream
 
     def results(self, into: Path) -> Path:
         return into / f".test-results-{self.name}.xml"
 
     def argv(self, extra: list[str], into: Path) -> list[str]:
         ignores = [f"--ignore={path}" for path in self.ignored]
-        ignores += [f"--deselect={node}" for node in self.deselected]
         junit = f"--junitxml={self.results(into)}"
         return [sys.executable, "-m", "pytest", junit, *ignores, *extra, *self.paths]
 
 
-def module_tests(path: str, root: Path = REPO) -> tuple[str, ...]:
-    """The test functions a module defines at its top level, by name (what pytest collects of ours)."""
-    tree = ast.parse((root / path).read_text(encoding="utf-8"))
-    return tuple(
-        node.name
-        for node in tree.body
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test")
-    )
-
-
-def _node_ids(path: str, names: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(f"{path}::{name}" for name in names)
-
-
 STREAMS = (
-    Stream("node", NODE_STREAM, deselected=_node_ids(CPU_TRAINING, CPU_TRAINING_IN_THE_REST)),
-    Stream(
-        "rest",
-        (TESTS,),
-        ignored=REAL_NODE_MODULES,
-        deselected=_node_ids(
-            CPU_TRAINING, tuple(t for t in module_tests(CPU_TRAINING) if t not in CPU_TRAINING_IN_THE_REST)
-        ),
-    ),
+    Stream("node", NODE_STREAM),
+    Stream("rest", (TESTS,), ignored=NODE_STREAM),
 )
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from harness import test_streams
-from harness.test_streams import REAL_NODE_MODULES, STREAMS, Stream, module_tests
+from harness.test_streams import REAL_NODE_MODULES, STREAMS, Stream
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -49,32 +49,5 @@ def test_the_streams_cover_the_suite_once_with_every_real_node_module_in_one() -
     assert claims and claims == set(REAL_NODE_MODULES)
     node, rest = STREAMS
     assert node.paths[: len(REAL_NODE_MODULES)] == REAL_NODE_MODULES and not node.ignored
-    assert rest.paths == ("tests",) and rest.ignored == REAL_NODE_MODULES
+    assert rest.paths == ("tests",) and rest.ignored == node.paths
     assert all((REPO / path).is_file() for path in node.paths)
-    # the one module both streams collect: each of its tests runs in exactly one of them
-    (shared,) = set(node.paths) - set(REAL_NODE_MODULES)
-    defined = {f"{shared}::{name}" for name in module_tests(shared)}
-    assert set(node.deselected) | set(rest.deselected) == defined, "a test of it would run twice or never"
-    assert not set(node.deselected) & set(rest.deselected)
-    assert node.deselected and rest.deselected
-    # a deselected id is a prefix: none may also cut off a test of the other stream
-    for mine, theirs in ((node.deselected, rest.deselected), (rest.deselected, node.deselected)):
-        assert not [(a, b) for a in mine for b in theirs if b.startswith(a)], (mine, theirs)
-
-
-def test_a_deselected_test_runs_only_in_the_other_stream(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    (tmp_path / "test_shared.py").write_text("def test_here():\n    pass\n\ndef test_there():\n    pass\n")
-    shared = "test_shared.py"  # node ids are the rootdir's (the run's directory): relative
-    streams = (
-        Stream("a", (shared,), deselected=(f"{shared}::test_there",)),
-        Stream("b", (shared,), deselected=(f"{shared}::test_here",)),
-    )
-    assert test_streams.run(streams, ["-p", "no:cacheprovider", "-v"], tmp_path) == 0
-    out = capsys.readouterr().out
-    assert re.search(r"^   a \| .*test_here PASSED", out, re.M) and re.search(
-        r"^   b \| .*test_there PASSED", out, re.M
-    )
-    assert not re.search(r"^   a \| .*test_there PASSED", out, re.M), out
-    assert "== 2 passed in" in out
