@@ -284,6 +284,16 @@ def test_structural_errors_name_the_field_and_hold_back_the_rules() -> None:
     assert RULES_NOT_CHECKED not in errors
 
 
+def test_a_ray_groups_runtime_class_is_a_resource_name() -> None:
+    spec = full_spec()
+    spec["cluster"]["head"] = {**spec["cluster"].get("head", {}), "runtimeClassName": "nvidia"}
+    spec["cluster"]["workers"] = {**spec["cluster"].get("workers", {}), "runtimeClassName": "Bad_Name"}
+    pattern = "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+    assert crd_validator().errors(spec) == [
+        f"spec.cluster.workers.runtimeClassName: 'Bad_Name' does not match the pattern {pattern}"
+    ]
+
+
 def test_property_names_are_escaped_as_kubernetes_does() -> None:
     assert [escape(n) for n in ("function", "in", "a.b", "x-y", "p/q", "a__b", "plain")] == [
         "__function__", "__in__", "a__dot__b", "x__dash__y", "p__slash__q", "a__underscores__b", "plain"
