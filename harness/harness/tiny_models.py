@@ -10,14 +10,13 @@ tried again next run."""
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
-from harness.localcluster.build import cache_root
+from harness.localcluster.build import cache_root, file_lock
 
 MODEL_NAME = "tiny-qwen2"
 RESULT_FILE = "warm-up.json"
@@ -57,38 +56,24 @@ def warmed_model(
     """`build_tiny_model(root, MODEL_NAME, hidden, layers)` warmed up in `protocol` to call `tools`:
     a copy of the cached one when its inputs were warmed up before, else made now (and cached when
     its warm-up met its goal). Returns the model's directory and the warm-up's `WarmUp`."""
-    key = warm_up_key(protocol, tools, hidden, layers)
-    cache_dir().mkdir(parents=True, exist_ok=True)
-    # one warm-up of a key at a time on the machine: make test's two streams both use the python-tags
-    # model; the second waits for the first's and copies it (both would warm up, and share a staging name)
-    with (cache_dir() / f"{key}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        return _warmed_model(root, key, protocol, tools, hidden, layers, seconds)
-
-
-def _warmed_model(
-    root: Path,
-    key: str,
-    protocol: str,
-    tools: list[dict[str, Any]] | None,
-    hidden: int,
-    layers: int,
-    seconds: float,
-) -> tuple[Path, Any]:
     from trainer_entry.tiny_model import WarmUp, build_tiny_model, warm_up
 
+    key = warm_up_key(protocol, tools, hidden, layers)
     cached = cache_dir() / key
-    target = root / MODEL_NAME
-    if (cached / RESULT_FILE).is_file():
-        shutil.copytree(cached / MODEL_NAME, target)
-        return target, WarmUp(**json.loads((cached / RESULT_FILE).read_text()))
-    model = build_tiny_model(root, MODEL_NAME, hidden=hidden, layers=layers)
-    result = warm_up(model, protocol, seconds=seconds, tools=tools)
-    if result.goal_met:
-        staging = cache_dir() / f"{key}.partial"
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.copytree(model, staging / MODEL_NAME)
-        (staging / RESULT_FILE).write_text(json.dumps(dataclasses.asdict(result)))
-        shutil.rmtree(cached, ignore_errors=True)
-        staging.rename(cached)
-    return model, result
+    # one warm-up of a key at a time on the machine: make test's two streams may both want one model;
+    # the second waits for the first's and copies it (both would warm up, and share a staging name)
+    with file_lock(cache_dir() / f"{key}.lock"):
+        if (cached / RESULT_FILE).is_file():
+            target = root / MODEL_NAME
+            shutil.copytree(cached / MODEL_NAME, target)
+            return target, WarmUp(**json.loads((cached / RESULT_FILE).read_text()))
+        model = build_tiny_model(root, MODEL_NAME, hidden=hidden, layers=layers)
+        result = warm_up(model, protocol, seconds=seconds, tools=tools)
+        if result.goal_met:
+            staging = cache_dir() / f"{key}.partial"
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.copytree(model, staging / MODEL_NAME)
+            (staging / RESULT_FILE).write_text(json.dumps(dataclasses.asdict(result)))
+            shutil.rmtree(cached, ignore_errors=True)
+            staging.rename(cached)
+        return model, result

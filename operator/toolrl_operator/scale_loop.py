@@ -213,7 +213,7 @@ class JobScaler:
         current = int(deployment["spec"].get("replicas", 0))
         ready = int(deployment["status"].get("readyReplicas", 0))
         reading = await read(current)
-        desired = self.written[0] if self.written is not None else _desired(job.body)
+        written_replicas, _ = self.last_written(job.body)
         decision = scale_decision.decide(
             policy,
             self.state,
@@ -225,7 +225,7 @@ class JobScaler:
                 problem=reading.problem,
                 phase=reading.phase,
                 expected_calls=reading.expected_calls,
-                desired_replicas=desired,
+                desired_replicas=written_replicas,
             ),
         )
         self.state = decision.state
@@ -233,6 +233,16 @@ class JobScaler:
         MAX_REPLICAS.labels(self.namespace, self.name).set(policy.max_replicas)
         DECISIONS.labels(decision.reason).inc()
         await self.publish(job.body, decision, current, reading)
+
+    def last_written(self, job: Mapping[str, Any]) -> tuple[int | None, dict[str, Any] | None]:
+        """The size and condition this loop last wrote; at its first tick of a job (an operator
+        restart), what the job's status already says."""
+        if self.written is None:
+            status = job.get("status") or {}
+            mine = next((c for c in status.get("conditions", []) if c.get("type") == CONDITION), None)
+            desired = (status.get("toolPool") or {}).get("desiredReplicas")
+            self.written = (desired if isinstance(desired, int) else None, mine)
+        return self.written
 
     async def publish(
         self,
@@ -244,11 +254,7 @@ class JobScaler:
         """Write the size and the condition when either changes (one server-side apply, as the
         autoscaler's own field manager: no read, no conflict with the operator's fields);
         announce each change."""
-        status = job.get("status") or {}
-        mine = next((c for c in status.get("conditions", []) if c.get("type") == CONDITION), None)
-        if self.written is None:
-            self.written = (_desired(job), mine)
-        written_replicas, written_condition = self.written
+        written_replicas, written_condition = self.last_written(job)
         healthy = reading.load is not None
         generation = int(job["metadata"].get("generation") or 1)
         wanted = condition(healthy, reading.problem, written_condition, now(), generation)
@@ -304,9 +310,3 @@ class JobScaler:
 async def _blocking(threads: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """A blocking API call on the loop's own threads (the default executor stays free)."""
     return await asyncio.get_running_loop().run_in_executor(threads, lambda: fn(*args, **kwargs))
-
-
-def _desired(job: Mapping[str, Any]) -> int | None:
-    """The size the autoscaler last wrote into the job's status, if any."""
-    desired = ((job.get("status") or {}).get("toolPool") or {}).get("desiredReplicas")
-    return desired if isinstance(desired, int) else None

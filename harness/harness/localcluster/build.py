@@ -383,14 +383,19 @@ def _build_all(
 
 
 @contextlib.contextmanager
-def _build_lock(key: str) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
+    """Held by one process of the machine at a time (an exclusive flock on `path`, made if missing)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def _build_lock(key: str) -> contextlib.AbstractContextManager[None]:
     """One build of a cache entry at a time on the machine: a second process (a test's fixture while
     `make setup` builds) waits for the first and then finds its result, where both would otherwise
     write the same wrapper module and staging directory."""
-    (cache_root() / key).mkdir(parents=True, exist_ok=True)
-    with (cache_root() / key / "build.lock").open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        yield
+    return file_lock(cache_root() / key / "build.lock")
 
 
 def ensure_built(verbose: bool = True) -> Toolchain:

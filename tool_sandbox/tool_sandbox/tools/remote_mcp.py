@@ -260,7 +260,6 @@ class RemoteMcpTool(Tool):
         self.name = served_name(server.name, remote.name)
         self.description = remote.description or f"The tool {remote.name} of the MCP server {server.url}."
         self.input_schema = dict(remote.input_schema or {"type": "object"})
-        # a schema that is not valid, or refers to others by URL (never fetched), is the server's to check
         self.validator = _checked(self.input_schema)
         # the structured content an answer must have (the SDK checks it too, against a listing of its own)
         self.output_validator = _checked(remote.output_schema) if remote.output_schema is not None else None
