@@ -30,7 +30,11 @@ REAL_NODE_MODULES = ("tests/e2e/test_real_node.py", "tests/e2e/test_demo_trainin
 # ... and after them, verl's runs launched as processes: the rest of the suite (the kwok cluster's tests,
 # then the pure and process tiers) took 50 min beside the real node's 34 (a whole run, 2026-12-06), and
 # these four runs are the largest share of its CPU that can move
-NODE_STREAM = (*REAL_NODE_MODULES, "tests/e2e/test_cpu_training.py")
+NODE_STREAM = (
+    *REAL_NODE_MODULES,
+    "tests/e2e/test_cpu_training.py",
+    "tests/unit/trainer_entry/test_smoke_run.py",
+)
 
 
 @dataclass(frozen=True)

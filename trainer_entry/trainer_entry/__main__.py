@@ -61,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     tiny.add_argument(
         "--spec",
         default=None,
-        help="a job.json: warm up on its own prompts (its first training file), protocol and tools "
-        "instead of the toy task's",
+        help="the job (its manifest as applied, YAML or JSON, or a job.json): warm up on its own prompts "
+        "(its first training file), protocol and tools instead of the toy task's, and measure the model as "
+        "the job's training samples it",
     )
     tiny.add_argument(
         "--protocol", default=None, help="tool-call protocol of the warm-up without --spec (python-tags)"
@@ -118,7 +119,7 @@ def tiny_model(args: argparse.Namespace) -> int:
     from trainer_entry import tiny_model as tm
 
     try:
-        job = load_job(args.spec) if args.spec else None
+        job = load_dry_run(args.spec) if args.spec else None
         protocol = job.spec["rollout"]["protocol"] if job else (args.protocol or "python-tags")
         if job and args.protocol and args.protocol != protocol:
             raise ValueError(f"--protocol {args.protocol} is not the job's spec.rollout.protocol {protocol}")
@@ -132,6 +133,7 @@ def tiny_model(args: argparse.Namespace) -> int:
         path = tm.build_tiny_model(args.dir.parent, args.dir.name, hidden=64, layers=2, extra_texts=extra)
         print(f"tiny model: {path}")
         if not args.no_warm_up:
+            sampling = tm.Sampling.of_job(job) if job else None
             result = tm.warm_up(
                 path,
                 protocol,
@@ -139,14 +141,17 @@ def tiny_model(args: argparse.Namespace) -> int:
                 prompts=prompts,
                 tools=tools,
                 min_copy_rate=0.0 if prompts else 0.5,  # a job's answers are beyond a tiny model
+                sampling=sampling,
             )
             on = f"the job's prompts ({job.spec['data']['trainFiles'][0]})" if prompts else "the toy task"
+            bound = "" if result.goal_met else ", stopped at its time bound"
             print(
                 f"warm-up on {on}, protocol {protocol}: {result.steps} supervised steps in "
-                f"{result.seconds:.0f}s (loss {result.loss:.3f}); sampled answers call the tool "
-                f"{result.call_rate:.0%} of the time and answer with its output after "
-                f"{result.copy_rate:.0%} of the calls"
+                f"{result.seconds:.0f}s (loss {result.loss:.3f}){bound}"
             )
+            print(f"held-out prompts, {tm.describe_sampling(sampling)}: {tm.describe_behaviour(result)}")
+            if result.prompts_cut:
+                print(f"warning: {tm.cut_prompts_message(result.prompts_cut, sampling)}", file=sys.stderr)
     except (ValueError, SpecError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -10,8 +10,10 @@ the private steps of an update that no extension point reaches (no patching).
   backend next to verl's own ones.
 - `ToolRLHooks.on_update_batch` (before verl computes the advantage) counts the trajectories each
   update trains on and checks that none met an infrastructure failure (the agent loop returns those
-  as no output, so verl never stores them: see agent_loop.py); verl's console log shows
-  `toolrl/trajectories_trained` and `toolrl/infra_failures_in_update` per step.
+  as no output, so verl never stores them: see agent_loop.py), and how many of them, and of their prompt
+  groups, called a tool (`tool_use`); verl's console log shows `toolrl/trajectories_trained`,
+  `toolrl/infra_failures_in_update`, `toolrl/trajectories_calling_tools` and `toolrl/groups_calling_tools`
+  per step.
 - `ToolRLHooks.on_step_metrics` adds the step's rollout and trainer idle fractions
   (`toolrl/rollout_idle_fraction`, `toolrl/trainer_idle_fraction`: metrics.idle_fractions, from verl's
   timings, per trainer mode) to the metrics verl logs, so its console and our gauges show them.
@@ -40,7 +42,7 @@ from trainer_entry.hub import TrackingBackend, sink
 from trainer_entry.metrics import idle_fractions
 from trainer_entry.pool_client import FAULT_INFRA
 from trainer_entry.spec import COLOCATE_TRAINER_MODE, SEPARATE_TRAINER_MODE, SYNC_TRAINER_MODE
-from trainer_entry.tools import TOOL_FAULTS
+from trainer_entry.tools import TOOL_FAULTS, TOOL_OUTCOMES
 from trainer_entry.verl_entry_points import (
     COLOCATE_ASYNC_TRAINER_MODE,
     SEPARATE_ASYNC_TRAINER_MODE,
@@ -58,6 +60,8 @@ log = logging.getLogger(__name__)
 BACKEND_NAME = "toolrl"
 TRAINED_METRIC = "toolrl/trajectories_trained"
 TAINTED_METRIC = "toolrl/infra_failures_in_update"
+CALLING_METRIC = "toolrl/trajectories_calling_tools"
+GROUPS_CALLING_METRIC = "toolrl/groups_calling_tools"
 
 
 def infra_tainted(extra_fields: list[dict]) -> int:
@@ -66,6 +70,20 @@ def infra_tainted(extra_fields: list[dict]) -> int:
         FAULT_INFRA in ((extra if isinstance(extra, dict) else {}).get(TOOL_FAULTS) or [])
         for extra in extra_fields
     )
+
+
+def tool_use(extra_fields: list[dict], groups: list[str]) -> dict[str, float]:
+    """The shares of an update's trajectories, and of its prompt groups (GRPO's: one prompt's rollouts,
+    by the prompt's uid), that called a tool at least once (the agent loops record each call,
+    tools.TOOL_OUTCOMES). A group without a call teaches nothing about the tools."""
+    called = [bool((extra if isinstance(extra, dict) else {}).get(TOOL_OUTCOMES)) for extra in extra_fields]
+    by_group: dict[str, bool] = {}
+    for group, calls in zip(groups, called, strict=True):
+        by_group[group] = by_group.get(group, False) or calls
+    return {
+        CALLING_METRIC: sum(called) / max(len(called), 1),
+        GROUPS_CALLING_METRIC: sum(by_group.values()) / max(len(by_group), 1),
+    }
 
 
 class CheckpointWriteError(RuntimeError):
@@ -139,11 +157,17 @@ class ToolRLHooks(TrainerStepHooks):
 
     def on_update_batch(self, batch, metrics: dict) -> None:
         keys = [k for k, tag in zip(batch.keys, batch.tags, strict=True) if not tag.get("is_padding", False)]
-        data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
-        # a tensordict LinkedList (a list) of the trajectories' extra_fields dicts
-        tainted = infra_tainted(list(data["extra_fields"])) if keys else 0
+        fields = ["extra_fields", "uid"]
+        data = (
+            tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=fields) if keys else {}
+        )
+        # a tensordict LinkedList (a list) of the trajectories' extra_fields dicts; uid: each one's prompt
+        extras = list(data["extra_fields"]) if keys else []
+        tainted = infra_tainted(extras)
         metrics[TRAINED_METRIC] = len(keys)
         metrics[TAINTED_METRIC] = tainted
+        if keys:
+            metrics.update(tool_use(extras, [str(uid) for uid in data["uid"]]))
         if tainted:
             log.error(
                 "%d of %d trajectories in this update met an infrastructure failure (an agent loop that"

@@ -329,16 +329,83 @@ def build_tiny_model(
 
 
 @dataclass(frozen=True)
+class Sampling:
+    """How training samples a job's responses (its composed verl config: `rollout.n`, the response and
+    prompt lengths, temperature, top-p, top-k), for the warm-up to measure the model the same way."""
+
+    rollouts: int
+    """Responses per prompt: one GRPO group."""
+    max_new_tokens: int
+    max_prompt_tokens: int
+    """verl's agent loop keeps a longer prompt's *last* this many tokens (the system prompt that
+    teaches the protocol goes first)."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    """-1: off, as verl and vLLM say it."""
+
+    @classmethod
+    def of_job(cls, job: Any) -> Sampling:
+        """The job's sampling as its training composes it (`extraArgs` included)."""
+        from trainer_entry import verl_config
+        from trainer_entry.translate import translate
+
+        rollout = verl_config.compose(
+            translate(job, "http://127.0.0.1:1").overrides
+        ).actor_rollout_ref.rollout
+        return cls(
+            rollouts=int(rollout.n),
+            max_new_tokens=int(rollout.response_length),
+            max_prompt_tokens=int(rollout.prompt_length),
+            temperature=float(rollout.temperature),
+            top_p=float(rollout.top_p),
+            top_k=int(rollout.top_k),
+        )
+
+    def generate_kwargs(self) -> dict[str, Any]:
+        """transformers' `generate` arguments that sample as verl's rollout does."""
+        if self.temperature <= 0:
+            return {"do_sample": False, "num_return_sequences": 1}
+        return {
+            "do_sample": True,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k if self.top_k > 0 else 0,  # 0: off in transformers (its default is 50)
+            "num_return_sequences": self.rollouts,
+        }
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """What the model does with held-out prompts, sampled."""
+
+    call_rate: float
+    """Share of sampled answers that call the tool."""
+    copy_rate: float
+    """Share of prompts with a call after which the model answers with the tool's output."""
+    group_rate: float | None = None
+    """Share of prompts of which at least one of `Sampling.rollouts` answers calls the tool: the GRPO
+    groups in which training sees the tool used (None: measured without the job's sampling)."""
+    prompts_cut: float = 0.0
+    """Share of prompts longer than the job's prompt length (left-truncated, as training does)."""
+
+
+@dataclass(frozen=True)
 class WarmUp:
     steps: int
     seconds: float
     loss: float
     call_rate: float
-    """Share of answers sampled (temperature 1) for held-out prompts that call the tool."""
+    """Share of answers sampled for held-out prompts that call the tool (temperature 1, or the job's
+    sampling when given one)."""
     copy_rate: float
     """Share of those calls after which the model answers with the tool's output."""
     goal_met: bool = False
     """Whether it stopped at its call and copy rates, not at its time bound."""
+    group_rate: float | None = None
+    """With the job's sampling: share of prompt groups (`rolloutsPerPrompt` answers) calling the tool."""
+    prompts_cut: float = 0.0
+    """With the job's sampling: share of prompts training will left-truncate (spec.data.maxPromptLength)."""
 
 
 def _example(
@@ -354,36 +421,62 @@ def _example(
 
 
 def _sampled_behaviour(
-    model: Any, tokenizer: Any, episode: Episode, prompts: list[Prompt], tools: list[dict[str, Any]]
-) -> tuple[float, float]:
-    """(call rate, copy rate) of sampled answers; after a call the true tool output is spliced in."""
+    model: Any,
+    tokenizer: Any,
+    episode: Episode,
+    prompts: list[Prompt],
+    tools: list[dict[str, Any]],
+    sampling: Sampling | None = None,
+) -> Behaviour:
+    """What the model does with `prompts`, sampled; after a call the true tool output is spliced in
+    to see whether it copies it. Without `sampling`, one answer per prompt at temperature 1 (up to 48
+    tokens); with it, as the job's training samples: `rollouts` answers per prompt, its lengths
+    (a longer prompt left-truncated, as verl's agent loop does), temperature, top-p and top-k."""
     import torch
 
-    calls = copies = 0
+    calls = groups = copies = cut = 0
+    answers = 0
     for prompt in prompts:
         parts = episode.parts(tokenizer, prompt, tools)
-        ids = torch.tensor([tokenizer.encode(parts[0][0], add_special_tokens=False)])
+        ids = tokenizer.encode(parts[0][0], add_special_tokens=False)
+        if sampling is not None:
+            cut += len(ids) > sampling.max_prompt_tokens
+            ids = ids[-sampling.max_prompt_tokens :]
+            how = {"max_new_tokens": sampling.max_new_tokens, **sampling.generate_kwargs()}
+        else:
+            how = {"max_new_tokens": 48, "do_sample": True, "temperature": 1.0}
+        tensor = torch.tensor([ids])
         out = model.generate(
-            ids,
-            max_new_tokens=48,
-            do_sample=True,
-            temperature=1.0,
+            tensor,
             pad_token_id=tokenizer.pad_token_id,
             stop_strings=episode.stops(),
             tokenizer=tokenizer,
+            **how,
         )
-        text = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
-        if not episode.calls(text):
+        texts = [tokenizer.decode(row[tensor.shape[1] :], skip_special_tokens=True) for row in out]
+        called = sum(episode.calls(text) for text in texts)
+        answers += len(texts)
+        calls += called
+        if not called:
             continue
-        calls += 1
+        groups += 1
         follow = "".join(text for text, _ in parts[:3])  # the call as taught, then the true output
-        ids = torch.tensor([tokenizer.encode(follow, add_special_tokens=False)])
+        follow_ids = torch.tensor([tokenizer.encode(follow, add_special_tokens=False)])
         out = model.generate(
-            ids, max_new_tokens=12, do_sample=True, temperature=1.0, pad_token_id=tokenizer.pad_token_id
+            follow_ids,
+            max_new_tokens=12,
+            do_sample=True,
+            temperature=1.0,
+            pad_token_id=tokenizer.pad_token_id,
         )
-        tail = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+        tail = tokenizer.decode(out[0, follow_ids.shape[1] :], skip_special_tokens=True)
         copies += tail.strip().split("<")[0].strip() == f"#### {prompt.answer}"
-    return calls / len(prompts), copies / max(calls, 1)
+    return Behaviour(
+        call_rate=calls / max(answers, 1),
+        copy_rate=copies / max(groups, 1),
+        group_rate=groups / len(prompts) if sampling is not None else None,
+        prompts_cut=cut / len(prompts),
+    )
 
 
 def warm_up(
@@ -396,6 +489,8 @@ def warm_up(
     seed: int = 0,
     prompts: list[Prompt] | None = None,
     tools: list[dict[str, Any]] | None = None,
+    sampling: Sampling | None = None,
+    min_group_rate: float = 0.75,
 ) -> WarmUp:
     """Supervised steps on answers that call a tool until the model calls it on held-out prompts.
 
@@ -405,7 +500,10 @@ def warm_up(
     does both, so its rewards vary within a group and RL has something to learn: that calling the
     tool pays. Stops when sampled answers call the tool at least `min_call_rate` of the time and
     copy its output after `min_copy_rate` of the calls (checked every 50 steps), or after `seconds`;
-    saves the model."""
+    saves the model. With the job's `sampling` the answers are sampled as its training will sample
+    them, and at least `min_group_rate` of the prompts' groups must call the tool too: a smoke run's
+    rollouts then call it in most groups (a rate measured otherwise promised calls that training,
+    sampling longer answers from a cut prompt, did not make)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -430,7 +528,7 @@ def warm_up(
         for p in (train * (512 // len(train) + 1))[:512]
     ]
     start, step, loss = time.monotonic(), 0, float("nan")
-    call_rate = copy_rate = 0.0
+    seen = Behaviour(call_rate=0.0, copy_rate=0.0)
     done = False
     while True:
         model.train()
@@ -451,13 +549,26 @@ def warm_up(
         if step % 50 == 0:
             model.eval()
             with torch.no_grad():
-                call_rate, copy_rate = _sampled_behaviour(model, tokenizer, episode, held_out, tools)
-            done = call_rate >= min_call_rate and copy_rate >= min_copy_rate
+                seen = _sampled_behaviour(model, tokenizer, episode, held_out, tools, sampling)
+            done = (
+                seen.call_rate >= min_call_rate
+                and seen.copy_rate >= min_copy_rate
+                and (seen.group_rate is None or seen.group_rate >= min_group_rate)
+            )
             if done or time.monotonic() - start >= seconds:
                 break
     model.save_pretrained(path)
     torch.set_num_threads(threads)
-    return WarmUp(step, time.monotonic() - start, loss, call_rate, copy_rate, done)
+    return WarmUp(
+        step,
+        time.monotonic() - start,
+        loss,
+        seen.call_rate,
+        seen.copy_rate,
+        done,
+        seen.group_rate,
+        seen.prompts_cut,
+    )
 
 
 def write_toy_data(
@@ -468,3 +579,31 @@ def write_toy_data(
     out = directory / "train.parquet"
     write_parquet(rows, out)
     return out
+
+
+def describe_sampling(sampling: Sampling | None) -> str:
+    if sampling is None:
+        return "one answer each at temperature 1"
+    top_k = f", top-k {sampling.top_k}" if sampling.top_k > 0 else ""
+    return (
+        f"sampled as the job's training will ({sampling.rollouts} answers each, up to "
+        f"{sampling.max_new_tokens} tokens, temperature {sampling.temperature:g}, "
+        f"top-p {sampling.top_p:g}{top_k})"
+    )
+
+
+def describe_behaviour(result: WarmUp) -> str:
+    groups = "" if result.group_rate is None else f", in {result.group_rate:.0%} of the prompts' groups"
+    return (
+        f"answers call the tool {result.call_rate:.0%} of the time{groups}, and answer with its output "
+        f"after {result.copy_rate:.0%} of the calls"
+    )
+
+
+def cut_prompts_message(share: float, sampling: Sampling | None) -> str:
+    limit = sampling.max_prompt_tokens if sampling else "?"
+    return (
+        f"{share:.0%} of the held-out prompts are longer than spec.data.maxPromptLength ({limit} tokens): "
+        "training keeps only their last tokens, so the system prompt that teaches the tool-call protocol "
+        "is cut first. Raise spec.data.maxPromptLength or shorten the prompts"
+    )

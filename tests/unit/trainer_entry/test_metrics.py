@@ -175,6 +175,23 @@ def test_infra_tainted_counts_trajectories_with_an_infra_call():
     assert infra_tainted(fields) == 1
 
 
+def test_tool_use_counts_trajectories_and_prompt_groups_with_a_call():
+    """A group is one prompt's rollouts (its uid); it used the tool when any of them called one."""
+    from trainer_entry.runner import CALLING_METRIC, GROUPS_CALLING_METRIC, tool_use
+
+    fields = [
+        {"tool_outcomes": ["ok"]},  # a: called
+        {},  # a
+        {"tool_outcomes": []},  # b: no call
+        None,  # b
+        {"tool_outcomes": ["error", "ok"]},  # c: called twice
+        {"tool_outcomes": ["timeout"]},  # c
+    ]
+    used = tool_use(fields, ["a", "a", "b", "b", "c", "c"])
+    assert used == {CALLING_METRIC: 3 / 6, GROUPS_CALLING_METRIC: 2 / 3}
+    assert tool_use([{}], ["a"]) == {CALLING_METRIC: 0.0, GROUPS_CALLING_METRIC: 0.0}
+
+
 RECORDED = Path(__file__).parent / "recorded"
 
 

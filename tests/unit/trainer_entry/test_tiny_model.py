@@ -78,41 +78,6 @@ def test_a_job_without_a_python_tool_is_taught_to_call_its_own(tmp_path):
         tm.episode_for("python-tags", tools)
 
 
-def test_the_warm_up_makes_the_tiny_model_call_the_jobs_tool_on_the_jobs_prompts(tmp_path, capsys):
-    """`tiny-model --spec job.json`: a hermes job on GSM8K-style prompts (the toy task's phrasing
-    appears nowhere), the way the GPU example is prepared. Measured: ~150 steps, ~1 min."""
-    prepare(
-        "gsm8k",
-        [SAMPLE],
-        tmp_path / "data",
-        split=False,
-        train_ratio=1.0,
-        max_samples=None,
-        seed=0,
-        tool="python",
-        protocol="hermes",
-    )
-    spec = {
-        "model": {"path": str(tmp_path / "model")},
-        "data": {"trainFiles": [str(tmp_path / "data" / "train.parquet")]},
-        "algorithm": {"totalTrainingSteps": 2},
-        "rollout": {"protocol": "hermes"},
-        "tools": [{"name": "python", "type": "python"}],
-        "reward": {"preset": "exact-match"},
-        "cluster": {"workers": {"replicas": 1, "gpusPerWorker": 1}},
-    }
-    job = tmp_path / "job.json"
-    job.write_text(json.dumps({"metadata": {"name": "smoke"}, "spec": spec}))
-    assert main(["tiny-model", str(tmp_path / "model"), "--spec", str(job), "--warm-up-seconds", "600"]) == 0
-    out = capsys.readouterr().out
-    assert f"warm-up on the job's prompts ({tmp_path / 'data' / 'train.parquet'}), protocol hermes" in out
-    rate = int(out.split("call the tool ")[1].split("%")[0])
-    assert rate >= 25, out
-    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "model")
-    question = tm.job_prompts(tmp_path / "data" / "train.parquet")[0].messages[1]["content"]
-    assert len(tokenizer.encode(question)) < len(question) / 2, "the tokenizer learnt the job's words"
-
-
 def test_a_protocol_other_than_the_jobs_is_refused(tmp_path, capsys):
     job = tmp_path / "job.json"
     spec = {
@@ -154,3 +119,54 @@ def test_a_hermes_job_with_a_function_tool_is_taught_to_call_the_function(tmp_pa
     tokenizer = tm.build_tokenizer()
     call = episode.parts(tokenizer, prompt, tools)[1][0]
     assert episode.calls(call) and '"name": "echo"' in call, call
+
+
+def test_the_warm_up_samples_as_the_jobs_training_composes_it(tmp_path):
+    """The job's group size, lengths and sampling, read from the verl config its training composes:
+    `extraArgs` included, and transformers' own top-k default (50) turned off as verl's -1 means."""
+    spec = {
+        "model": {"path": "m"},
+        "data": {"trainFiles": ["t.parquet"], "maxPromptLength": 300, "maxResponseLength": 40},
+        "algorithm": {"totalTrainingSteps": 2, "rolloutsPerPrompt": 6},
+        "rollout": {"protocol": "hermes"},
+        "tools": [{"name": "python", "type": "python"}],
+        "reward": {"preset": "exact-match"},
+        "cluster": {"workers": {"replicas": 1, "gpusPerWorker": 0}},
+        "trainer": {"extraArgs": ["actor_rollout_ref.rollout.temperature=0.7"]},
+    }
+    from trainer_entry.spec import parse_job
+
+    sampling = tm.Sampling.of_job(parse_job({"metadata": {"name": "j", "namespace": "d"}, "spec": spec}))
+    assert (sampling.rollouts, sampling.max_new_tokens, sampling.max_prompt_tokens) == (6, 40, 300)
+    assert (sampling.temperature, sampling.top_p, sampling.top_k) == (0.7, 1.0, -1)
+    assert sampling.generate_kwargs() == {
+        "do_sample": True,
+        "temperature": 0.7,
+        "top_p": 1.0,
+        "top_k": 0,
+        "num_return_sequences": 6,
+    }
+    greedy = tm.Sampling(rollouts=6, max_new_tokens=8, max_prompt_tokens=8, temperature=0.0)
+    assert greedy.generate_kwargs() == {"do_sample": False, "num_return_sequences": 1}
+
+
+def test_a_prompt_longer_than_the_jobs_is_cut_as_training_cuts_it(tiny_model):
+    """verl's agent loop keeps a long prompt's last tokens: the warm-up's measurement does the same and
+    says how many prompts lose their start (the system prompt that teaches the protocol)."""
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    tools = [tm.TOY_TOOL]
+    episode = tm.episode_for("python-tags", tools)
+    prompts = tm.toy_prompts(4, "python-tags")
+    length = len(
+        tokenizer.encode(episode.parts(tokenizer, prompts[0], tools)[0][0], add_special_tokens=False)
+    )
+    cut = tm.Sampling(rollouts=2, max_new_tokens=4, max_prompt_tokens=length - 1)
+    seen = tm._sampled_behaviour(model, tokenizer, episode, prompts, tools, cut)
+    assert seen.prompts_cut == 1.0 and seen.group_rate is not None
+    whole = tm.Sampling(rollouts=2, max_new_tokens=4, max_prompt_tokens=length + 64)
+    assert tm._sampled_behaviour(model, tokenizer, episode, prompts, tools, whole).prompts_cut == 0.0
+    message = tm.cut_prompts_message(1.0, cut)
+    assert f"spec.data.maxPromptLength ({length - 1} tokens)" in message and "system prompt" in message
