@@ -113,6 +113,11 @@ def startup_checks(job: Job, reward_file: Path | None) -> None:
             )
         )
         report("check", f"data {', '.join(here)}: readable, columns and protocol: ok")
+        cut = run.prompt_length_warning(job) if Path(job.spec["model"]["path"]).is_dir() else None
+        if cut:
+            report("warning", cut)
+        elif Path(job.spec["model"]["path"]).is_dir():
+            report("check", "prompts: the first of each training file fit spec.data.maxPromptLength")
 
     if job.spec["reward"]["preset"] != "custom":
         report("check", f"reward preset {job.spec['reward']['preset']}: built in")

@@ -37,6 +37,7 @@ from trainer_entry.translate import (
     mcp_tools,
     ray_gpus,
     ray_nodes,
+    tool_schema,
     translate,
 )
 from trainer_entry.verl_config import first_line
@@ -288,6 +289,9 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     check_model(job.spec["model"]["path"])
     verl_config.check(config)
     check_data(job)
+    cut = prompt_length_warning(job)
+    if cut:
+        print(f"trainer_entry: warning: {cut}", flush=True)
     check_checkpoint_dir(int(config.trainer.save_freq), str(config.trainer.default_local_dir))
     check_custom_reward(job, workdir)
     asyncio.run(wait_for_pool(env.pool_url, env.pool_wait_seconds))
@@ -384,6 +388,43 @@ def check_data(job: Job) -> None:
         check_columns(path)
     for note in notes:
         print(f"trainer_entry: note: {note}", flush=True)
+
+
+def prompt_length_warning(job: Job, sample: int = 64) -> str | None:
+    """What a user must hear when prompts are longer than `spec.data.maxPromptLength`: verl's agent loop
+    keeps only a longer prompt's last tokens (a warning per prompt in a worker's log), so the start of
+    the conversation goes, the system prompt that teaches the tool-call protocol first. Measured on the
+    first `sample` rows of each local training file, rendered with the model's tokenizer as the agent
+    loop renders them (hermes with the tools' schemas); None when they fit or nothing local can be read."""
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    model, data = job.spec["model"]["path"], job.spec["data"]
+    files = [f for f in data["trainFiles"] if "://" not in f and Path(f).is_file()]
+    if not files or not Path(model).is_dir():
+        return None
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    schemas = None
+    if job.spec["rollout"]["protocol"] == "hermes":  # mcp tools are listed by the pool, not known here
+        schemas = [tool_schema(t) for t in job.spec["tools"] if t["type"] != "mcp"]
+    limit, lengths = int(data["maxPromptLength"]), []
+    for path in files:
+        batch = next(pq.ParquetFile(path).iter_batches(batch_size=sample, columns=[PROMPT_COLUMN]), None)
+        for row in batch.to_pylist() if batch is not None else []:
+            text = tokenizer.apply_chat_template(
+                list(row[PROMPT_COLUMN]), tools=schemas, add_generation_prompt=True, tokenize=False
+            )
+            lengths.append(len(tokenizer.encode(text, add_special_tokens=False)))
+    long = [n for n in lengths if n > limit]
+    if not long:
+        return None
+    return (
+        f"spec.data: {len(long)} of the first {len(lengths)} prompts are longer than "
+        f"spec.data.maxPromptLength ({limit} tokens; the longest {max(long)}): verl keeps only their "
+        f"last {limit} tokens, so their start, the system prompt that teaches the tool-call protocol, "
+        "is cut and the model is not told how to call its tools; set spec.data.maxPromptLength to at "
+        f"least {max(long)} or shorten the prompts"
+    )
 
 
 # The columns verl reads from every row: the prompt (`data.prompt_key`, which the job leaves at verl's

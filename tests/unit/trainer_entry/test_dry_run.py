@@ -430,3 +430,43 @@ def test_with_the_overlong_penalty_a_reward_is_checked_as_verls_dapo_manager_cal
         r"spec.reward.overlongPenalty uses, hands on the row's own extra_info alone",
     ):
         check_custom_reward(j, tmp_path)
+
+
+@pytest.mark.parametrize("limit", [40, 2048])
+def test_prompts_longer_than_the_jobs_prompt_length_are_a_warning_with_the_length_needed(
+    tmp_path, capsys, tiny_model, limit
+):
+    """verl's agent loop keeps a longer prompt's last tokens and says so only in a worker's log: the
+    system prompt that teaches the protocol (hermes: with the tools' schemas) is cut. The start-up check
+    renders the first rows as the loop does, with the job's model, and says what length they need."""
+    from transformers import AutoTokenizer
+
+    data = gsm8k_data(tmp_path / "train.parquet")
+    spec = {
+        **SPEC,
+        "model": {"path": str(tiny_model)},
+        "data": {"trainFiles": [str(data)], "maxPromptLength": limit},
+    }
+    (tmp_path / "job.json").write_text(json.dumps({"metadata": {"name": "j"}, "spec": spec}))
+    assert main(["run", "--spec", str(tmp_path / "job.json"), "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    prompt = list(read_rows(data)[0]["prompt"])
+    schemas = translate(job(**spec), POOL).tool_config["tools"][0]["tool_schema"]
+    text = tokenizer.apply_chat_template(prompt, tools=[schemas], add_generation_prompt=True, tokenize=False)
+    needed = len(tokenizer.encode(text, add_special_tokens=False))
+    assert (limit < needed) == (limit == 40), needed  # the small limit cuts, the large one does not
+    if limit < needed:
+        said = (
+            f"warning: spec.data: 1 of the first 1 prompts are longer than spec.data.maxPromptLength ({limit}"
+        )
+        assert said in err and f"the longest {needed})" in err and f"at least {needed}" in err, err
+        assert "system prompt that teaches the tool-call protocol" in err, err
+    else:
+        assert "check: prompts: the first of each training file fit spec.data.maxPromptLength" in err, err
+
+
+def read_rows(path: Path) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
