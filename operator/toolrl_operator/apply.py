@@ -1,6 +1,6 @@
 """The operator's own calls to the API server (kopf's watches aside): server-side apply of the
-children and of the job's status (`apply`, `apply_status`), Events (`create`), and reads (`get`, the
-autoscaler's pod lists through `request`).
+children, of the job's status and of the tool pool's size (`apply`, `apply_status`, `apply_scale`),
+Events (`create`), and reads (`get`, the autoscaler's pod lists through `request`).
 
 Server-side apply makes create-or-update one idempotent call with no read-modify-write race;
 `force` takes back fields the operator owns if someone else changed them.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
 
@@ -70,6 +71,21 @@ def resource_path(api_version: str, kind: str, namespace: str, name: str = "", s
     if sub:
         path += f"/{sub}"
     return path
+
+
+def owns(obj: Mapping[str, Any], manager: str, *path: str) -> bool:
+    """Whether `manager` owns the field at `path` of `obj`, by server-side apply's record
+    (metadata.managedFields; a write through a subresource such as `scale` is recorded under the
+    object's own path, `spec.replicas`)."""
+    for entry in obj.get("metadata", {}).get("managedFields") or []:
+        if entry.get("manager") != manager:
+            continue
+        fields = entry.get("fieldsV1")
+        for part in path:
+            fields = fields.get(f"f:{part}") if isinstance(fields, dict) else None
+        if fields is not None:
+            return True
+    return False
 
 
 class Kube:
@@ -162,4 +178,24 @@ class Kube:
             body,
             content_type=APPLY_PATCH,
             query={"fieldManager": field_manager or self.field_manager, "force": "true"},
+        )
+
+    def apply_scale(
+        self, api_version: str, kind: str, namespace: str, name: str, replicas: int, field_manager: str
+    ) -> dict[str, Any]:
+        """Server-side apply of the object's size through its `scale` subresource (autoscaling/v1
+        Scale), the way HPA and KEDA size a Deployment: `field_manager` then owns `spec.replicas`, and
+        no other field, of the object (a Scale of the same size makes it an owner too)."""
+        body = {
+            "apiVersion": "autoscaling/v1",
+            "kind": "Scale",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"replicas": replicas},
+        }
+        return self.request(
+            "PATCH",
+            resource_path(api_version, kind, namespace, name, "scale"),
+            body,
+            content_type=APPLY_PATCH,
+            query={"fieldManager": field_manager, "force": "true"},
         )

@@ -19,7 +19,7 @@ from .rayjob import build_ray_network_policy, build_rayjob
 from .rbac import build_role, build_role_binding, build_service_account
 from .settings import Settings
 from .status import finished
-from .toolpool import build_deployment, build_network_policy, build_pdb, build_service
+from .toolpool import Pool, build_deployment, build_network_policy, build_pdb, build_service
 
 Builder = Callable[[Job, Settings, "Live"], "list[dict[str, Any]]"]
 WATCH_VERBS = ("list", "watch")
@@ -29,9 +29,11 @@ APPLY_VERBS = ("create", "patch")  # server-side apply: patch, and create when a
 @dataclass(frozen=True)
 class Live:
     """What a builder may need of the live children: the RayJob's spec.suspend (Kueue owns it
-    while a queued job waits), None before the RayJob exists."""
+    while a queued job waits), None before the RayJob exists; the pool Deployment's size and who
+    owns it (toolpool.manifest_replicas), None before it exists."""
 
     rayjob_suspend: bool | None = None
+    pool: Pool | None = None
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ def _one(build: Callable[[Job], dict[str, Any]]) -> Builder:
 
 
 def _deployment(job: Job, settings: Settings, live: Live) -> list[dict[str, Any]]:
-    return [build_deployment(job, settings)]
+    return [build_deployment(job, settings, live.pool)]
 
 
 def _rayjob(job: Job, settings: Settings, live: Live) -> list[dict[str, Any]]:
@@ -113,13 +115,11 @@ BY_KIND = {child.kind: child for child in CHILD_KINDS}
 
 def status_read_by_builders(status: Mapping[str, Any]) -> dict[str, Any]:
     """The only fields of a job's status that the builders read: whether it finished (no RayJob
-    again, no pool) and the autoscaler's size. The sync builds again only when these, the metadata
-    or the spec change (reconcile.inputs_key), so a builder that reads another status field must
-    add it here (tests/unit/operator/test_builders.py checks the builders against a full status)."""
-    return {
-        "phase": status.get("phase"),
-        "desiredReplicas": (status.get("toolPool") or {}).get("desiredReplicas"),
-    }
+    again, no pool). The sync builds again only when these, the metadata, the spec or what it knows
+    of the live children change (reconcile.inputs_key), so a builder that reads another status
+    field must add it here (tests/unit/operator/test_builders.py checks the builders against a full
+    status)."""
+    return {"phase": status.get("phase")}
 
 
 def build_children(job: Job, settings: Settings, live: Live | None = None) -> list[dict[str, Any]]:

@@ -15,9 +15,10 @@ from typing import Any
 
 import kopf
 
-from .apply import Kube, load_api_client
+from .apply import Kube, load_api_client, owns
 from .children import CHILD_KINDS
 from .naming import (
+    AUTOSCALER_FIELD_MANAGER,
     COMPONENT_TOOL_POOL,
     FIELD_MANAGER,
     GROUP,
@@ -191,10 +192,13 @@ def rayjob_view(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def deployment_view(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of the pool Deployment the status, the sync and the autoscaler need; of its
+    managedFields, whether the autoscaler's field manager owns spec.replicas (toolpool.py)."""
     return {
         "metadata": {"name": body["metadata"]["name"], "generation": body["metadata"].get("generation", 0)},
         "spec": {"replicas": body.get("spec", {}).get("replicas", 0)},
         "status": plain(body.get("status") or {}),
+        "autoscaled": owns(body, AUTOSCALER_FIELD_MANAGER, "spec", "replicas"),
     }
 
 

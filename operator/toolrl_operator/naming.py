@@ -13,7 +13,8 @@ PLURAL = "toolrljobs"
 
 MANAGED_BY = "toolrl-operator"
 # Server-side apply field managers: the operator's (children, its status fields) and the
-# autoscaler's (status.toolPool.desiredReplicas and the AutoscalerHealthy condition).
+# autoscaler's (the pool Deployment's spec.replicas, through its scale subresource: toolpool.py;
+# status.toolPool.desiredReplicas and the AutoscalerHealthy condition).
 FIELD_MANAGER = "toolrl-operator"
 AUTOSCALER_FIELD_MANAGER = "toolrl-operator-autoscaler"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"

@@ -21,9 +21,13 @@ still hold (its watch shows the same resourceVersion): any edit, deletion or sta
 child changes its resourceVersion and gets it applied again. The periodic resync applies every
 child regardless (server-side apply of an unchanged object is a no-op write): it repairs what no
 watch reports, a deletion in a watch gap or any change of an unwatched kind (the ScaledObject).
-A child whose uid changed across an apply was re-created, and the job's Events say so. The
-autoscaler's replica count reaches the Deployment through the job's
-`status.toolPool.desiredReplicas` (tool pool builder), so applying never fights it.
+A child whose uid changed across an apply was re-created, and the job's Events say so.
+
+The pool's size is left out of the operator's apply of its Deployment once the autoscaler's field
+manager owns it: the autoscaler writes it through the Deployment's scale subresource, and so does
+the sync, as that manager, only where it must change whatever the autoscaler decides (0 while the
+job is suspended or finished, back within edited bounds) or to hand a new pool's size over to that
+manager (toolpool.py says who writes it when). Applying never fights the autoscaler.
 
 Threads: the watches (on the event loop) and the syncs (on worker threads) share a job's
 `JobState`; what both touch (`live`, `pods`) is read and written under its lock, which is never
@@ -53,7 +57,14 @@ from .children import BY_KIND, Live, build_children, status_read_by_builders
 from .job import Job, SpecError, parse_job
 from .keda import KedaConfigError, explain_api_error
 from .metrics import PHASES, RECONCILE_DURATION, RECONCILE_ERRORS
-from .naming import API_VERSION, COMPONENT_TOOL_POOL, COMPONENT_TRAINER, KIND
+from .naming import (
+    API_VERSION,
+    AUTOSCALER_FIELD_MANAGER,
+    COMPONENT_TOOL_POOL,
+    COMPONENT_TRAINER,
+    KIND,
+    tool_pool_name,
+)
 from .settings import Settings
 from .status import (
     FAILED,
@@ -67,6 +78,7 @@ from .status import (
     now,
     status_changes,
 )
+from .toolpool import Pool, resize
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -147,12 +159,13 @@ def manifest_hash(manifest: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def inputs_key(job: Job, settings: Settings, rayjob_suspend: bool | None) -> bytes:
-    """A digest of everything the builders read: the job's metadata (less its resourceVersion,
-    which every write of its status changes) and spec, the fields of its status they read (not the
-    conditions and messages every status write changes), the settings, the RayJob's suspend."""
+def inputs_key(job: Job, settings: Settings, live: Live) -> bytes:
+    """A digest of everything the builders (and the pool's resize) read: the job's metadata (less
+    its resourceVersion, which every write of its status changes) and spec, the fields of its status
+    they read (not the conditions and messages every status write changes), the settings, what they
+    know of the live children (the RayJob's suspend, the pool's size and its owner)."""
     meta = {k: v for k, v in job.metadata.items() if k != "resourceVersion"}
-    inputs = [meta, job.body.get("spec"), status_read_by_builders(job.status), repr(settings), rayjob_suspend]
+    inputs = [meta, job.body.get("spec"), status_read_by_builders(job.status), repr(settings), repr(live)]
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).digest()
 
 
@@ -417,16 +430,19 @@ class Reconciler:
         """Apply the children that may differ from the cluster; what to announce. The builders are
         pure: inputs equal to the last sync's give the same manifests, so while every child is
         applied as built and its watch shows that apply's resourceVersion, nothing is built."""
-        suspend = rayjob["spec"]["suspend"] if rayjob else None
+        seen = Live(
+            rayjob_suspend=rayjob["spec"]["suspend"] if rayjob else None,
+            pool=_pool(first(self.deployments.get((job.namespace, job.name)))),
+        )
         with state.lock:
             reapply, state.reapply = state.reapply, False
             live = dict(state.live)
-        key = inputs_key(job, self.settings, suspend)
+        key = inputs_key(job, self.settings, seen)
         if not reapply and state.built is not None and state.built[0] == key:
             applied = state.applied
             if all(_current(applied.get(child), digest, live.get(child)) for child, digest in state.built[1]):
                 return []
-        children = build_children(job, self.settings, Live(rayjob_suspend=suspend))
+        children = build_children(job, self.settings, seen)
         due, built = [], []
         for manifest in children:
             child = (manifest["kind"], manifest["metadata"]["name"])
@@ -436,8 +452,9 @@ class Reconciler:
                 due.append((child, digest, manifest))
         state.built = (key, tuple(built))
         try:
-            return self._apply_due(job, rayjob, state, due)
+            return self._apply_due(job, rayjob, state, due, resize(job, seen.pool))
         except Exception:
+            state.built = None  # the cache knows the children, not a resize: the next sync builds again
             if reapply:  # what this resync's pass did not get through is applied in full next time
                 with state.lock:
                     state.reapply = True
@@ -449,6 +466,7 @@ class Reconciler:
         rayjob: dict[str, Any] | None,
         state: JobState,
         due: list[tuple[ChildId, str, dict[str, Any]]],
+        size: int | None = None,
     ) -> list[tuple[str, str, str]]:
         announcements: list[tuple[str, str, str]] = []
         others = [item for item in due if not BY_KIND[item[0][0]].after_others]
@@ -459,6 +477,11 @@ class Reconciler:
             try:
                 announcements += _remember(state, child, digest, future.result())
             except Exception as err:  # the others are still remembered: not re-applied next time
+                failure = failure or err
+        if size is not None:  # after the Deployment's apply: a hand-over follows the size it applied
+            try:
+                self._resize(job, size)
+            except Exception as err:  # a pool still goes to 0 on suspension when another child fails
                 failure = failure or err
         if failure is not None:
             raise failure
@@ -486,6 +509,17 @@ class Reconciler:
             raise ChildError(kind, name, cause) from err
         except Exception as err:
             raise ChildError(kind, name, err) from err
+
+    def _resize(self, job: Job, replicas: int) -> None:
+        """Size the pool through its Deployment's scale subresource, as the autoscaler's field manager
+        (toolpool.resize says when); a failure raises ChildError, which names the Deployment."""
+        name = tool_pool_name(job.name)
+        try:
+            self.kube.apply_scale(
+                "apps/v1", "Deployment", job.namespace, name, replicas, AUTOSCALER_FIELD_MANAGER
+            )
+        except Exception as err:
+            raise ChildError("Deployment", name, err) from err
 
     def _write_status(
         self,
@@ -561,6 +595,13 @@ def overlay(status: Mapping[str, Any], ours: Mapping[str, Any]) -> dict[str, Any
         else:
             merged[key] = value
     return merged
+
+
+def _pool(deployment: Mapping[str, Any] | None) -> Pool | None:
+    """The pool Deployment's index view (handlers.deployment_view) as the builders read it."""
+    if deployment is None:
+        return None
+    return Pool(int(deployment["spec"]["replicas"]), bool(deployment.get("autoscaled")))
 
 
 def _first_cause(state: JobState, component: str) -> tuple[str, str] | None:

@@ -126,8 +126,6 @@ class Signals:
     problem: str = ""  # why the load is unknown
     phase: str | None = None  # the trainer's rollout phase, None when it publishes none
     expected_calls: float | None = None  # calls the coming generation phase is expected to make
-    # the size last decided (status.toolPool.desiredReplicas), which the Deployment may not follow yet
-    desired_replicas: int | None = None
 
 
 @dataclass(frozen=True)
@@ -170,9 +168,8 @@ def decide(policy: Policy, state: State, sig: Signals) -> Decision:
     """One autoscaling decision: desired replicas, the reason, and the state to keep."""
     now = sig.now
     if sig.load is None:
-        # the size holds where the last decision put it: the Deployment's may lag it by a sync, and
-        # holding that would undo a scale just decided (new pods give no load until they are ready)
-        held = policy.clamp(sig.current_replicas if sig.desired_replicas is None else sig.desired_replicas)
+        # the size holds: the Deployment's is the last decision (the loop writes it there directly)
+        held = policy.clamp(sig.current_replicas)
         return Decision(
             held, METRICS_UNAVAILABLE, f"holding {held} replicas: {sig.problem or 'no load metrics'}", state
         )

@@ -5,9 +5,11 @@ Every `autoscaler_interval_seconds` the loop takes the jobs and their pool Deplo
 operator's in-memory indexes, and for each job (a bounded number at a time) reads the pool's
 load and the trainer's phase (signals: from Prometheus, or scraped from the ready pool pods and Ray
 head that the reconciler's pod watch last saw; nothing is listed), asks the pure decision function
-(scale_decision) for a size and writes it to `status.toolPool.desiredReplicas`; the reconcile
-handlers make the Deployment follow. Each change of size is an Event with the inputs; while the
-metrics cannot be trusted the size holds and the `AutoscalerHealthy` condition says why.
+(scale_decision) for a size and, where it differs from the Deployment's, writes it through the
+Deployment's scale subresource as HPA does (its own field manager, which the operator's apply of the
+Deployment leaves the field to: toolpool.py says who writes the size when). The decision is
+reported in `status.toolPool.desiredReplicas`. Each change of size is an Event with the inputs;
+while the metrics cannot be trusted the size holds and the `AutoscalerHealthy` condition says why.
 
 One loop, not a kopf daemon or timer per job: kopf puts a finalizer on every object that has
 one, so without a running operator a job (and its namespace) could never be deleted; and 200
@@ -35,7 +37,7 @@ from .apply import ApiError
 from .handlers import cancel_background, first, index, runtime
 from .job import Job, SpecError, parse_job
 from .keda import uses_keda
-from .naming import API_VERSION, AUTOSCALER_FIELD_MANAGER, KIND
+from .naming import API_VERSION, AUTOSCALER_FIELD_MANAGER, KIND, tool_pool_name
 from .status import now, pool_stopped
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,7 @@ CONDITION = "AutoscalerHealthy"
 # Jobs read and decided at once: enough that pods timing out (3 s) in many pools do not stretch a
 # tick much past the interval, few enough to keep a burst of new jobs cheap.
 CONCURRENCY = 64
-API_THREADS = 8  # the loop's blocking API calls (writing status, posting Events)
+API_THREADS = 8  # the loop's blocking API calls (sizing pools, writing status, posting Events)
 # A hold is announced as a Warning once it lasts this long: a new pool pod waits for Prometheus's
 # service discovery and first scrape (the chart's PodMonitors scrape every 15 s; seen on the local
 # cluster: "no scrape target" for the first seconds of every job), a pod restart as long.
@@ -93,6 +95,7 @@ async def start(memo: kopf.Memo, **kwargs: Any) -> None:
     """Start the loop; it reads the indexes, which fill as kopf's watches come in."""
     jobs, deployments = index(kwargs, "jobs"), index(kwargs, "deployments")
     interval = runtime().settings.autoscaler_interval_seconds
+
     # the pods as the reconciler's pod watch sees them (it starts beside this loop: read at each tick)
     def pods(key: Key) -> ReadyPods:
         reconciler = getattr(memo, "reconciler", None)
@@ -198,7 +201,7 @@ class JobScaler:
         self.namespace, self.name = namespace, name
         self.threads = threads
         self.state = scale_decision.State()
-        self.written: tuple[int | None, dict[str, Any] | None] | None = None  # desired, condition
+        self.written: tuple[int | None, dict[str, Any] | None] | None = None  # reported: size, condition
         self.holding_since: float | None = None  # monotonic start of the current hold, if any
         self.warned = False  # the current hold's Warning is out
 
@@ -213,7 +216,6 @@ class JobScaler:
         current = int(deployment["spec"].get("replicas", 0))
         ready = int(deployment["status"].get("readyReplicas", 0))
         reading = await read(current)
-        written_replicas, _ = self.last_written(job.body)
         decision = scale_decision.decide(
             policy,
             self.state,
@@ -225,7 +227,6 @@ class JobScaler:
                 problem=reading.problem,
                 phase=reading.phase,
                 expected_calls=reading.expected_calls,
-                desired_replicas=written_replicas,
             ),
         )
         self.state = decision.state
@@ -235,8 +236,10 @@ class JobScaler:
         await self.publish(job.body, decision, current, reading)
 
     def last_written(self, job: Mapping[str, Any]) -> tuple[int | None, dict[str, Any] | None]:
-        """The size and condition this loop last wrote; at its first tick of a job (an operator
-        restart), what the job's status already says."""
+        """The size and condition this loop last reported in the job's status; at its first tick of
+        a job (an operator restart), what the status already says. (The size itself is compared with
+        the Deployment's spec.replicas, which the loop writes directly: what the pool runs, also
+        after the sync set it — 0 for a suspended job, a clamp to edited bounds — or someone scaled it.)"""
         if self.written is None:
             status = job.get("status") or {}
             mine = next((c for c in status.get("conditions", []) if c.get("type") == CONDITION), None)
@@ -251,9 +254,9 @@ class JobScaler:
         current: int,
         reading: signals.Reading,
     ) -> None:
-        """Write the size and the condition when either changes (one server-side apply, as the
-        autoscaler's own field manager: no read, no conflict with the operator's fields);
-        announce each change."""
+        """Size the pool where the decision differs from its Deployment, and announce it; report the
+        decision and the condition when either changes. Both are server-side applies as the
+        autoscaler's own field manager: no read, no conflict with the operator's fields."""
         written_replicas, written_condition = self.last_written(job)
         healthy = reading.load is not None
         generation = int(job["metadata"].get("generation") or 1)
@@ -263,6 +266,23 @@ class JobScaler:
             written_condition.get(k) == wanted[k] for k in compared
         )
         await self.warn_of_a_long_hold(job, healthy, decision.message)
+        if decision.replicas != current:
+            try:
+                await _blocking(
+                    self.threads,
+                    runtime().kube.apply_scale,
+                    "apps/v1",
+                    "Deployment",
+                    self.namespace,
+                    tool_pool_name(self.name),
+                    decision.replicas,
+                    AUTOSCALER_FIELD_MANAGER,
+                )
+            except ApiError as err:
+                if err.status == 404:
+                    return  # the pool or the job is gone; the sync re-creates it, or the next tick forgets it
+                raise
+            await self.announce(job, events.NORMAL, events.TOOL_POOL_SCALED, decision.message)
         if decision.replicas == written_replicas and same_condition:
             return
         body = {"toolPool": {"desiredReplicas": decision.replicas}, "conditions": [wanted]}
@@ -282,8 +302,6 @@ class JobScaler:
                 return  # the job is gone; the next tick forgets it
             raise
         self.written = (decision.replicas, wanted)
-        if decision.replicas != written_replicas and decision.replicas != current:
-            await self.announce(job, events.NORMAL, events.TOOL_POOL_SCALED, decision.message)
 
     async def warn_of_a_long_hold(self, job: Mapping[str, Any], healthy: bool, message: str) -> None:
         """One Warning per hold that outlasts HOLDING_WARNING_AFTER_SECONDS. The condition says at once

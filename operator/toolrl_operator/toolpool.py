@@ -1,9 +1,25 @@
-"""The tool pool: a hardened Deployment of tool_sandbox, its Service, PDB and NetworkPolicy."""
+"""The tool pool: a hardened Deployment of tool_sandbox, its Service, PDB and NetworkPolicy.
+
+The pool's size, the Deployment's `spec.replicas`, has one writer in each situation, kept apart by
+server-side apply's field ownership:
+- `toolPool.autoscaler: keda`: KEDA's HPA; the operator leaves the field out.
+- otherwise the autoscaler's field manager (AUTOSCALER_FIELD_MANAGER), through the Deployment's
+  `scale` subresource as HPA writes it: the autoscaler loop (scale_loop.py) within [min, max] while
+  the job runs; the sync (reconcile.py, `resize`) where the size must change whatever the loop
+  decides: 0 while the job is suspended or finished (the loop leaves those alone), back within
+  [min, max] when it resumes or its bounds are edited.
+- a pool the autoscaler's manager does not own yet (a new one, created at `min`; one sized by an
+  earlier version of the operator or scaled by someone else): the operator's own apply
+  (`manifest_replicas`), until the sync hands the field over with a Scale of the same size. A field
+  that its only manager stops applying is removed (a Deployment's replicas then default to 1), so
+  the operator's apply leaves it out only once the autoscaler's manager owns it too.
+"""
 
 from __future__ import annotations
 
 import copy
 import ipaddress
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -73,17 +89,39 @@ def server_args(spec: Spec) -> list[str]:
     return args
 
 
-def desired_replicas(job: Job) -> int:
-    """Replicas the pool should run: 0 when suspended or finished (no trainer left to serve),
-    else the autoscaler's choice clamped to [min, max], else min. The autoscaler owns
-    `status.toolPool.desiredReplicas`."""
+@dataclass(frozen=True)
+class Pool:
+    """The pool Deployment as its watch last showed it (handlers.deployment_view)."""
+
+    replicas: int  # spec.replicas
+    autoscaled: bool  # the autoscaler's field manager owns spec.replicas (apply.owns)
+
+
+def pool_size(job: Job, current: int | None) -> int:
+    """The size the pool must have whatever the autoscaler decides: 0 when suspended or finished (no
+    trainer left to serve), else `current` clamped to [min, max] (min for a new pool: None)."""
     if pool_stopped(job):
         return 0
     policy = Policy.from_job_spec(job.spec)
-    wanted = job.status.get("toolPool", {}).get("desiredReplicas")
-    if wanted is None:
-        return policy.min_replicas
-    return policy.clamp(int(wanted))
+    return policy.min_replicas if current is None else policy.clamp(current)
+
+
+def manifest_replicas(job: Job, pool: Pool | None) -> int | None:
+    """`spec.replicas` in the operator's own apply of the Deployment; None leaves it to its owner
+    (KEDA's HPA, or the autoscaler's field manager once that owns it)."""
+    if uses_keda(job) or (pool is not None and pool.autoscaled):
+        return None
+    return pool_size(job, pool.replicas if pool else None)
+
+
+def resize(job: Job, pool: Pool | None) -> int | None:
+    """The size the sync writes through the pool's scale subresource, as the autoscaler's field
+    manager: the pool's `pool_size` where the live one differs, or where that manager does not own
+    it yet (the hand-over: the same size); None for no write (KEDA's pool, no pool yet)."""
+    if uses_keda(job) or pool is None:
+        return None
+    size = pool_size(job, pool.replicas)
+    return size if size != pool.replicas or not pool.autoscaled else None
 
 
 def _needs_data(spec: Spec) -> bool:
@@ -110,7 +148,8 @@ def config_sources(job: Job) -> list[dict[str, Any]]:
     return sources
 
 
-def build_deployment(job: Job, settings: Settings) -> dict[str, Any]:
+def build_deployment(job: Job, settings: Settings, live: Pool | None = None) -> dict[str, Any]:
+    """The pool's Deployment; `live`: the one in the cluster, None before it exists (manifest_replicas)."""
     name = job.name
     spec = job.spec
     pool = spec.tool_pool
@@ -173,7 +212,6 @@ def build_deployment(job: Job, settings: Settings) -> dict[str, Any]:
         "kind": "Deployment",
         "metadata": child_metadata(job.body, tool_pool_name(name), COMPONENT_TOOL_POOL),
         "spec": {
-            "replicas": desired_replicas(job),
             "selector": {"matchLabels": selector_labels(name, COMPONENT_TOOL_POOL)},
             "template": {
                 "metadata": {
@@ -184,8 +222,9 @@ def build_deployment(job: Job, settings: Settings) -> dict[str, Any]:
             },
         },
     }
-    if uses_keda(job):
-        del deployment["spec"]["replicas"]  # KEDA's HPA owns it
+    replicas = manifest_replicas(job, live)
+    if replicas is not None:
+        deployment["spec"]["replicas"] = replicas
     return deployment
 
 

@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 import yaml
 from harness.operator_process import CHILD_KINDS, get_json, job_events, small_job, wait_until
+from kubernetes import config
+from toolrl_operator.apply import Kube
+from toolrl_operator.naming import AUTOSCALER_FIELD_MANAGER, FIELD_MANAGER
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolrljob.yaml"
 JOB = "gsm8k-python"
@@ -263,11 +266,19 @@ def test_suspend_and_resume(cluster, namespace, operator) -> None:
 
 
 # The autoscaler's loop stays out of this test (its first tick comes before the job, the next a day
-# later): the test writes the autoscaler's field itself, and a tick between the write and the
-# Deployment's update (the size holds at the Deployment's while the kwok pods give no metrics, and a
-# changed AutoscalerHealthy message rewrites it) put it back. The loop is tested with real load in
-# test_autoscaler_prometheus.
+# later): the sizes the test sees are the sync's and those it writes itself as the autoscaler does.
+# The loop is tested with real load in test_autoscaler_prometheus.
 AUTOSCALER_IDLE = {"TOOLRL_AUTOSCALER_INTERVAL_SECONDS": "86400"}
+
+
+def size_owners(cluster, namespace: str) -> set[str]:
+    """The field managers that own the pool Deployment's spec.replicas, as the API server records them."""
+    dep = get_json(cluster, "deployment", f"{JOB}-tools", "-n", namespace, "--show-managed-fields")
+    fields = [
+        (m["manager"], (m.get("fieldsV1") or {}).get("f:spec") or {})
+        for m in dep["metadata"]["managedFields"]
+    ]
+    return {manager for manager, spec in fields if "f:replicas" in spec}
 
 
 @pytest.mark.parametrize("operator_env", [AUTOSCALER_IDLE], ids=["autoscaler-idle"])
@@ -275,6 +286,12 @@ def test_tool_pool_edits_autoscaler_replicas_and_deleted_children(cluster, names
     job = small_job(JOB)
     apply(cluster, namespace, job)
     wait_phase(cluster, namespace, "Running")
+    assert pool_replicas(cluster, namespace) == 1, "created at replicas.min"
+    # The sync hands the new pool's size to the autoscaler's field manager, then leaves it out of its
+    # own apply (issue 36): one owner, which the operator's apply never fights.
+    wait_until(
+        lambda: size_owners(cluster, namespace) == {AUTOSCALER_FIELD_MANAGER}, 60, "the size handed over"
+    )
     old_checksum = get_json(cluster, "deployment", f"{JOB}-tools", "-n", namespace)["spec"]["template"][
         "metadata"
     ]["annotations"]["toolrl.dev/tools-checksum"]
@@ -292,7 +309,8 @@ def test_tool_pool_edits_autoscaler_replicas_and_deleted_children(cluster, names
     dep = wait_until(pool_applied, 60, "the tool pool scaled to the new min")
     container = dep["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["requests"] == {"cpu": "500m", "memory": "1Gi"}
-    assert dep["spec"]["template"]["metadata"]["annotations"]["toolrl.dev/tools-checksum"] != old_checksum
+    checksum = dep["spec"]["template"]["metadata"]["annotations"]["toolrl.dev/tools-checksum"]
+    assert checksum != old_checksum
     cm = get_json(cluster, "configmap", f"{JOB}-config", "-n", namespace)
     tools = yaml.safe_load(cm["data"]["tools.yaml"])
     assert tools["tools"][0]["timeoutSeconds"] == 20
@@ -302,19 +320,30 @@ def test_tool_pool_edits_autoscaler_replicas_and_deleted_children(cluster, names
         "status.toolPool 3/3",
     )
 
-    # The autoscaler (issue 7) writes status.toolPool.desiredReplicas; the Deployment follows it.
-    cluster.kubectl(
-        "patch",
-        "trj",
-        JOB,
-        "-n",
-        namespace,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        '{"status":{"toolPool":{"desiredReplicas":5}}}',
-    )
-    wait_until(lambda: pool_replicas(cluster, namespace) == 5, 60, "the Deployment following desiredReplicas")
+    # The autoscaler sizes the pool through the Deployment's scale subresource, as HPA does; an
+    # edit that makes the operator apply the Deployment again keeps that size (not min, not 1).
+    kube(cluster).apply_scale("apps/v1", "Deployment", namespace, f"{JOB}-tools", 5, AUTOSCALER_FIELD_MANAGER)
+    edited["spec"]["tools"][0]["timeoutSeconds"] = 30
+    apply(cluster, namespace, edited)
+
+    def template_applied() -> dict[str, Any] | None:
+        dep = get_json(cluster, "deployment", f"{JOB}-tools", "-n", namespace)
+        annotations = dep["spec"]["template"]["metadata"]["annotations"]
+        return dep if annotations["toolrl.dev/tools-checksum"] != checksum else None
+
+    assert wait_until(template_applied, 60, "the Deployment applied again")["spec"]["replicas"] == 5
+    assert size_owners(cluster, namespace) == {AUTOSCALER_FIELD_MANAGER}
+
+    # Bounds edited below the size: clamped at once. Suspended: 0; resumed: back at min.
+    edited["spec"]["toolPool"]["replicas"] = {"min": 3, "max": 4}
+    apply(cluster, namespace, edited)
+    wait_until(lambda: pool_replicas(cluster, namespace) == 4, 60, "the pool clamped to the new max")
+    edited["spec"]["suspend"] = True
+    apply(cluster, namespace, edited)
+    wait_until(lambda: pool_replicas(cluster, namespace) == 0, 60, "the suspended job's pool at 0")
+    edited["spec"]["suspend"] = False
+    apply(cluster, namespace, edited)
+    wait_until(lambda: pool_replicas(cluster, namespace) == 3, 60, "the resumed job's pool back at min")
 
     # A deleted child comes back.
     cluster.kubectl("delete", "service", f"{JOB}-tools", "-n", namespace)
@@ -337,6 +366,41 @@ def test_delete_removes_everything(cluster, namespace, operator) -> None:
 
     wait_until(lambda: not leftovers() or None, 120, "garbage collection of every child")
     assert trj_names(cluster, namespace) == []
+
+
+def test_a_size_its_only_field_manager_stops_applying_is_reset_unless_handed_over(cluster, namespace) -> None:
+    """Why the sync hands a pool's size to the autoscaler's field manager before the operator's apply
+    leaves it out (toolpool.py), on the real API server: a field its only manager stops applying is
+    removed, and a Deployment's replicas then default to 1; one that another manager applied too stays."""
+    api = kube(cluster)
+
+    def deployment(name: str, replicas: int | None = None) -> dict[str, Any]:
+        labels = {"app": name}
+        spec: dict[str, Any] = {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "c", "image": "x"}]},
+            },
+        }
+        if replicas is not None:
+            spec["replicas"] = replicas
+        meta = {"name": name, "namespace": namespace}
+        return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": spec}
+
+    api.apply(deployment("alone", 3))
+    assert api.apply(deployment("alone"))["spec"]["replicas"] == 1, "removed, then defaulted"
+
+    api.apply(deployment("handed", 3))
+    api.apply_scale("apps/v1", "Deployment", namespace, "handed", 3, AUTOSCALER_FIELD_MANAGER)
+    assert api.apply(deployment("handed"))["spec"]["replicas"] == 3
+    api.apply_scale("apps/v1", "Deployment", namespace, "handed", 5, AUTOSCALER_FIELD_MANAGER)
+    assert api.apply(deployment("handed"))["spec"]["replicas"] == 5
+
+
+def kube(cluster) -> Kube:
+    """The operator's own API client, as the operator's field manager, with the cluster's credentials."""
+    return Kube(config.new_client_from_config(config_file=str(cluster.kubeconfig)), FIELD_MANAGER)
 
 
 def pool_replicas(cluster, namespace: str, name: str = JOB) -> int:

@@ -13,7 +13,6 @@ SPEC_SCHEMA = spec_schema(yaml.safe_load(CRD_SOURCE.read_text()))
 REQUIRED = {"model": {"path": "m"}, "data": {"trainFiles": ["t"]}, "tools": [{"name": "p", "type": "python"}]}
 
 
-
 def typed(spec):
     """A job's spec as the operator reads it: parsed into the typed spec (the CRD's defaults filled in)."""
     return parse_spec({**REQUIRED, **spec})
@@ -121,15 +120,13 @@ def test_missing_metrics_hold_the_current_size():
     assert {pool.step(None).replicas for _ in range(100)} == {6}
 
 
-def test_missing_metrics_hold_the_last_decision_not_a_deployment_that_lags_it():
-    """A scale just decided (5) that the Deployment does not show yet (3), and its new pods give no load
-    until they are ready: holding the Deployment's size undid the decision (seen in CI: a size written
-    to status.toolPool.desiredReplicas put back at the next tick)."""
-    sig = a.Signals(now=1.0, current_replicas=3, ready_replicas=3, load=None, desired_replicas=5)
+def test_missing_metrics_hold_the_deployments_size_within_the_jobs_bounds():
+    """The loop writes each decision to the Deployment itself, so its size is the last decision (or
+    one the sync set: a suspended job's 0, a clamp): held while the load is unknown, within bounds."""
+    sig = a.Signals(now=1.0, current_replicas=5, ready_replicas=3, load=None)
     d = a.decide(policy(), a.State(), sig)
     assert (d.replicas, d.reason) == (5, "metrics-unavailable")
     assert "holding 5 replicas" in d.message
-    # the job's bounds still apply to what is held
     assert a.decide(policy(max_replicas=4), a.State(), sig).replicas == 4
 
 
@@ -259,8 +256,12 @@ def test_rollout_aware_has_no_fallback_of_its_own():
 
 def test_the_burst_cap_has_no_fallbacks_of_its_own():
     """maxParallelCalls and the rest are the CRD's defaults: a spec without them gets the CRD's."""
-    pool = {"replicas": {"min": 1, "max": 2}, "targetConcurrencyPerReplica": 4, "scaleDownDelaySeconds": 0,
-            "rolloutAware": True}
+    pool = {
+        "replicas": {"min": 1, "max": 2},
+        "targetConcurrencyPerReplica": 4,
+        "scaleDownDelaySeconds": 0,
+        "rolloutAware": True,
+    }
     rollout = {"toolCall": {"maxConcurrency": 256}}
     parallel = SPEC_SCHEMA["properties"]["rollout"]["properties"]["maxParallelCalls"]["default"]
     spec = typed({"toolPool": pool, "algorithm": TRAINER_SIDE["algorithm"], "rollout": rollout})

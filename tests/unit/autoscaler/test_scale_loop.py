@@ -15,7 +15,7 @@ import yaml
 from chartgen.crd_defaults import apply_defaults, spec_schema
 from chartgen.outputs import CRD_SOURCE
 from prometheus_client import REGISTRY
-from toolrl_operator import handlers, scale_loop
+from toolrl_operator import handlers, scale_loop, signals
 from toolrl_operator.job import parse_job
 from toolrl_operator.naming import AUTOSCALER_FIELD_MANAGER
 from toolrl_operator.settings import Settings
@@ -88,10 +88,11 @@ def test_no_handler_of_the_operator_puts_a_finalizer_on_jobs():
 
 class FakeKube:
     """Records status applies, which take `apply_delay` seconds so that their concurrency shows,
-    and every other request (the loop makes none: it lists nothing)."""
+    the pools' sizes written, and every other request (the loop makes none: it lists nothing)."""
 
     def __init__(self, apply_delay: float = 0.0) -> None:
         self.applied: list[tuple[str, dict[str, Any], str]] = []
+        self.scaled: list[tuple[str, int, str]] = []  # (Deployment, replicas, field manager)
         self.events: list[tuple[str, str, str]] = []
         self.requested: list[tuple[str, str]] = []
         self.apply_delay = apply_delay
@@ -106,6 +107,11 @@ class FakeKube:
         assert manifest["kind"] == "Event"
         self.events.append((manifest["type"], manifest["involvedObject"]["name"], manifest["reason"]))
         return manifest
+
+    def apply_scale(self, api_version, kind, namespace, name, replicas, field_manager):
+        assert (api_version, kind) == ("apps/v1", "Deployment")
+        self.scaled.append((name, replicas, field_manager))
+        return {"kind": "Scale", "spec": {"replicas": replicas}}
 
     def apply_status(self, api_version, kind, namespace, name, status, field_manager=""):
         with self.guard:
@@ -127,6 +133,16 @@ def kube(monkeypatch) -> FakeKube:
 
 
 @pytest.fixture
+def idle(monkeypatch) -> None:
+    """Every pool's ready pods answer their /metrics: no call in flight."""
+
+    async def read_direct(session, pool_pods, head_pods, expected_pods):
+        return signals.Reading(0.0, pods=expected_pods)
+
+    monkeypatch.setattr(scale_loop.signals, "read_direct", read_direct)
+
+
+@pytest.fixture
 def events(kube) -> list[tuple[str, str, str]]:
     """(type, job, reason) of the Events posted."""
     return kube.events
@@ -137,15 +153,19 @@ def desired_gauge(name: str) -> float | None:
     return REGISTRY.get_sample_value("toolrl_autoscaler_desired_replicas", labels)
 
 
-async def test_one_loop_sizes_every_job_keeps_history_by_uid_and_forgets_gone_jobs(kube, events):
+async def test_one_loop_sizes_every_job_keeps_history_by_uid_and_forgets_gone_jobs(kube, events, idle):
     jobs = {("n", f"j{i}"): [job(name=f"j{i}")] for i in range(3)}
     pools = {key: [deployment(0)] for key in jobs}
     loop = scale_loop.Autoscaler(jobs, pools, interval=5)
     async with aiohttp.ClientSession() as session:
         await loop.tick(session)
-        # an empty pool has no load: each job gets min, in one apply by the autoscaler's own manager
+        # an empty pool has no load: each job's Deployment gets min through its scale subresource, and
+        # the status reports it, both applied by the autoscaler's own field manager
+        assert sorted(kube.scaled) == [(f"j{i}-tools", 1, AUTOSCALER_FIELD_MANAGER) for i in range(3)]
         assert sorted(name for name, _, _ in kube.applied) == ["j0", "j1", "j2"]
         assert kube.requested == [], "the pods come from the pod watch: nothing is listed"
+        for pool in pools.values():
+            pool[0]["spec"]["replicas"] = 1  # the Deployments' watch shows the writes
         for _name, status, manager in kube.applied:
             assert manager == AUTOSCALER_FIELD_MANAGER == "toolrl-operator-autoscaler"
             assert status["toolPool"] == {"desiredReplicas": 1}
@@ -157,7 +177,7 @@ async def test_one_loop_sizes_every_job_keeps_history_by_uid_and_forgets_gone_jo
         history = loop.scalers["uid-j0"].state
 
         await loop.tick(session)  # nothing changed: nothing written, the history grows
-        assert len(kube.applied) == 3 and len(events) == 3
+        assert len(kube.applied) == len(kube.scaled) == len(events) == 3
         assert loop.scalers["uid-j0"].state != history
 
         del jobs[("n", "j0")]
@@ -197,6 +217,7 @@ async def test_skips_jobs_it_must_not_size_and_survives_a_bad_one(kube, events):
     async with aiohttp.ClientSession() as session:
         await scale_loop.Autoscaler(jobs, pools, interval=5).tick(session)
     assert [name for name, _, _ in kube.applied] == ["ok"]
+    assert [name for name, _, _ in kube.scaled] == ["ok-tools"]
 
 
 async def test_holds_with_unreadable_metrics_writing_and_warning_once(kube, events):
@@ -207,20 +228,36 @@ async def test_holds_with_unreadable_metrics_writing_and_warning_once(kube, even
         await loop.tick(session)
     [(_, status, _)] = kube.applied
     assert status["toolPool"] == {"desiredReplicas": 2}  # held at the current size
+    assert kube.scaled == []
     [cond] = status["conditions"]
     assert cond["status"] == "False" and "none of the pool's 2 pods is ready" in cond["message"]
     assert events == [], "a hold shorter than a scrape or two is in the condition, not a Warning"
 
 
-async def test_a_hold_keeps_the_size_last_written_while_the_deployment_lags(kube, events):
+async def test_a_hold_keeps_the_deployments_size_which_the_loop_writes_itself(kube, events):
+    """The Deployment's size is the last decision (or a size the sync set, 0 for a suspended job, a
+    clamp to edited bounds): the hold keeps it, whatever the status last reported."""
     written = job()
-    written["status"]["toolPool"] = {"desiredReplicas": 3}  # decided; the Deployment still has 2
+    written["status"]["toolPool"] = {"desiredReplicas": 3}  # the report before the sync set 2
     loop = scale_loop.Autoscaler({("n", "j"): [written]}, {("n", "j"): [deployment(2)]}, interval=5)
     async with aiohttp.ClientSession() as session:
         await loop.tick(session)
-    [(_, status, _)] = kube.applied  # the condition is new
-    assert status["toolPool"] == {"desiredReplicas": 3}
+    [(_, status, _)] = kube.applied
+    assert status["toolPool"] == {"desiredReplicas": 2} and kube.scaled == []
     assert "none of the pool's 2 pods is ready" in status["conditions"][0]["message"]
+
+
+async def test_the_size_is_compared_with_the_deployment_not_with_the_report(kube, events):
+    """The status already reports 1 (an earlier decision), the Deployment shows 0 (a resumed job's
+    pool, or someone's scale): the loop sizes the Deployment, and the report stays as it is."""
+    cond = scale_loop.condition(True, "", None, "T0", 1)
+    reported = job()
+    reported["status"].update({"toolPool": {"desiredReplicas": 1}, "conditions": [cond]})
+    loop = scale_loop.Autoscaler({("n", "j"): [reported]}, {("n", "j"): [deployment(0)]}, interval=5)
+    async with aiohttp.ClientSession() as session:
+        await loop.tick(session)
+    assert kube.scaled == [("j-tools", 1, AUTOSCALER_FIELD_MANAGER)]
+    assert kube.applied == [] and events == [("Normal", "j", "ToolPoolScaled")]
 
 
 async def test_a_hold_that_lasts_is_warned_of_once(kube, events, monkeypatch):
@@ -249,14 +286,14 @@ async def test_a_hold_that_lasts_is_warned_of_once(kube, events, monkeypatch):
     assert warnings == [("Warning", "j", "AutoscalerHolding")] * 2
 
 
-async def test_restart_remembers_what_the_status_already_says(kube, events):
+async def test_restart_remembers_what_the_status_already_says(kube, events, idle):
     cond = scale_loop.condition(True, "", None, "T0", 1)
     written = job()
     written["status"].update({"toolPool": {"desiredReplicas": 1}, "conditions": [cond]})
     async with aiohttp.ClientSession() as session:
-        loop = scale_loop.Autoscaler({("n", "j"): [written]}, {("n", "j"): [deployment(0)]}, interval=5)
+        loop = scale_loop.Autoscaler({("n", "j"): [written]}, {("n", "j"): [deployment(1)]}, interval=5)
         await loop.tick(session)
-    assert kube.applied == [] and events == []
+    assert kube.applied == kube.scaled == events == []
 
 
 async def test_startup_starts_one_ticking_loop_and_cleanup_stops_it(kube, events, monkeypatch):
@@ -276,7 +313,7 @@ async def test_startup_starts_one_ticking_loop_and_cleanup_stops_it(kube, events
     assert memo.autoscaler.cancelled()
 
 
-async def test_a_new_generation_is_acknowledged_in_the_condition(kube, events):
+async def test_a_new_generation_is_acknowledged_in_the_condition(kube, events, idle):
     """AutoscalerHealthy carries observedGeneration like the operator's conditions; a spec change
     re-publishes it even when the health did not change."""
     cond = scale_loop.condition(True, "", None, "T0", 1)
@@ -284,7 +321,7 @@ async def test_a_new_generation_is_acknowledged_in_the_condition(kube, events):
     edited["metadata"]["generation"] = 2
     edited["status"].update({"toolPool": {"desiredReplicas": 1}, "conditions": [cond]})
     async with aiohttp.ClientSession() as session:
-        loop = scale_loop.Autoscaler({("n", "j"): [edited]}, {("n", "j"): [deployment(0)]}, interval=5)
+        loop = scale_loop.Autoscaler({("n", "j"): [edited]}, {("n", "j"): [deployment(1)]}, interval=5)
         await loop.tick(session)
     [(_, status, _)] = kube.applied
     [written] = status["conditions"]

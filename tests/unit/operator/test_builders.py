@@ -11,7 +11,7 @@ import yaml
 from chartgen.crd_defaults import apply_defaults
 from toolrl_operator.children import build_children
 from toolrl_operator.configmap import build_configmap
-from toolrl_operator.job import parse_job
+from toolrl_operator.job import Job, parse_job
 from toolrl_operator.keda import uses_keda
 from toolrl_operator.rayjob import (
     ENTRYPOINT,
@@ -29,11 +29,13 @@ from toolrl_operator.settings import Settings
 from toolrl_operator.status import pool_stopped, waiting_queue
 from toolrl_operator.toolpool import (
     CHECKSUM_ANNOTATION,
+    Pool,
     build_deployment,
     build_network_policy,
     build_pdb,
     build_service,
-    desired_replicas,
+    pool_size,
+    resize,
 )
 
 SETTINGS = Settings(trainer_image="trainer:test", tool_sandbox_image="sandbox:test")
@@ -352,25 +354,53 @@ def test_search_tools_get_the_data_volume_read_only(make_job) -> None:
 
 
 @pytest.mark.parametrize(
-    ("suspend", "status", "expected"),
+    ("suspend", "status", "current", "expected"),
     [
-        (False, None, 2),
-        (True, None, 0),
-        (False, {"toolPool": {"desiredReplicas": 7}}, 7),
-        (False, {"toolPool": {"desiredReplicas": 100}}, 16),
-        (False, {"toolPool": {"desiredReplicas": 0}}, 2),
-        (True, {"toolPool": {"desiredReplicas": 7}}, 0),
-        (False, {"phase": "Succeeded", "toolPool": {"desiredReplicas": 7}}, 0),
-        (False, {"phase": "Failed"}, 0),
-        (False, {"phase": "Running"}, 2),
+        (False, None, None, 2),  # a new pool: min
+        (True, None, None, 0),
+        (False, None, 7, 7),
+        (False, None, 100, 16),  # max edited below the size
+        (False, None, 0, 2),  # resumed
+        (True, None, 7, 0),
+        (False, {"phase": "Succeeded"}, 7, 0),
+        (False, {"phase": "Failed"}, None, 0),
+        (False, {"phase": "Running"}, None, 2),
     ],
 )
-def test_pool_replicas_follow_suspend_and_end_then_autoscaler_then_min(
-    make_job, suspend, status, expected
+def test_pool_size_is_0_when_suspended_or_finished_else_within_min_and_max(
+    make_job, suspend, status, current, expected
 ) -> None:
-    job = make_job(suspend=suspend, status=status)
-    assert desired_replicas(job) == expected
-    assert build_deployment(job, SETTINGS)["spec"]["replicas"] == expected
+    assert pool_size(make_job(suspend=suspend, status=status), current) == expected
+
+
+def test_the_operators_apply_sizes_the_pool_only_until_the_autoscalers_manager_owns_it(make_job) -> None:
+    """A field its only manager stops applying is removed (replicas would default to 1): the
+    operator's apply keeps the size until the autoscaler's field manager owns it too."""
+    job, stopped = make_job(), make_job(suspend=True)
+
+    def replicas(job: Job, live: Pool | None) -> int | None:
+        return build_deployment(job, SETTINGS, live)["spec"].get("replicas")
+
+    assert replicas(job, None) == 2, "a new pool starts at min"
+    assert replicas(stopped, None) == 0
+    assert replicas(job, Pool(5, autoscaled=False)) == 5, "sized by an earlier version, or kubectl"
+    assert replicas(job, Pool(100, autoscaled=False)) == 16
+    assert replicas(stopped, Pool(5, autoscaled=False)) == 0
+    assert replicas(job, Pool(5, autoscaled=True)) is None, "the autoscaler's"
+    assert replicas(stopped, Pool(5, autoscaled=True)) is None, "the sync resizes it (resize)"
+
+
+def test_the_sync_resizes_where_the_autoscaler_must_not_decide_or_to_hand_the_size_over(make_job) -> None:
+    job = make_job()
+    assert resize(job, None) is None, "no pool yet: its apply creates it at min"
+    assert resize(job, Pool(5, autoscaled=True)) is None, "within bounds: the autoscaler's"
+    assert resize(job, Pool(5, autoscaled=False)) == 5, "the hand-over: the same size"
+    assert resize(job, Pool(100, autoscaled=True)) == 16, "bounds edited: clamped at once"
+    assert resize(job, Pool(0, autoscaled=True)) == 2, "resumed"
+    assert resize(make_job(suspend=True), Pool(5, autoscaled=True)) == 0
+    assert resize(make_job(suspend=True), Pool(0, autoscaled=True)) is None
+    assert resize(make_job(status={"phase": "Succeeded"}), Pool(3, autoscaled=True)) == 0
+    assert resize(make_job(toolPool={"autoscaler": "keda"}), Pool(5, autoscaled=False)) is None
 
 
 def test_service_and_pdb_select_the_pool(make_job) -> None:
@@ -454,7 +484,8 @@ def test_keda_jobs_get_a_scaled_object_and_leave_replicas_to_it(make_job) -> Non
     keda_settings = Settings(prometheus_url="http://prometheus.monitoring:9090")
     kinds = [c["kind"] for c in build_children(job, keda_settings)]
     assert kinds[-2:] == ["ScaledObject", "RayJob"]
-    assert "replicas" not in build_deployment(job, keda_settings)["spec"]
+    for live in (None, Pool(3, autoscaled=False), Pool(3, autoscaled=True)):
+        assert "replicas" not in build_deployment(job, keda_settings, live)["spec"]
     with pytest.raises(KedaConfigError, match="TOOLRL_PROMETHEUS_URL"):
         build_children(job, SETTINGS)
     assert "ScaledObject" not in [c["kind"] for c in build_children(make_job(), keda_settings)]
@@ -567,7 +598,7 @@ def test_pool_admits_the_operators_namespace_for_direct_scraping(make_job) -> No
 @pytest.mark.parametrize(
     ("path", "build"),
     [
-        (("toolPool", "replicas", "min"), lambda job: desired_replicas(job)),
+        (("toolPool", "replicas", "min"), lambda job: pool_size(job, None)),
         (("runPolicy", "ttlSecondsAfterFinished"), lambda job: build_rayjob(job, SETTINGS)),
         (("toolPool", "autoscaler"), uses_keda),
         (("suspend",), lambda job: build_rayjob(job, SETTINGS)),
@@ -575,7 +606,7 @@ def test_pool_admits_the_operators_namespace_for_direct_scraping(make_job) -> No
         (("cluster", "head"), lambda job: build_rayjob(job, SETTINGS)),
         (("reward", "custom", "key"), lambda job: build_rayjob(job, SETTINGS)),
         (("toolPool",), lambda job: build_deployment(job, SETTINGS)),
-        (("rollout", "maxParallelCalls"), lambda job: desired_replicas(job)),
+        (("rollout", "maxParallelCalls"), lambda job: pool_size(job, 100)),
         (("suspend",), pool_stopped),
         (("cluster", "queueName"), waiting_queue),
     ],
@@ -867,7 +898,6 @@ def test_builders_read_no_status_field_but_those_the_sync_keys_its_cache_by(
     status["toolPool"]["desiredReplicas"] = 3
     status["conditions"].append(condition(True, "", None, "2026-12-06T00:03:00Z", 3))
     full = {**body, "status": status}
-    read = status_read_by_builders(status)
-    reduced = {**body, "status": {"phase": read["phase"], "toolPool": {"desiredReplicas": 3}}}
+    reduced = {**body, "status": status_read_by_builders(status)}
     settings = Settings(prometheus_url="http://prometheus:9090")
     assert build_children(parse_job(full), settings) == build_children(parse_job(reduced), settings)

@@ -11,11 +11,13 @@ from toolrl_operator.apply import ApiError
 from toolrl_operator.children import Live
 from toolrl_operator.handlers import deployment_view, job_view, rayjob_view
 from toolrl_operator.job import Job
+from toolrl_operator.naming import AUTOSCALER_FIELD_MANAGER, FIELD_MANAGER
 from toolrl_operator.reconcile import ChildError, Reconciler, classify, overlay
 from toolrl_operator.settings import Settings
 
 KEY = ("rl", "gsm8k-python")
 SERVICE = ("Service", "gsm8k-python-tools")
+POOL = "gsm8k-python-tools"
 
 
 class FakeKube:
@@ -28,6 +30,7 @@ class FakeKube:
         self.applied: list[dict[str, Any]] = []
         self.statuses: list[dict[str, Any]] = []
         self.events: list[tuple[str, str, str]] = []
+        self.scaled: list[tuple[str, int, str]] = []  # (name, replicas, field manager)
         self.fail: dict[str, Exception] = {}
         self.version = 100
 
@@ -49,6 +52,14 @@ class FakeKube:
     def delete(self, kind: str, name: str) -> None:
         del self.objects[(kind, name)]
 
+    def apply_scale(
+        self, api_version: str, kind: str, namespace: str, name: str, replicas: int, field_manager: str
+    ) -> dict[str, Any]:
+        if "Scale" in self.fail:
+            raise self.fail["Scale"]
+        self.scaled.append((name, replicas, field_manager))
+        return {"kind": "Scale", "spec": {"replicas": replicas}}
+
     def apply_status(self, *args: Any) -> dict[str, Any]:
         self.statuses.append(args[-1])
         return {"status": args[-1]}
@@ -68,6 +79,22 @@ def world(make_job_object):
     indexes["jobs"][KEY] = [job_view(job)]
     rec = Reconciler(Settings(), kube, indexes["jobs"], indexes["rayjobs"], indexes["deployments"])  # type: ignore[arg-type]
     return rec, kube, indexes
+
+
+def see_pool(indexes: dict[str, Any], replicas: int, *owners: str) -> None:
+    """The pool Deployment's watch event: its size and the field managers that own it, recorded as
+    the API server records them (the autoscaler's through the scale subresource)."""
+    managed = [
+        {"manager": owner, "operation": "Apply", "fieldsV1": {"f:spec": {"f:replicas": {}}}}
+        | ({"subresource": "scale"} if owner == AUTOSCALER_FIELD_MANAGER else {})
+        for owner in owners
+    ]
+    body = {"metadata": {"name": POOL, "managedFields": managed}, "spec": {"replicas": replicas}}
+    indexes["deployments"][KEY] = [deployment_view(body)]
+
+
+def pool_applies(kube: FakeKube) -> list[dict[str, Any]]:
+    return [m["spec"] for m in kube.applied if m["kind"] == "Deployment"]
 
 
 def kinds(kube: FakeKube) -> list[str]:
@@ -116,15 +143,85 @@ def test_a_deleted_child_is_recreated_with_one_event(world) -> None:
     assert reasons(kube).count(events.CHILD_DELETED) == 1
 
 
-def test_the_pool_follows_the_autoscalers_size_in_the_newest_job(world) -> None:
+def test_a_new_pool_starts_at_min_and_its_size_is_handed_to_the_autoscalers_manager(world) -> None:
     rec, kube, indexes = world
-    rec.sync(KEY)  # writes the operator's status, toolPool included
-    job = indexes["jobs"][KEY][0]
-    job["status"] = {"toolPool": {"desiredReplicas": 4}}  # the autoscaler's write, seen by the watch
+    rec.sync(KEY)
+    assert [spec["replicas"] for spec in pool_applies(kube)] == [2] and kube.scaled == []
+    see_pool(indexes, 2, FIELD_MANAGER)  # created: the operator's apply owns the size alone
+    rec.sync(KEY)
+    assert kube.scaled == [(POOL, 2, AUTOSCALER_FIELD_MANAGER)], "the same size, through the scale"
+    see_pool(indexes, 2, FIELD_MANAGER, AUTOSCALER_FIELD_MANAGER)
+    rec.child_seen(KEY, "Deployment", POOL, "999", deleted=False)
     kube.applied.clear()
     rec.sync(KEY)
-    [deployment] = [m for m in kube.applied if m["kind"] == "Deployment"]
-    assert deployment["spec"]["replicas"] == 4, "the operator's own status must not hide desiredReplicas"
+    assert ["replicas" in spec for spec in pool_applies(kube)] == [False], "left to its other owner"
+    see_pool(indexes, 5, AUTOSCALER_FIELD_MANAGER)  # the autoscaler's decision
+    rec.child_seen(KEY, "Deployment", POOL, "1000", deleted=False)
+    rec.sync(KEY)
+    assert ["replicas" in spec for spec in pool_applies(kube)] == [False, False], "never fought"
+    assert len(kube.scaled) == 1
+
+
+def test_a_restarted_operator_keeps_the_pools_size(world) -> None:
+    """The world's reconciler knows nothing yet, as after a restart: the size the autoscaler gave
+    the pool stays."""
+    rec, kube, indexes = world
+    see_pool(indexes, 5, AUTOSCALER_FIELD_MANAGER)
+    rec.sync(KEY)
+    assert ["replicas" in spec for spec in pool_applies(kube)] == [False] and kube.scaled == []
+
+
+def test_a_pool_an_earlier_version_sized_keeps_its_size_and_is_handed_over(world) -> None:
+    """Earlier versions applied the size the autoscaler wrote to the job's status, as the operator's
+    field manager alone: leaving it out of the apply would reset it to 1."""
+    rec, kube, indexes = world
+    see_pool(indexes, 5, FIELD_MANAGER)
+    rec.sync(KEY)
+    assert [spec["replicas"] for spec in pool_applies(kube)] == [5]
+    assert kube.scaled == [(POOL, 5, AUTOSCALER_FIELD_MANAGER)]
+
+
+def test_suspension_scales_the_pool_to_0_and_resuming_brings_it_back_to_min(world) -> None:
+    rec, kube, indexes = world
+    see_pool(indexes, 4, AUTOSCALER_FIELD_MANAGER)
+    rec.sync(KEY)
+    job = indexes["jobs"][KEY][0]
+    job["spec"]["suspend"], job["metadata"]["generation"] = True, 4
+    rec.sync(KEY)
+    assert kube.scaled == [(POOL, 0, AUTOSCALER_FIELD_MANAGER)]
+    see_pool(indexes, 0, AUTOSCALER_FIELD_MANAGER)
+    rec.sync(KEY)
+    job["spec"]["suspend"], job["metadata"]["generation"] = False, 5
+    rec.sync(KEY)
+    assert kube.scaled[1:] == [(POOL, 2, AUTOSCALER_FIELD_MANAGER)]
+    assert not [spec for spec in pool_applies(kube) if "replicas" in spec]
+
+
+def test_an_edit_of_the_pools_bounds_resizes_it_at_once(world) -> None:
+    rec, kube, indexes = world
+    see_pool(indexes, 10, AUTOSCALER_FIELD_MANAGER)
+    rec.sync(KEY)
+    assert kube.scaled == []
+    job = indexes["jobs"][KEY][0]
+    job["spec"]["toolPool"]["replicas"], job["metadata"]["generation"] = {"min": 2, "max": 6}, 4
+    rec.sync(KEY)
+    see_pool(indexes, 6, AUTOSCALER_FIELD_MANAGER)
+    job["spec"]["toolPool"]["replicas"], job["metadata"]["generation"] = {"min": 8, "max": 12}, 5
+    rec.sync(KEY)
+    assert [replicas for _, replicas, _ in kube.scaled] == [6, 8]
+
+
+def test_a_refused_resize_is_made_again_though_every_child_is_applied(world) -> None:
+    rec, kube, indexes = world
+    see_pool(indexes, 4, AUTOSCALER_FIELD_MANAGER)
+    rec.sync(KEY)
+    see_pool(indexes, 40, AUTOSCALER_FIELD_MANAGER)  # beyond max (16): someone scaled it as the autoscaler
+    kube.fail["Scale"] = ApiError(500, "InternalError", "etcdserver: request timed out")
+    with pytest.raises(ChildError, match=f"Deployment {POOL}"):
+        rec.sync(KEY)
+    del kube.fail["Scale"]
+    rec.sync(KEY)
+    assert kube.scaled == [(POOL, 16, AUTOSCALER_FIELD_MANAGER)]
 
 
 def test_a_permanent_error_sets_the_condition_once_and_waits_for_a_spec_change(world) -> None:
@@ -289,7 +386,7 @@ def test_views_keep_what_the_status_needs() -> None:
         "status": {"x": 1},
     }
     assert deployment_view(body) == {"metadata": {"name": "d", "generation": 2}, "spec": {"replicas": 3},
-                                     "status": {"x": 1}}  # fmt: skip
+                                     "status": {"x": 1}, "autoscaled": False}  # fmt: skip
 
 
 def test_the_api_server_sends_only_the_operators_children_and_pods() -> None:
@@ -604,11 +701,12 @@ def test_a_sync_of_unchanged_inputs_builds_nothing_and_any_changed_input_builds_
     rec.sync(KEY)
     assert len(builds) == 1 and kinds(kube)[-1] == "Deployment"
     builds.clear()
-    job["status"]["toolPool"]["desiredReplicas"] = 3  # the autoscaler's write
+    job["status"]["toolPool"]["desiredReplicas"] = 3  # the autoscaler's report: no builder reads it
+    rec.sync(KEY)
+    assert builds == []
+    see_pool(indexes, 3, AUTOSCALER_FIELD_MANAGER)  # the autoscaler's resize, seen
     rec.sync(KEY)
     assert len(builds) == 1
-    [deployment] = [m for m in kube.applied[-1:] if m["kind"] == "Deployment"]
-    assert deployment["spec"]["replicas"] == 3
     job["spec"]["toolPool"]["targetConcurrencyPerReplica"] = 7  # a spec edit
     job["metadata"]["generation"] = 4
     rec.sync(KEY)
