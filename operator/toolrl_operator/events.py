@@ -26,6 +26,7 @@ PHASE_PREFIX = "Phase"  # Phase<phase>, on each phase change; a failure is poste
 # The autoscaler (scale_loop.py)
 TOOL_POOL_SCALED = "ToolPoolScaled"
 AUTOSCALER_HOLDING = "AutoscalerHolding"
+AUTOSCALER_SCALE_FAILED = "AutoscalerScaleFailed"  # Warning: once per streak of failed writes
 
 NORMAL, WARNING = "Normal", "Warning"
 MAX_MESSAGE = 1024  # longer messages are cut in the middle, as kopf does

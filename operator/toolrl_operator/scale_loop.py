@@ -43,6 +43,7 @@ from .status import now, pool_stopped
 log = logging.getLogger(__name__)
 
 CONDITION = "AutoscalerHealthy"
+SCALE_FAILED = "ScaleFailed"  # the condition's reason while the pool's size cannot be written
 # Jobs read and decided at once: enough that pods timing out (3 s) in many pools do not stretch a
 # tick much past the interval, few enough to keep a burst of new jobs cheap.
 CONCURRENCY = 64
@@ -69,10 +70,22 @@ def native(job: Job) -> bool:
 
 
 def condition(
-    healthy: bool, problem: str, previous: Mapping[str, Any] | None, now: str, generation: int
+    healthy: bool,
+    problem: str,
+    previous: Mapping[str, Any] | None,
+    now: str,
+    generation: int,
+    scale_error: str = "",
 ) -> dict[str, Any]:
-    """The AutoscalerHealthy condition (metav1.Condition shape), for the job's `generation`."""
-    status = "True" if healthy else "False"
+    """The AutoscalerHealthy condition (metav1.Condition shape), for the job's `generation`; False
+    while the load is unknown (the size holds) or while the pool's size cannot be written."""
+    status = "True" if healthy and not scale_error else "False"
+    if scale_error:
+        reason, message = SCALE_FAILED, scale_error
+    elif healthy:
+        reason, message = "MetricsAvailable", "the autoscaler reads the pool's load"
+    else:
+        reason, message = "MetricsUnavailable", f"holding the pool's size: {problem}"
     return {
         "type": CONDITION,
         "status": status,
@@ -80,10 +93,8 @@ def condition(
         "lastTransitionTime": previous["lastTransitionTime"]
         if previous and previous.get("status") == status
         else now,
-        "reason": "MetricsAvailable" if healthy else "MetricsUnavailable",
-        "message": "the autoscaler reads the pool's load"
-        if healthy
-        else f"holding the pool's size: {problem}",
+        "reason": reason,
+        "message": message,
     }
 
 
@@ -204,6 +215,7 @@ class JobScaler:
         self.written: tuple[int | None, dict[str, Any] | None] | None = None  # reported: size, condition
         self.holding_since: float | None = None  # monotonic start of the current hold, if any
         self.warned = False  # the current hold's Warning is out
+        self.scale_failing = False  # the last write of the pool's size failed (its Warning is out)
 
     def forget(self) -> None:
         for gauge in (DESIRED, MAX_REPLICAS):
@@ -259,13 +271,8 @@ class JobScaler:
         autoscaler's own field manager: no read, no conflict with the operator's fields."""
         written_replicas, written_condition = self.last_written(job)
         healthy = reading.load is not None
-        generation = int(job["metadata"].get("generation") or 1)
-        wanted = condition(healthy, reading.problem, written_condition, now(), generation)
-        compared = ("status", "reason", "message", "observedGeneration")
-        same_condition = written_condition is not None and all(
-            written_condition.get(k) == wanted[k] for k in compared
-        )
         await self.warn_of_a_long_hold(job, healthy, decision.message)
+        scale_error = ""
         if decision.replicas != current:
             try:
                 await _blocking(
@@ -281,8 +288,20 @@ class JobScaler:
             except ApiError as err:
                 if err.status == 404:
                     return  # the pool or the job is gone; the sync re-creates it, or the next tick forgets it
-                raise
-            await self.announce(job, events.NORMAL, events.TOOL_POOL_SCALED, decision.message)
+                # the size stays where it is; the condition and one Warning per streak say why (a
+                # missing deployments/scale grant, a webhook or quota refusing it), the next tick retries
+                scale_error = f"cannot size the pool {current} -> {decision.replicas}: {err}"
+                if not self.scale_failing:
+                    await self.announce(job, events.WARNING, events.AUTOSCALER_SCALE_FAILED, scale_error)
+            else:
+                await self.announce(job, events.NORMAL, events.TOOL_POOL_SCALED, decision.message)
+        self.scale_failing = bool(scale_error)
+        generation = int(job["metadata"].get("generation") or 1)
+        wanted = condition(healthy, reading.problem, written_condition, now(), generation, scale_error)
+        compared = ("status", "reason", "message", "observedGeneration")
+        same_condition = written_condition is not None and all(
+            written_condition.get(k) == wanted[k] for k in compared
+        )
         if decision.replicas == written_replicas and same_condition:
             return
         body = {"toolPool": {"desiredReplicas": decision.replicas}, "conditions": [wanted]}

@@ -113,11 +113,6 @@ def startup_checks(job: Job, reward_file: Path | None) -> None:
             )
         )
         report("check", f"data {', '.join(here)}: readable, columns and protocol: ok")
-        cut = run.prompt_length_warning(job) if Path(job.spec["model"]["path"]).is_dir() else None
-        if cut:
-            report("warning", cut)
-        elif Path(job.spec["model"]["path"]).is_dir():
-            report("check", "prompts: the first of each training file fit spec.data.maxPromptLength")
 
     if job.spec["reward"]["preset"] != "custom":
         report("check", f"reward preset {job.spec['reward']['preset']}: built in")
@@ -179,6 +174,13 @@ def dry_run(
         config, warnings = verl_config.compose_job(job, translation)
         for warning in warnings:
             report("warning", warning)
+        cut = run.prompt_length_warning(job, config)
+        if cut:
+            report("warning", cut)
+        elif Path(job.spec["model"]["path"]).is_dir() and any(
+            map(local_file, job.spec["data"]["trainFiles"])
+        ):
+            report("check", "prompts: the first rows of each training file fit the rollout's prompt length")
         for note in verl_config.check(config):
             report("note", note)
     report("check", "verl's config: composed and checked by verl (validate_config, its dataclasses): ok")

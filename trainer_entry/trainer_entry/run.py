@@ -289,7 +289,7 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     check_model(job.spec["model"]["path"])
     verl_config.check(config)
     check_data(job)
-    cut = prompt_length_warning(job)
+    cut = prompt_length_warning(job, config)
     if cut:
         print(f"trainer_entry: warning: {cut}", flush=True)
     check_checkpoint_dir(int(config.trainer.save_freq), str(config.trainer.default_local_dir))
@@ -390,24 +390,26 @@ def check_data(job: Job) -> None:
         print(f"trainer_entry: note: {note}", flush=True)
 
 
-def prompt_length_warning(job: Job, sample: int = 64) -> str | None:
-    """What a user must hear when prompts are longer than `spec.data.maxPromptLength`: verl's agent loop
-    keeps only a longer prompt's last tokens (a warning per prompt in a worker's log), so the start of
-    the conversation goes, the system prompt that teaches the tool-call protocol first. Measured on the
+def prompt_length_warning(job: Job, config: Any, sample: int = 64) -> str | None:
+    """What a user must hear when prompts are longer than the rollout's prompt length (the composed
+    `config`'s, from `spec.data.maxPromptLength` unless `extraArgs` change it): verl's agent loop keeps
+    only a longer prompt's last tokens (a warning per prompt in a worker's log), so the start of the
+    conversation goes, the system prompt that teaches the tool-call protocol first. Measured on the
     first `sample` rows of each local training file, rendered with the model's tokenizer as the agent
-    loop renders them (hermes with the tools' schemas); None when they fit or nothing local can be read."""
+    loop renders them (hermes with the tools' schemas); None when they fit, when verl drops long prompts
+    instead (`data.filter_overlong_prompts`, which says so itself) or when nothing local can be read."""
     import pyarrow.parquet as pq
     from transformers import AutoTokenizer
 
-    model, data = job.spec["model"]["path"], job.spec["data"]
-    files = [f for f in data["trainFiles"] if "://" not in f and Path(f).is_file()]
-    if not files or not Path(model).is_dir():
+    model = job.spec["model"]["path"]
+    files = [f for f in job.spec["data"]["trainFiles"] if "://" not in f and Path(f).is_file()]
+    if not files or not Path(model).is_dir() or config.data.get("filter_overlong_prompts"):
         return None
     tokenizer = AutoTokenizer.from_pretrained(model)
     schemas = None
     if job.spec["rollout"]["protocol"] == "hermes":  # mcp tools are listed by the pool, not known here
         schemas = [tool_schema(t) for t in job.spec["tools"] if t["type"] != "mcp"]
-    limit, lengths = int(data["maxPromptLength"]), []
+    limit, lengths = int(config.actor_rollout_ref.rollout.prompt_length), []
     for path in files:
         batch = next(pq.ParquetFile(path).iter_batches(batch_size=sample, columns=[PROMPT_COLUMN]), None)
         for row in batch.to_pylist() if batch is not None else []:
@@ -419,11 +421,11 @@ def prompt_length_warning(job: Job, sample: int = 64) -> str | None:
     if not long:
         return None
     return (
-        f"spec.data: {len(long)} of the first {len(lengths)} prompts are longer than "
-        f"spec.data.maxPromptLength ({limit} tokens; the longest {max(long)}): verl keeps only their "
-        f"last {limit} tokens, so their start, the system prompt that teaches the tool-call protocol, "
-        "is cut and the model is not told how to call its tools; set spec.data.maxPromptLength to at "
-        f"least {max(long)} or shorten the prompts"
+        f"spec.data: {len(long)} of the first {len(lengths)} prompts are longer than the rollout's "
+        f"prompt length (spec.data.maxPromptLength: {limit} tokens; the longest {max(long)}): verl keeps "
+        f"only their last {limit} tokens, so their start, the system prompt that teaches the tool-call "
+        "protocol, is cut and the model is not told how to call its tools; set spec.data.maxPromptLength "
+        f"to at least {max(long)} or shorten the prompts"
     )
 
 

@@ -74,8 +74,10 @@ def infra_tainted(extra_fields: list[dict]) -> int:
 
 def tool_use(extra_fields: list[dict], groups: list[str]) -> dict[str, float]:
     """The shares of an update's trajectories, and of its prompt groups (GRPO's: one prompt's rollouts,
-    by the prompt's uid), that called a tool at least once (the agent loops record each call,
-    tools.TOOL_OUTCOMES). A group without a call teaches nothing about the tools."""
+    by the prompt's uid), that called a tool at least once (tools.TOOL_OUTCOMES). A group without a call
+    teaches nothing about the tools. What counts as a call: the text protocols' loop (TagAgentLoop)
+    records every call it parsed, also an invalid one or one of an unknown tool; under hermes verl's
+    tool agent loop answers those itself, so only calls that reached a tool (PoolTool) count."""
     called = [bool((extra if isinstance(extra, dict) else {}).get(TOOL_OUTCOMES)) for extra in extra_fields]
     by_group: dict[str, bool] = {}
     for group, calls in zip(groups, called, strict=True):

@@ -399,7 +399,8 @@ class WarmUp:
     """Share of answers sampled for held-out prompts that call the tool (temperature 1, or the job's
     sampling when given one)."""
     copy_rate: float
-    """Share of those calls after which the model answers with the tool's output."""
+    """Share of the prompts with a call after whose call (the taught one, with the true output spliced
+    in) the model answers with the tool's output."""
     goal_met: bool = False
     """Whether it stopped at its call and copy rates, not at its time bound."""
     group_rate: float | None = None
@@ -596,7 +597,7 @@ def describe_behaviour(result: WarmUp) -> str:
     groups = "" if result.group_rate is None else f", in {result.group_rate:.0%} of the prompts' groups"
     return (
         f"answers call the tool {result.call_rate:.0%} of the time{groups}, and answer with its output "
-        f"after {result.copy_rate:.0%} of the calls"
+        f"for {result.copy_rate:.0%} of the prompts they call it for"
     )
 
 

@@ -16,6 +16,7 @@ from chartgen.crd_defaults import apply_defaults, spec_schema
 from chartgen.outputs import CRD_SOURCE
 from prometheus_client import REGISTRY
 from toolrl_operator import handlers, scale_loop, signals
+from toolrl_operator.apply import ApiError
 from toolrl_operator.job import parse_job
 from toolrl_operator.naming import AUTOSCALER_FIELD_MANAGER
 from toolrl_operator.settings import Settings
@@ -386,3 +387,34 @@ async def test_the_stable_window_is_the_operators_setting(monkeypatch):
         await loop.tick(session)
     assert [p.stable_window_seconds for p in policies] == [20.0]
     assert policies[0].scale_down_delay_seconds == 60  # the job's own settings still come from its spec
+
+
+async def test_a_size_that_cannot_be_written_is_said_once_per_streak_and_retried(kube, events, idle):
+    """A refused scale write (here the operator's ServiceAccount without the deployments/scale grant)
+    leaves the size where it is: the condition says why (ScaleFailed), one Warning per streak, and the
+    next tick tries again; once a write goes through, the condition is healthy again."""
+    refusals = [ApiError(403, "Forbidden", 'deployments.apps "j-tools" is forbidden: cannot patch scale')]
+
+    def apply_scale(*args):
+        if refusals:
+            raise refusals[0]
+        return FakeKube.apply_scale(kube, *args)
+
+    kube.apply_scale = apply_scale  # type: ignore[method-assign]
+    jobs = {("n", "j"): [job()]}
+    pools = {("n", "j"): [deployment(0)]}
+    loop = scale_loop.Autoscaler(jobs, pools, interval=5)
+    async with aiohttp.ClientSession() as session:
+        for _ in range(2):
+            await loop.tick(session)
+        [cond] = kube.applied[-1][1]["conditions"]
+        assert (cond["status"], cond["reason"]) == ("False", "ScaleFailed"), cond
+        assert cond["message"].startswith("cannot size the pool 0 -> 1: 403 Forbidden"), cond
+        assert events == [("Warning", "j", "AutoscalerScaleFailed")], "one Warning for the streak"
+        assert kube.scaled == []
+        refusals.clear()
+        await loop.tick(session)
+        assert kube.scaled == [("j-tools", 1, AUTOSCALER_FIELD_MANAGER)]
+        [cond] = kube.applied[-1][1]["conditions"]
+        assert (cond["status"], cond["reason"]) == ("True", "MetricsAvailable"), cond
+        assert events[-1] == ("Normal", "j", "ToolPoolScaled")

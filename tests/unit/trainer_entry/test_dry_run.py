@@ -457,13 +457,14 @@ def test_prompts_longer_than_the_jobs_prompt_length_are_a_warning_with_the_lengt
     needed = len(tokenizer.encode(text, add_special_tokens=False))
     assert (limit < needed) == (limit == 40), needed  # the small limit cuts, the large one does not
     if limit < needed:
-        said = (
-            f"warning: spec.data: 1 of the first 1 prompts are longer than spec.data.maxPromptLength ({limit}"
-        )
+        said = "warning: spec.data: 1 of the first 1 prompts are longer than the rollout's prompt length "
+        said += f"(spec.data.maxPromptLength: {limit} tokens"
         assert said in err and f"the longest {needed})" in err and f"at least {needed}" in err, err
         assert "system prompt that teaches the tool-call protocol" in err, err
     else:
-        assert "check: prompts: the first of each training file fit spec.data.maxPromptLength" in err, err
+        assert (
+            "check: prompts: the first rows of each training file fit the rollout's prompt length" in err
+        ), err
 
 
 def read_rows(path: Path) -> list[dict]:
