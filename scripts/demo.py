@@ -22,7 +22,7 @@ import yaml
 from harness import REPO
 from harness.localcluster import LocalCluster
 from harness.localcluster.__main__ import DEFAULT_ROOT
-from harness.localcluster.build import ensure_node_built
+from harness.localcluster.build import ensure_kube_router_built, ensure_node_built
 from harness.operator_process import EXAMPLE_VOLUMES_LABEL, example_volumes, get_json, wait_until
 from harness.training_cluster import (
     CPU_EXAMPLE,
@@ -67,9 +67,14 @@ def main() -> int:
         root = DEMO_ROOT if running else DEFAULT_ROOT
         if not running and recorded:
             recorded.down()
-        step(f"bringing up the local cluster ({root.name}): control plane, KubeRay, real node, GPU nodes")
-        cluster = LocalCluster(root, real_node=True)
+        step(
+            f"bringing up the local cluster ({root.name}): control plane, KubeRay, real node with its "
+            "NetworkPolicy enforcer, GPU nodes"
+        )
+        # the job trains with the operator's NetworkPolicies enforced by packets, as on a real cluster
+        cluster = LocalCluster(root, real_node=True, network_policy=True)
         cluster.node_bin_dir = ensure_node_built()
+        cluster.kube_router = ensure_kube_router_built()
         cluster.up()
     try:
         with training_cluster(cluster, cluster.root / "demo", NAMESPACE) as tc:

@@ -1,5 +1,6 @@
 """What `make demo` shows, asserted: examples/toolrljob-cpu.yaml trains on the local cluster's
-real node. The operator runs as a pod from the chart; KubeRay's real RayJob lifecycle (Running,
+real node, with the operator's NetworkPolicies enforced by packets (kube-router's firewall, as
+`make demo` runs it). The operator runs as a pod from the chart; KubeRay's real RayJob lifecycle (Running,
 then Succeeded) drives the job's phase; the trainer's progress reaches its target; the autoscaler
 sizes the pool from the trainer's phase (Events); Prometheus scrapes the pods' IPs as the chart's
 monitors say and every dashboard panel has data from the run; the run's PNG is drawn. A job
@@ -77,7 +78,7 @@ class Run:
 @pytest.fixture(scope="module")
 def tc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrainingCluster]:
     with (
-        real_node_cluster(tmp_path_factory.mktemp("training")) as cluster,
+        real_node_cluster(tmp_path_factory.mktemp("training"), network_policy=True) as cluster,
         training_cluster(cluster, cluster.root / "work", NAMESPACE) as found,
     ):
         stage_toy_data(found)
