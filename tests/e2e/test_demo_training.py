@@ -85,6 +85,22 @@ def tc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrainingCluster]:
         yield found
 
 
+Milestone = Callable[[str, float, str], None]  # (job, unix time of its apply, what happened)
+
+
+@pytest.fixture(scope="module")
+def milestone(pytestconfig: pytest.Config) -> Milestone:
+    """Writes a line into the run's own log, past pytest's capture (-q shows nothing of a passing
+    test): where a long job's minutes go, for the next engineer cutting make test's time."""
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+
+    def write(name: str, since: float, what: str) -> None:
+        with capture.global_and_fixture_disabled():
+            print(f"\n[{name}] {time.time() - since:.0f} s after the apply: {what}", flush=True)
+
+    return write
+
+
 def _ended(tc: TrainingCluster, name: str) -> bool:
     return tc.job(name).get("status", {}).get("phase") in ("Succeeded", "Failed")
 
@@ -107,7 +123,7 @@ def _finished_run(tc: TrainingCluster, name: str, samples: list, applied: float)
     return Run(tc.job(name), [*samples, (time.monotonic(), tc.state(name))], applied, time.time())
 
 
-def _train(tc: TrainingCluster, job: dict[str, Any]) -> Run:
+def _train(tc: TrainingCluster, job: dict[str, Any], milestone: Milestone) -> Run:
     name = job["metadata"]["name"]
     applied = time.time()
     tc.cluster.apply(job, "-n", tc.namespace)
@@ -123,6 +139,7 @@ def _train(tc: TrainingCluster, job: dict[str, Any]) -> Run:
             print(tc.kubectl("get", "pods,rayjobs", "-n", tc.namespace, "-o", "wide").stdout)
             print(tc.kubectl("describe", "rayjob", "-n", tc.namespace).stdout[-3000:])
             raise
+    milestone(name, applied, f"ended {tc.job(name).get('status', {}).get('phase')}")
     return _finished_run(tc, name, sampler.samples, applied)
 
 
@@ -155,9 +172,9 @@ def broken_applied(tc: TrainingCluster) -> float:
 
 
 @pytest.fixture(scope="module")
-def run(tc: TrainingCluster, broken_applied: float) -> Run:
+def run(tc: TrainingCluster, broken_applied: float, milestone: Milestone) -> Run:
     """examples/toolrljob-cpu.yaml, applied as the demo does, to its end (the broken job beside it)."""
-    return _train(tc, yaml.safe_load(CPU_EXAMPLE.read_text()))
+    return _train(tc, yaml.safe_load(CPU_EXAMPLE.read_text()), milestone)
 
 
 @pytest.fixture(scope="module")
@@ -326,7 +343,7 @@ class SeparateRun:
 
 
 @pytest.fixture(scope="module")
-def separate(tc: TrainingCluster, deleted: Future[DeletedRun]) -> SeparateRun:
+def separate(tc: TrainingCluster, deleted: Future[DeletedRun], milestone: Milestone) -> SeparateRun:
     """The CPU example as `trainer.mode: separate-async` (a rollout worker group beside the trainer's),
     checkpoints every SAVE_FREQ steps, `runPolicy.backoffLimit: 1`, applied with kubectl; the faults of a
     long run, one after the other, each once the run has a checkpoint to lose work past:
@@ -372,6 +389,7 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun]) -> SeparateRun:
             TRAINING_TIMEOUT,
             f"{name}'s two worker groups to be Ready",
         )
+        milestone(name, applied, "both worker groups Ready")
 
         def past_a_checkpoint() -> int | None:
             step, saved = tc.state(name).step, newest_checkpoint(job_dir)
@@ -383,6 +401,7 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun]) -> SeparateRun:
             f"{name} past a checkpoint",
             interval=1,
         )
+        milestone(name, applied, f"past checkpoint {newest_checkpoint(job_dir)}: the volume turns read-only")
         # fault 2: the trainer (uid 1000, the directory's owner) can write nothing in it
         job_dir.chmod(0o555)
         try:
@@ -394,6 +413,7 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun]) -> SeparateRun:
         finally:
             job_dir.chmod(0o755)
         good = newest_checkpoint(job_dir)  # the refused attempt's last (a save under way went through)
+        milestone(name, applied, f"attempt 2 started (good checkpoint {good})")
 
         # the job's shown step lags the trainer by a few of these short async steps: the checkpoints
         # on the volume say where the trainer stands
@@ -410,6 +430,7 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun]) -> SeparateRun:
             f"{name}'s second attempt to save a checkpoint",
             interval=1,
         )
+        milestone(name, applied, f"attempt 2 saved checkpoint {killed_after}: the head's process is killed")
         # fault 3
         kill_container_process(tc, tc.namespace, f"toolrl.dev/job={name},ray.io/node-type=head")
         wait_until(
@@ -417,6 +438,9 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun]) -> SeparateRun:
             TRAINING_TIMEOUT,
             f"{name}'s trainer restarted after the head's kill to save a checkpoint",
             interval=1,
+        )
+        milestone(
+            name, applied, "the restarted trainer saved a checkpoint: pods, pool, operator, node runtime go"
         )
         # fault 4, at one moment
         step_at_faults, checkpoint_at_faults = tc.state(name).step or 0, newest_checkpoint(job_dir)
@@ -434,6 +458,7 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun]) -> SeparateRun:
             interval=5,
         )
     run = _finished_run(tc, name, sampler.samples, applied)
+    milestone(name, applied, f"ended {run.job['status'].get('phase')}")
     print(f"\n{name}: {run.job['status']}")
 
     def newest_submitter_ended() -> bool:  # it follows the trainer's log to the end
