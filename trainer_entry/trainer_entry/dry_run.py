@@ -177,9 +177,7 @@ def dry_run(
         cut = run.prompt_length_warning(job, config)
         if cut:
             report("warning", cut)
-        elif Path(job.spec["model"]["path"]).is_dir() and any(
-            map(local_file, job.spec["data"]["trainFiles"])
-        ):
+        elif run.prompts_here(job) is not None:
             report("check", "prompts: the first rows of each training file fit the rollout's prompt length")
         for note in verl_config.check(config):
             report("note", note)

@@ -390,6 +390,14 @@ def check_data(job: Job) -> None:
         print(f"trainer_entry: note: {note}", flush=True)
 
 
+def prompts_here(job: Job) -> tuple[str, list[str]] | None:
+    """The job's model directory and its training files on this machine, or None when either is not
+    here (a hub id, a volume's path in the cluster): what the prompt-length check reads."""
+    model = job.spec["model"]["path"]
+    files = [f for f in job.spec["data"]["trainFiles"] if "://" not in f and Path(f).is_file()]
+    return (model, files) if files and Path(model).is_dir() else None
+
+
 def prompt_length_warning(job: Job, config: Any, sample: int = 64) -> str | None:
     """What a user must hear when prompts are longer than the rollout's prompt length (the composed
     `config`'s, from `spec.data.maxPromptLength` unless `extraArgs` change it): verl's agent loop keeps
@@ -401,10 +409,10 @@ def prompt_length_warning(job: Job, config: Any, sample: int = 64) -> str | None
     import pyarrow.parquet as pq
     from transformers import AutoTokenizer
 
-    model = job.spec["model"]["path"]
-    files = [f for f in job.spec["data"]["trainFiles"] if "://" not in f and Path(f).is_file()]
-    if not files or not Path(model).is_dir() or config.data.get("filter_overlong_prompts"):
+    here = prompts_here(job)
+    if here is None or config.data.get("filter_overlong_prompts"):
         return None
+    model, files = here
     tokenizer = AutoTokenizer.from_pretrained(model)
     schemas = None
     if job.spec["rollout"]["protocol"] == "hermes":  # mcp tools are listed by the pool, not known here
