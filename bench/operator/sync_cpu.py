@@ -34,7 +34,7 @@ import yaml
 from chartgen.crd_defaults import apply_defaults
 from harness import REPO
 from toolrl_operator.apply import Kube
-from toolrl_operator.handlers import deployment_view, job_view, rayjob_view
+from toolrl_operator.handlers import Runtime, deployment_view, job_view, rayjob_view
 from toolrl_operator.reconcile import Reconciler
 from toolrl_operator.settings import Settings
 
@@ -146,9 +146,9 @@ def reconciler(jobs: list[dict[str, Any]]) -> tuple[Reconciler, FakeApiServer, d
     indexes: dict[str, dict[Any, list[dict[str, Any]]]] = {"jobs": {}, "rayjobs": {}, "deployments": {}}
     for doc in jobs:
         indexes["jobs"][(NAMESPACE, doc["metadata"]["name"])] = [job_view(doc)]
-    rec = Reconciler(Settings(), Kube(api_client, "toolrl-operator"), indexes["jobs"], indexes["rayjobs"],
-                     indexes["deployments"])  # fmt: skip
-    return rec, server, indexes
+    runtime = Runtime(Settings(), Kube(api_client, "toolrl-operator"), indexes["jobs"], indexes["rayjobs"],
+                      indexes["deployments"])  # fmt: skip
+    return runtime.reconciler, server, indexes
 
 
 def see_own_writes(rec: Reconciler, server: FakeApiServer, indexes: dict[str, Any], key: Key) -> None:

@@ -8,7 +8,7 @@ import logging
 import kopf
 from prometheus_client import start_http_server
 
-from . import handlers, scale_loop  # noqa: F401  (importing registers the kopf handlers)
+from . import handlers  # noqa: F401  (importing registers the kopf handlers)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -39,7 +39,6 @@ def main(argv: list[str] | None = None) -> None:
     if not args.verbose:  # kopf logs every handler run at INFO: one line per watch event
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     watched = namespaces(args.namespace)
-    handlers.runtime()  # fail fast on missing credentials, before kopf starts
     start_http_server(args.metrics_port)
     kopf.run(
         standalone=True,

@@ -1,6 +1,7 @@
 """The operator's own calls to the API server (kopf's watches aside): server-side apply of the
 children, of the job's status and of the tool pool's size (`apply`, `apply_status`, `apply_scale`),
-Events (`create`), and reads (`get`, the autoscaler's pod lists through `request`).
+and Events (`create`). Each is one blocking call (the kubernetes package is synchronous): the
+runtime's thread pool runs them (handlers.Runtime says how).
 
 Server-side apply makes create-or-update one idempotent call with no read-modify-write race;
 `force` takes back fields the operator owns if someone else changed them.
@@ -16,11 +17,8 @@ from urllib.parse import urlencode
 
 from kubernetes import client, config
 
-from .children import CHILD_KINDS
+from .naming import plural
 
-# REST plurals of every kind the operator writes: its children (one list, children.py), the jobs
-# (status) and Events.
-PLURALS = {child.kind: child.plural for child in CHILD_KINDS} | {"ToolRLJob": "toolrljobs", "Event": "events"}
 RETRIABLE = frozenset({409, 429, 500, 502, 503, 504})
 APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply
 # (connect, read) seconds: a hung API server must not hold a job's lock or a worker forever.
@@ -49,23 +47,22 @@ def api_error(status: int, payload: bytes | str | None) -> ApiError:
     return ApiError(status, "", f"the API server answered with a non-JSON body: {first}")
 
 
-def load_api_client(pool_size: int = 32) -> client.ApiClient:
-    """In-cluster credentials inside a pod, otherwise KUBECONFIG (or ~/.kube/config)."""
+def load_api_client(connections: int) -> client.ApiClient:
+    """In-cluster credentials inside a pod, otherwise KUBECONFIG (or ~/.kube/config); at most
+    `connections` kept open to the API server."""
     configuration = client.Configuration()
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config(client_configuration=configuration)
     else:
         config.load_kube_config(client_configuration=configuration)
-    configuration.connection_pool_maxsize = pool_size
+    configuration.connection_pool_maxsize = connections
     return client.ApiClient(configuration)
 
 
 def resource_path(api_version: str, kind: str, namespace: str, name: str = "", sub: str = "") -> str:
     """The REST path of a namespaced object (or its collection when `name` is empty)."""
-    if kind not in PLURALS:
-        raise ValueError(f"unknown kind {kind!r}: add it to toolrl_operator.children.CHILD_KINDS")
     base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    path = f"{base}/namespaces/{namespace}/{PLURALS[kind]}"
+    path = f"{base}/namespaces/{namespace}/{plural(kind)}"
     if name:
         path += f"/{name}"
     if sub:
@@ -144,15 +141,6 @@ class Kube:
         """POST `manifest` to its collection (for objects named by the server, like Events)."""
         path = resource_path(manifest["apiVersion"], manifest["kind"], manifest["metadata"]["namespace"])
         return self.request("POST", path, manifest)
-
-    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        """The live object, or None if it does not exist."""
-        try:
-            return self.request("GET", resource_path(api_version, kind, namespace, name))
-        except ApiError as err:
-            if err.status == 404:
-                return None
-            raise
 
     def apply_status(
         self,

@@ -1,7 +1,7 @@
 """The one list of a job's child kinds: how each is built, where it lives in the API, whether the
-operator watches it and what RBAC that takes. The handlers' watches, apply's REST paths, the
-chart's RBAC (tests/unit/chart/test_rbac_matches_child_kinds.py checks it), the harness's operator
-process (harness/operator_process.py), the operator benchmark and the e2e tests derive from it.
+operator watches it and what RBAC that takes. The handlers' watches, the chart's RBAC
+(tests/unit/chart/test_rbac_matches_child_kinds.py checks it), the harness's operator process
+(harness/operator_process.py), the operator benchmark and the e2e tests derive from it.
 
 Adding a child kind is one entry here (and its builder module).
 """
@@ -15,6 +15,7 @@ from typing import Any
 from .configmap import build_configmap
 from .job import Job
 from .keda import build_scaled_object, uses_keda
+from .naming import plural
 from .rayjob import build_ray_network_policy, build_rayjob
 from .rbac import build_role, build_role_binding, build_service_account
 from .settings import Settings
@@ -40,7 +41,6 @@ class Live:
 class ChildKind:
     kind: str
     api_version: str  # "v1" or "group/version"
-    plural: str
     build: Builder  # job (its spec typed, job.py), settings, live -> manifests of this kind
     watched: bool = True  # events of these objects re-sync their job (drift, deletion, status)
     # Applied after the others (which are applied in parallel), in list order: it refers to them.
@@ -53,6 +53,11 @@ class ChildKind:
     @property
     def version(self) -> str:
         return self.api_version.rpartition("/")[2]
+
+    @property
+    def plural(self) -> str:
+        """Its REST resource name, as apply's paths spell it (naming.plural)."""
+        return plural(self.kind)
 
     @property
     def verbs(self) -> tuple[str, ...]:
@@ -89,26 +94,20 @@ def _network_policies(job: Job, settings: Settings, live: Live) -> list[dict[str
 # In the order they are applied: what pods consume comes first, the RayJob (whose pods use all of
 # it) last.
 CHILD_KINDS: tuple[ChildKind, ...] = (
-    ChildKind("ServiceAccount", "v1", "serviceaccounts", _one(build_service_account)),
-    ChildKind("Role", "rbac.authorization.k8s.io/v1", "roles", _one(build_role)),
+    ChildKind("ServiceAccount", "v1", _one(build_service_account)),
+    ChildKind("Role", "rbac.authorization.k8s.io/v1", _one(build_role)),
     # The API server checks a RoleBinding against its Role's rules unless the creator may `bind`
     # (the operator may not): before the Role exists it answers 404 (seen with the chart's RBAC).
-    ChildKind(
-        "RoleBinding",
-        "rbac.authorization.k8s.io/v1",
-        "rolebindings",
-        _one(build_role_binding),
-        after_others=True,
-    ),
-    ChildKind("ConfigMap", "v1", "configmaps", _one(build_configmap)),
-    ChildKind("Service", "v1", "services", _one(build_service)),
-    ChildKind("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets", _one(build_pdb)),
-    ChildKind("NetworkPolicy", "networking.k8s.io/v1", "networkpolicies", _network_policies),
-    ChildKind("Deployment", "apps/v1", "deployments", _deployment),
+    ChildKind("RoleBinding", "rbac.authorization.k8s.io/v1", _one(build_role_binding), after_others=True),
+    ChildKind("ConfigMap", "v1", _one(build_configmap)),
+    ChildKind("Service", "v1", _one(build_service)),
+    ChildKind("PodDisruptionBudget", "policy/v1", _one(build_pdb)),
+    ChildKind("NetworkPolicy", "networking.k8s.io/v1", _network_policies),
+    ChildKind("Deployment", "apps/v1", _deployment),
     # Only with `toolPool.autoscaler: keda`, and KEDA may not be installed: not watched (a watch
     # of a missing API would fail); the periodic resync repairs it.
-    ChildKind("ScaledObject", "keda.sh/v1alpha1", "scaledobjects", _scaled_object, watched=False),
-    ChildKind("RayJob", "ray.io/v1", "rayjobs", _rayjob, after_others=True),
+    ChildKind("ScaledObject", "keda.sh/v1alpha1", _scaled_object, watched=False),
+    ChildKind("RayJob", "ray.io/v1", _rayjob, after_others=True),
 )
 BY_KIND = {child.kind: child for child in CHILD_KINDS}
 

@@ -1,16 +1,16 @@
-"""kopf glue: watches that feed the reconcile queue, and the indexes the sync and the autoscaler
-read. No handler reconciles by itself: every event of a job, of any of its children (one list,
-children.CHILD_KINDS) or of its pods only adds the job's key to the queue (reconcile.py), so an
-event is never lost to a handler error (kopf logs and drops those of `on.event`) and a burst of
-events of one job costs one sync.
+"""kopf glue: the operator's runtime, kept in kopf's memo; watches that feed the reconcile queue,
+and the indexes the sync and the autoscaler read. No handler reconciles by itself: every event of a
+job, of any of its children (one list, children.CHILD_KINDS) or of its pods only adds the job's key
+to the queue (reconcile.py), so an event is never lost to a handler error (kopf logs and drops those
+of `on.event`) and a burst of events of one job costs one sync.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -33,6 +33,7 @@ from .naming import (
 )
 from .rayjob import worker_groups
 from .reconcile import Reconciler
+from .scale_loop import Autoscaler
 from .settings import Settings
 from .status import lost_trainer, pod_ready, pod_waiting_cause
 
@@ -43,23 +44,58 @@ OWNED = {LABEL_MANAGED_BY: MANAGED_BY}
 ViewIndex = kopf.Index[Key, dict[str, Any]]
 
 
+# Blocking calls at once: the threads of the runtime's pool, and as many connections of the API
+# client (a call on a thread never waits for one). More than the sync workers (Reconciler.workers).
+THREADS = 32
+
+
 class Runtime:
-    """Process-wide state: the settings and the API client."""
+    """What the operator holds for its lifetime: the settings, the API client, the one thread pool,
+    the reconciler and the autoscaler. The start-up handler makes it and keeps it in kopf's memo
+    (`memo.runtime`), where the handlers read it.
 
-    def __init__(self, settings: Settings, kube: Kube) -> None:
-        self.settings = settings
-        self.kube = kube
+    Threads: the event loop runs kopf's watches, the handlers, the work queue and the autoscaler's
+    reads of the pools' load (aiohttp). Every blocking call (the kubernetes package is synchronous)
+    runs on `threads`, one pool of THREADS: each sync (Reconciler.workers at a time), the children a
+    sync applies in parallel, the autoscaler's writes. A sync waits for its applies, which wait for
+    nothing, so with more threads than sync workers the pool always has one for them. (kopf's own
+    executor runs kopf's synchronous handlers: the index functions below.)"""
+
+    def __init__(
+        self,
+        settings: Settings,
+        kube: Kube,
+        jobs: Mapping[Key, Iterable[dict[str, Any]]],
+        rayjobs: Mapping[Key, Iterable[dict[str, Any]]],
+        deployments: Mapping[Key, Iterable[dict[str, Any]]],
+    ) -> None:
+        self.settings, self.kube = settings, kube
+        self.threads = ThreadPoolExecutor(THREADS, thread_name_prefix="toolrl")
+        self.reconciler = Reconciler(settings, kube, self.threads, jobs, rayjobs, deployments)
+        self.autoscaler = Autoscaler(
+            settings, kube, self.threads, jobs, deployments, self.reconciler.ready_pods
+        )
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        """Start the reconciler's workers and resync, and the autoscaler's loop."""
+        self.tasks = [
+            asyncio.create_task(self.reconciler.run(self.settings.resync_seconds), name="toolrl reconciler"),
+            asyncio.create_task(self.autoscaler.run(), name="toolrl autoscaler"),
+        ]
+
+    async def stop(self) -> None:
+        """Cancel both and wait for them to end; then the pool's threads go."""
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.threads.shutdown(wait=False, cancel_futures=True)
 
 
-_runtime: Runtime | None = None
-
-
-def runtime() -> Runtime:
-    global _runtime
-    if _runtime is None:
-        settings = Settings.from_env()
-        _runtime = Runtime(settings, Kube(load_api_client(), FIELD_MANAGER))
-    return _runtime
+def runtime(memo: kopf.Memo) -> Runtime:
+    """The runtime the start-up handler kept in kopf's memo."""
+    found: Runtime = memo.runtime
+    return found
 
 
 def plain(obj: Any) -> Any:
@@ -69,10 +105,6 @@ def plain(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [plain(value) for value in obj]
     return obj
-
-
-def first(store: Iterable[Any] | None) -> Any:
-    return next(iter(store), None) if store is not None else None
 
 
 def index(kwargs: Mapping[str, Any], name: str) -> ViewIndex:
@@ -90,7 +122,7 @@ def job_key(namespace: str | None, job: str) -> Key:
     return namespace, job
 
 
-# ---- startup: settings, the reconciler ------------------------------------------------------
+# ---- start-up and clean-up: kopf's settings, the runtime ------------------------------------
 
 
 @kopf.on.startup()
@@ -104,7 +136,6 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 30
     watch_only_owned(settings)
-    runtime()
 
 
 # What the API server sends the operator's watches of children and pods: only its own objects.
@@ -126,28 +157,20 @@ def watch_only_owned(settings: kopf.OperatorSettings) -> None:
         settings.watching.label_selectors[resource] = OWNED_SELECTOR
 
 
-@kopf.on.startup()
-async def start_reconciler(memo: kopf.Memo, **kwargs: Any) -> None:
-    rt = runtime()
-    jobs, rayjobs, deployments = (index(kwargs, name) for name in ("jobs", "rayjobs", "deployments"))
-    memo.reconciler = Reconciler(rt.settings, rt.kube, jobs, rayjobs, deployments)
-    memo.reconciler_task = asyncio.create_task(
-        memo.reconciler.run(rt.settings.resync_seconds), name="toolrl reconciler"
-    )
-
-
-async def cancel_background(memo: kopf.Memo, key: str) -> None:
-    """Cancel the background task kept in `memo[key]` at start-up (if any) and wait for it to end."""
-    task: asyncio.Task[None] | None = memo.get(key)
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+# A settings or credentials error is the environment's: the operator exits at once, before any watch.
+@kopf.on.startup(errors=kopf.ErrorsMode.PERMANENT)
+async def start(memo: kopf.Memo, **kwargs: Any) -> None:
+    """Make the runtime, keep it in the memo and start it; the indexes fill as kopf's watches come in."""
+    kube = Kube(load_api_client(THREADS), FIELD_MANAGER)
+    indexes = (index(kwargs, name) for name in ("jobs", "rayjobs", "deployments"))
+    rt = Runtime(Settings.from_env(), kube, *indexes)
+    rt.start()
+    memo.runtime = rt
 
 
 @kopf.on.cleanup()
-async def stop_reconciler(memo: kopf.Memo, **_: Any) -> None:
-    await cancel_background(memo, "reconciler_task")
+async def stop(memo: kopf.Memo, **_: Any) -> None:
+    await runtime(memo).stop()
 
 
 # ---- indexes: what the sync and the autoscaler read ------------------------------------------
@@ -208,14 +231,14 @@ def deployment_view(body: Mapping[str, Any]) -> dict[str, Any]:
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def job_event(type: str, namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
-    memo.reconciler.job_seen(job_key(namespace, name), deleted=type == "DELETED")
+    runtime(memo).reconciler.job_seen(job_key(namespace, name), deleted=type == "DELETED")
 
 
 async def child_event(
     type: str, body: kopf.Body, namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any
 ) -> None:
     meta = body["metadata"]
-    memo.reconciler.child_seen(
+    runtime(memo).reconciler.child_seen(
         job_key(namespace, labels[LABEL_JOB]),
         body["kind"],
         meta["name"],
@@ -239,7 +262,7 @@ async def pod_event(
     """The job's Ray, submitter and tool-pool pods (KubeRay copies the templates' labels): why
     they wait, whether a submitter pod shows the trainer lost, a Ray pod's group (KubeRay's
     label) and readiness, and a ready pool pod's or Ray head's IP (the autoscaler's targets)."""
-    memo.reconciler.pod_seen(
+    runtime(memo).reconciler.pod_seen(
         job_key(namespace, labels[LABEL_JOB]),
         body["metadata"]["name"],
         labels.get(LABEL_COMPONENT, ""),

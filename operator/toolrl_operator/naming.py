@@ -46,6 +46,15 @@ CHECKPOINT_MOUNT = "/checkpoints"
 MODEL_CACHE_MOUNT = "/models"  # spec.model.cache: HF_HOME is a directory in it (rayjob.HF_HOME)
 
 
+def plural(kind: str) -> str:
+    """A kind's REST resource name, the segment of its URL: the lower-cased kind in the plural, as
+    Kubernetes names its resources and controller-gen a CRD's by default (-y made -ies, else +s). It
+    holds for every kind the operator writes (test_api_client checks each); one named otherwise
+    would need its plural written down."""
+    name = kind.lower()
+    return f"{name[:-1]}ies" if name.endswith("y") else f"{name}s"
+
+
 def config_name(job: str) -> str:
     return f"{job}-config"
 

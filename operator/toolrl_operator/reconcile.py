@@ -29,7 +29,8 @@ the sync, as that manager, only where it must change whatever the autoscaler dec
 job is suspended or finished, back within edited bounds) or to hand a new pool's size over to that
 manager (toolpool.py says who writes it when). Applying never fights the autoscaler.
 
-Threads: the watches (on the event loop) and the syncs (on worker threads) share a job's
+Threads: a sync runs on the runtime's thread pool (handlers.Runtime), and applies a job's independent
+children in parallel on the same pool. The watches (on the event loop) and the syncs share a job's
 `JobState`; what both touch (`live`, `pods`) is read and written under its lock, which is never
 held across an API call.
 """
@@ -46,7 +47,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
@@ -59,7 +60,6 @@ from .keda import KedaConfigError, explain_api_error
 from .metrics import PHASES, RECONCILE_DURATION, RECONCILE_ERRORS
 from .naming import (
     API_VERSION,
-    AUTOSCALER_FIELD_MANAGER,
     COMPONENT_TOOL_POOL,
     COMPONENT_TRAINER,
     KIND,
@@ -78,14 +78,13 @@ from .status import (
     now,
     status_changes,
 )
-from .toolpool import Pool, resize
+from .toolpool import Pool, resize, scale_pool
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (namespace, job name)
 ChildId = tuple[str, str]  # (kind, name) within the job's namespace
 DELETED = ""  # a child's resourceVersion once its watch saw it deleted
-APPLY_THREADS = 16  # a job's independent children are applied in parallel
 INVALID_SPEC = "InvalidSpec"  # the reason of a spec that does not parse (job.SpecError)
 # A transient refusal reaches the status once it outlasts this many attempts (the first retry comes
 # 1 s later): a conflict or a throttled call that the retry clears costs no two status writes.
@@ -219,25 +218,25 @@ class JobState:
 
 
 class Reconciler:
-    """The queue, its workers and the one sync. `jobs`, `rayjobs` and `deployments` are the
+    """The queue, its workers and the one sync. `threads` runs the syncs and their applies (more
+    threads than `workers`: handlers.Runtime). `jobs`, `rayjobs` and `deployments` are the
     operator's kopf indexes (key -> views), read, never written."""
 
     def __init__(
         self,
         settings: Settings,
         kube: Kube,
+        threads: Executor,
         jobs: Mapping[Key, Iterable[dict[str, Any]]],
         rayjobs: Mapping[Key, Iterable[dict[str, Any]]],
         deployments: Mapping[Key, Iterable[dict[str, Any]]],
         workers: int = 8,
     ) -> None:
-        self.settings, self.kube = settings, kube
+        self.settings, self.kube, self.threads = settings, kube, threads
         self.jobs, self.rayjobs, self.deployments = jobs, rayjobs, deployments
         self.workers = workers
         self.queue: WorkQueue[Key] = WorkQueue()
         self.state: dict[Key, JobState] = {}
-        self.sync_threads = ThreadPoolExecutor(workers, thread_name_prefix="toolrl-sync")
-        self.apply_threads = ThreadPoolExecutor(APPLY_THREADS, thread_name_prefix="toolrl-apply")
 
     # ---- what the watches report (called on the event loop) --------------------------------
 
@@ -322,15 +321,13 @@ class Reconciler:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            self.sync_threads.shutdown(wait=False, cancel_futures=True)
-            self.apply_threads.shutdown(wait=False, cancel_futures=True)
 
     async def _worker(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             key = await self.queue.get()
             try:
-                await loop.run_in_executor(self.sync_threads, self.sync, key)
+                await loop.run_in_executor(self.threads, self.sync, key)
                 self.queue.succeeded(key)
             except Exception as err:  # transient: back off and try again
                 delay = self.queue.retry(key)
@@ -344,7 +341,7 @@ class Reconciler:
     # ---- the sync --------------------------------------------------------------------------
 
     def sync(self, key: Key) -> None:
-        """One idempotent pass over one job (blocking; runs on a sync thread)."""
+        """One idempotent pass over one job (blocking; runs on the runtime's thread pool)."""
         job = first(self.jobs.get(key))
         if job is None or job["metadata"].get("deletionTimestamp"):
             return
@@ -471,7 +468,7 @@ class Reconciler:
         announcements: list[tuple[str, str, str]] = []
         others = [item for item in due if not BY_KIND[item[0][0]].after_others]
         # Independent objects go in parallel; then, one by one, those that refer to them.
-        futures = [self.apply_threads.submit(self._apply, manifest) for _, _, manifest in others]
+        futures = [self.threads.submit(self._apply, manifest) for _, _, manifest in others]
         failure: Exception | None = None
         for (child, digest, _), future in zip(others, futures, strict=True):
             try:
@@ -513,13 +510,10 @@ class Reconciler:
     def _resize(self, job: Job, replicas: int) -> None:
         """Size the pool through its Deployment's scale subresource, as the autoscaler's field manager
         (toolpool.resize says when); a failure raises ChildError, which names the Deployment."""
-        name = tool_pool_name(job.name)
         try:
-            self.kube.apply_scale(
-                "apps/v1", "Deployment", job.namespace, name, replicas, AUTOSCALER_FIELD_MANAGER
-            )
+            scale_pool(self.kube, job.namespace, job.name, replicas)
         except Exception as err:
-            raise ChildError("Deployment", name, err) from err
+            raise ChildError("Deployment", tool_pool_name(job.name), err) from err
 
     def _write_status(
         self,

@@ -25,20 +25,21 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from typing import Any
 
 import aiohttp
-import kopf
 from prometheus_client import Counter, Gauge
 
 from . import events, scale_decision, signals
-from .apply import ApiError
-from .handlers import cancel_background, first, index, runtime
+from .apply import ApiError, Kube
 from .job import Job, SpecError, parse_job
 from .keda import uses_keda
-from .naming import API_VERSION, AUTOSCALER_FIELD_MANAGER, KIND, tool_pool_name
+from .naming import API_VERSION, AUTOSCALER_FIELD_MANAGER, KIND
+from .reconcile import first
+from .settings import Settings
 from .status import now, pool_stopped
+from .toolpool import scale_pool
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,6 @@ SCALE_FAILED = "ScaleFailed"  # the condition's reason while the pool's size can
 # Jobs read and decided at once: enough that pods timing out (3 s) in many pools do not stretch a
 # tick much past the interval, few enough to keep a burst of new jobs cheap.
 CONCURRENCY = 64
-API_THREADS = 8  # the loop's blocking API calls (sizing pools, writing status, posting Events)
 # A hold is announced as a Warning once it lasts this long: a new pool pod waits for Prometheus's
 # service discovery and first scrape (the chart's PodMonitors scrape every 15 s; seen on the local
 # cluster: "no scrape target" for the first seconds of every job), a pod restart as long.
@@ -101,60 +101,41 @@ def condition(
 # ---- the loop --------------------------------------------------------------------------------
 
 
-@kopf.on.startup()
-async def start(memo: kopf.Memo, **kwargs: Any) -> None:
-    """Start the loop; it reads the indexes, which fill as kopf's watches come in."""
-    jobs, deployments = index(kwargs, "jobs"), index(kwargs, "deployments")
-    interval = runtime().settings.autoscaler_interval_seconds
-
-    # the pods as the reconciler's pod watch sees them (it starts beside this loop: read at each tick)
-    def pods(key: Key) -> ReadyPods:
-        reconciler = getattr(memo, "reconciler", None)
-        return reconciler.ready_pods(key) if reconciler is not None else ([], [])
-
-    loop = Autoscaler(jobs, deployments, interval, pods=pods)
-    memo.autoscaler = asyncio.create_task(loop.run(), name="toolrl autoscaler")
-
-
-@kopf.on.cleanup()
-async def stop(memo: kopf.Memo, **_: Any) -> None:
-    await cancel_background(memo, "autoscaler")
-
-
 class Autoscaler:
-    """Ticks over all jobs; remembers each job's decision history by uid."""
+    """Ticks over all jobs; remembers each job's decision history by uid. `threads` runs its blocking
+    API calls (handlers.Runtime); `jobs` and `deployments` are the operator's kopf indexes, and `pods`
+    the ready pods of a job as the reconciler's pod watch saw them (Reconciler.ready_pods)."""
 
     def __init__(
         self,
+        settings: Settings,
+        kube: Kube,
+        threads: Executor,
         jobs: Mapping[Key, Iterable[dict[str, Any]]],
         deployments: Mapping[Key, Iterable[dict[str, Any]]],
-        interval: float,
-        concurrency: int = CONCURRENCY,
         pods: Callable[[Key], ReadyPods] = lambda key: ([], []),
+        concurrency: int = CONCURRENCY,
     ) -> None:
+        self.settings, self.kube, self.threads = settings, kube, threads
         self.jobs, self.deployments, self.pods = jobs, deployments, pods
-        self.interval = interval
         self.concurrency = concurrency
         self.scalers: dict[str, JobScaler] = {}
         # each job's typed spec by uid, with the resourceVersion it was parsed at: parsing 1000 jobs
         # took 0.2-0.4 s of every tick
         self.parsed: dict[str, tuple[str, Job]] = {}
-        self.threads = ThreadPoolExecutor(API_THREADS, thread_name_prefix="toolrl-autoscaler")
 
     async def run(self) -> None:
-        """Tick every `interval` seconds (at once if a tick took longer) until cancelled."""
-        try:
-            connector = aiohttp.TCPConnector(limit=4 * self.concurrency)  # a few pods per pool at once
-            async with aiohttp.ClientSession(connector=connector) as s:
-                while True:
-                    started = time.monotonic()
-                    try:
-                        await self.tick(s)
-                    except Exception:  # a bad tick must not end the loop; the next one retries
-                        log.exception("autoscaler tick failed")
-                    await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - started)))
-        finally:
-            self.threads.shutdown(wait=False, cancel_futures=True)
+        """Tick every `autoscaler_interval_seconds` (at once if a tick took longer) until cancelled."""
+        interval = self.settings.autoscaler_interval_seconds
+        connector = aiohttp.TCPConnector(limit=4 * self.concurrency)  # a few pods per pool at once
+        async with aiohttp.ClientSession(connector=connector) as s:
+            while True:
+                started = time.monotonic()
+                try:
+                    await self.tick(s)
+                except Exception:  # a bad tick must not end the loop; the next one retries
+                    log.exception("autoscaler tick failed")
+                await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
 
     async def tick(self, session: aiohttp.ClientSession) -> None:
         """One round: forget the jobs that are gone, then size every live one."""
@@ -181,7 +162,7 @@ class Autoscaler:
             deployment = first(self.deployments.get(key))
             if native(job) and deployment is not None:  # no pool yet: the reconcile handler makes it
                 due.append((uid, key, job, deployment))
-        url = runtime().settings.prometheus_url
+        url = self.settings.prometheus_url
         bound = asyncio.Semaphore(self.concurrency)
 
         async def one(uid: str, key: Key, job: Job, deployment: dict[str, Any]) -> None:
@@ -191,7 +172,8 @@ class Autoscaler:
                 return await signals.read_direct(session, *self.pods(key), current)
 
             if uid not in self.scalers:
-                self.scalers[uid] = JobScaler(*key, self.threads)
+                window = self.settings.autoscaler_stable_window_seconds
+                self.scalers[uid] = JobScaler(*key, self.kube, self.threads, window)
             async with bound:
                 try:
                     await self.scalers[uid].tick(job, deployment, read)
@@ -208,9 +190,12 @@ ReadyPods = tuple[list[signals.Target], list[signals.Target]]  # a job's ready p
 class JobScaler:
     """What the loop remembers of one job between ticks."""
 
-    def __init__(self, namespace: str, name: str, threads: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, namespace: str, name: str, kube: Kube, threads: Executor, stable_window_seconds: float
+    ) -> None:
         self.namespace, self.name = namespace, name
-        self.threads = threads
+        self.kube, self.threads = kube, threads
+        self.stable_window_seconds = stable_window_seconds
         self.state = scale_decision.State()
         self.written: tuple[int | None, dict[str, Any] | None] | None = None  # reported: size, condition
         self.holding_since: float | None = None  # monotonic start of the current hold, if any
@@ -223,8 +208,9 @@ class JobScaler:
                 gauge.remove(self.namespace, self.name)
 
     async def tick(self, job: Job, deployment: dict[str, Any], read: Reader) -> None:
-        window = runtime().settings.autoscaler_stable_window_seconds
-        policy = scale_decision.Policy.from_job_spec(job.spec, stable_window_seconds=window)
+        policy = scale_decision.Policy.from_job_spec(
+            job.spec, stable_window_seconds=self.stable_window_seconds
+        )
         current = int(deployment["spec"].get("replicas", 0))
         ready = int(deployment["status"].get("readyReplicas", 0))
         reading = await read(current)
@@ -276,14 +262,7 @@ class JobScaler:
         if decision.replicas != current:
             try:
                 await _blocking(
-                    self.threads,
-                    runtime().kube.apply_scale,
-                    "apps/v1",
-                    "Deployment",
-                    self.namespace,
-                    tool_pool_name(self.name),
-                    decision.replicas,
-                    AUTOSCALER_FIELD_MANAGER,
+                    self.threads, scale_pool, self.kube, self.namespace, self.name, decision.replicas
                 )
             except ApiError as err:
                 if err.status == 404:
@@ -308,7 +287,7 @@ class JobScaler:
         try:
             await _blocking(
                 self.threads,
-                runtime().kube.apply_status,
+                self.kube.apply_status,
                 API_VERSION,
                 KIND,
                 self.namespace,
@@ -339,11 +318,11 @@ class JobScaler:
         """Post an Event on the job; best effort, as kopf's own are."""
         manifest = events.event_manifest(job, type_, reason, message, dt.datetime.now(dt.UTC))
         try:
-            await _blocking(self.threads, runtime().kube.create, manifest)
+            await _blocking(self.threads, self.kube.create, manifest)
         except Exception as err:
             log.warning("event %s on %s/%s not posted: %s", reason, self.namespace, self.name, err)
 
 
-async def _blocking(threads: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """A blocking API call on the loop's own threads (the default executor stays free)."""
-    return await asyncio.get_running_loop().run_in_executor(threads, lambda: fn(*args, **kwargs))
+async def _blocking(threads: Executor, fn: Callable[..., Any], *args: Any) -> Any:
+    """A blocking API call on the runtime's thread pool (handlers.Runtime)."""
+    return await asyncio.get_running_loop().run_in_executor(threads, fn, *args)

@@ -23,10 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from .apply import Kube
 from .configmap import TOOLS_KEY, function_source, tools_checksum
 from .job import Job
 from .keda import uses_keda
 from .naming import (
+    AUTOSCALER_FIELD_MANAGER,
     COMPONENT_TOOL_POOL,
     COMPONENT_TRAINER,
     CONFIG_MOUNT,
@@ -122,6 +124,14 @@ def resize(job: Job, pool: Pool | None) -> int | None:
         return None
     size = pool_size(job, pool.replicas)
     return size if size != pool.replicas or not pool.autoscaled else None
+
+
+def scale_pool(kube: Kube, namespace: str, job_name: str, replicas: int) -> None:
+    """Write the pool's size as the autoscaler's field manager, through its Deployment's scale
+    subresource: the one spelling of that write, the autoscaler loop's and the sync's (`resize`)."""
+    kube.apply_scale(
+        "apps/v1", "Deployment", namespace, tool_pool_name(job_name), replicas, AUTOSCALER_FIELD_MANAGER
+    )
 
 
 def _needs_data(spec: Spec) -> bool:

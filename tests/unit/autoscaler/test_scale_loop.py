@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import aiohttp
@@ -81,7 +82,7 @@ def test_no_handler_of_the_operator_puts_a_finalizer_on_jobs():
     """kopf adds a finalizer for daemons, timers and non-optional on.delete handlers; with one,
     a job could not be deleted while no operator runs. (kopf has no public view of its registry.)"""
     registry = kopf.get_default_registry()
-    assert handlers.job_event and scale_loop.start  # both modules registered their handlers
+    assert handlers.job_event and handlers.start  # the module registered its handlers
     assert not list(registry._spawning.get_all_handlers())
     assert not [h.id for h in registry._changing.get_all_handlers() if h.requires_finalizer]
     assert list(registry._watching.get_all_handlers()), "the watches that feed the reconcile queue"
@@ -126,11 +127,21 @@ class FakeKube:
 
 
 @pytest.fixture
-def kube(monkeypatch) -> FakeKube:
-    fake = FakeKube()
-    rt = handlers.Runtime(Settings(), fake)  # type: ignore[arg-type]
-    monkeypatch.setattr(scale_loop, "runtime", lambda: rt)
-    return fake
+def kube() -> FakeKube:
+    return FakeKube()
+
+
+@pytest.fixture
+def autoscaler(kube):
+    """Makes the loop over jobs and their pool Deployments (index views), writing to the fake API on
+    a thread pool the size of the operator's."""
+    threads = ThreadPoolExecutor(handlers.THREADS)
+
+    def make(jobs, deployments, settings=None, **kwargs) -> scale_loop.Autoscaler:
+        return scale_loop.Autoscaler(settings or Settings(), kube, threads, jobs, deployments, **kwargs)
+
+    yield make
+    threads.shutdown()
 
 
 @pytest.fixture
@@ -154,10 +165,12 @@ def desired_gauge(name: str) -> float | None:
     return REGISTRY.get_sample_value("toolrl_autoscaler_desired_replicas", labels)
 
 
-async def test_one_loop_sizes_every_job_keeps_history_by_uid_and_forgets_gone_jobs(kube, events, idle):
+async def test_one_loop_sizes_every_job_keeps_history_by_uid_and_forgets_gone_jobs(
+    autoscaler, kube, events, idle
+):
     jobs = {("n", f"j{i}"): [job(name=f"j{i}")] for i in range(3)}
     pools = {key: [deployment(0)] for key in jobs}
-    loop = scale_loop.Autoscaler(jobs, pools, interval=5)
+    loop = autoscaler(jobs, pools)
     async with aiohttp.ClientSession() as session:
         await loop.tick(session)
         # an empty pool has no load: each job's Deployment gets min through its scale subresource, and
@@ -193,17 +206,17 @@ async def test_one_loop_sizes_every_job_keeps_history_by_uid_and_forgets_gone_jo
         assert len(kube.applied) == 4
 
 
-async def test_jobs_are_read_concurrently_within_the_bound(kube, events):
+async def test_jobs_are_read_concurrently_within_the_bound(autoscaler, kube, events):
     kube.apply_delay = 0.2
     jobs = {("n", f"j{i}"): [job(name=f"j{i}")] for i in range(6)}
-    loop = scale_loop.Autoscaler(jobs, {key: [deployment(0)] for key in jobs}, interval=5, concurrency=3)
+    loop = autoscaler(jobs, {key: [deployment(0)] for key in jobs}, concurrency=3)
     async with aiohttp.ClientSession() as session:
         await loop.tick(session)
     assert kube.peak == 3
     assert len(kube.applied) == 6
 
 
-async def test_skips_jobs_it_must_not_size_and_survives_a_bad_one(kube, events):
+async def test_skips_jobs_it_must_not_size_and_survives_a_bad_one(autoscaler, kube, events):
     broken = job(name="broken", toolPool={"replicas": {"min": 5, "max": 2}})
     unparsed = job(name="unparsed", toolPool={"replicas": {"min": 0, "max": 2}})  # a stored job of no CRD
     jobs = {
@@ -216,14 +229,14 @@ async def test_skips_jobs_it_must_not_size_and_survives_a_bad_one(kube, events):
     }
     pools = {key: [deployment(0)] for key in jobs if key[1] != "no-pool-yet"}
     async with aiohttp.ClientSession() as session:
-        await scale_loop.Autoscaler(jobs, pools, interval=5).tick(session)
+        await autoscaler(jobs, pools).tick(session)
     assert [name for name, _, _ in kube.applied] == ["ok"]
     assert [name for name, _, _ in kube.scaled] == ["ok-tools"]
 
 
-async def test_holds_with_unreadable_metrics_writing_and_warning_once(kube, events):
+async def test_holds_with_unreadable_metrics_writing_and_warning_once(autoscaler, kube, events):
     jobs = {("n", "j"): [job()]}
-    loop = scale_loop.Autoscaler(jobs, {("n", "j"): [deployment(2)]}, interval=5)  # no pod ready
+    loop = autoscaler(jobs, {("n", "j"): [deployment(2)]})  # no pod ready
     async with aiohttp.ClientSession() as session:
         await loop.tick(session)
         await loop.tick(session)
@@ -235,12 +248,12 @@ async def test_holds_with_unreadable_metrics_writing_and_warning_once(kube, even
     assert events == [], "a hold shorter than a scrape or two is in the condition, not a Warning"
 
 
-async def test_a_hold_keeps_the_deployments_size_which_the_loop_writes_itself(kube, events):
+async def test_a_hold_keeps_the_deployments_size_which_the_loop_writes_itself(autoscaler, kube, events):
     """The Deployment's size is the last decision (or a size the sync set, 0 for a suspended job, a
     clamp to edited bounds): the hold keeps it, whatever the status last reported."""
     written = job()
     written["status"]["toolPool"] = {"desiredReplicas": 3}  # the report before the sync set 2
-    loop = scale_loop.Autoscaler({("n", "j"): [written]}, {("n", "j"): [deployment(2)]}, interval=5)
+    loop = autoscaler({("n", "j"): [written]}, {("n", "j"): [deployment(2)]})
     async with aiohttp.ClientSession() as session:
         await loop.tick(session)
     [(_, status, _)] = kube.applied
@@ -248,24 +261,24 @@ async def test_a_hold_keeps_the_deployments_size_which_the_loop_writes_itself(ku
     assert "none of the pool's 2 pods is ready" in status["conditions"][0]["message"]
 
 
-async def test_the_size_is_compared_with_the_deployment_not_with_the_report(kube, events):
+async def test_the_size_is_compared_with_the_deployment_not_with_the_report(autoscaler, kube, events):
     """The status already reports 1 (an earlier decision), the Deployment shows 0 (a resumed job's
     pool, or someone's scale): the loop sizes the Deployment, and the report stays as it is."""
     cond = scale_loop.condition(True, "", None, "T0", 1)
     reported = job()
     reported["status"].update({"toolPool": {"desiredReplicas": 1}, "conditions": [cond]})
-    loop = scale_loop.Autoscaler({("n", "j"): [reported]}, {("n", "j"): [deployment(0)]}, interval=5)
+    loop = autoscaler({("n", "j"): [reported]}, {("n", "j"): [deployment(0)]})
     async with aiohttp.ClientSession() as session:
         await loop.tick(session)
     assert kube.scaled == [("j-tools", 1, AUTOSCALER_FIELD_MANAGER)]
     assert kube.applied == [] and events == [("Normal", "j", "ToolPoolScaled")]
 
 
-async def test_a_hold_that_lasts_is_warned_of_once(kube, events, monkeypatch):
+async def test_a_hold_that_lasts_is_warned_of_once(autoscaler, kube, events, monkeypatch):
     clock = [1000.0]
     monkeypatch.setattr(scale_loop.time, "monotonic", lambda: clock[0])
     pool = deployment(2)  # and none of its pods ready: the size holds
-    loop = scale_loop.Autoscaler({("n", "j"): [job()]}, {("n", "j"): [pool]}, interval=5)
+    loop = autoscaler({("n", "j"): [job()]}, {("n", "j"): [pool]})
     async with aiohttp.ClientSession() as session:
         await loop.tick(session)
         clock[0] += scale_loop.HOLDING_WARNING_AFTER_SECONDS - 1
@@ -287,34 +300,36 @@ async def test_a_hold_that_lasts_is_warned_of_once(kube, events, monkeypatch):
     assert warnings == [("Warning", "j", "AutoscalerHolding")] * 2
 
 
-async def test_restart_remembers_what_the_status_already_says(kube, events, idle):
+async def test_restart_remembers_what_the_status_already_says(autoscaler, kube, events, idle):
     cond = scale_loop.condition(True, "", None, "T0", 1)
     written = job()
     written["status"].update({"toolPool": {"desiredReplicas": 1}, "conditions": [cond]})
     async with aiohttp.ClientSession() as session:
-        loop = scale_loop.Autoscaler({("n", "j"): [written]}, {("n", "j"): [deployment(1)]}, interval=5)
+        loop = autoscaler({("n", "j"): [written]}, {("n", "j"): [deployment(1)]})
         await loop.tick(session)
     assert kube.applied == kube.scaled == events == []
 
 
-async def test_startup_starts_one_ticking_loop_and_cleanup_stops_it(kube, events, monkeypatch):
+async def test_startup_starts_one_ticking_loop_and_cleanup_stops_it(monkeypatch):
+    """The start-up handler keeps the runtime in kopf's memo and starts the reconciler and this loop;
+    the clean-up handler ends both."""
     ticks: list[float] = []
 
     async def counting_tick(self, session):
         ticks.append(time.monotonic())
 
     monkeypatch.setattr(scale_loop.Autoscaler, "tick", counting_tick)
-    rt = handlers.Runtime(Settings(autoscaler_interval_seconds=0.05), kube)
-    monkeypatch.setattr(scale_loop, "runtime", lambda: rt)
+    monkeypatch.setattr(handlers, "load_api_client", lambda connections: None)
+    monkeypatch.setenv("TOOLRL_AUTOSCALER_INTERVAL_SECONDS", "0.05")
     memo = kopf.Memo()
-    await scale_loop.start(memo=memo, jobs={}, deployments={})
+    await handlers.start(memo=memo, jobs={}, rayjobs={}, deployments={})
     while len(ticks) < 3:
         await asyncio.sleep(0.01)
-    await scale_loop.stop(memo=memo)
-    assert memo.autoscaler.cancelled()
+    await handlers.stop(memo=memo)
+    assert [task.cancelled() for task in memo.runtime.tasks] == [True, True]
 
 
-async def test_a_new_generation_is_acknowledged_in_the_condition(kube, events, idle):
+async def test_a_new_generation_is_acknowledged_in_the_condition(autoscaler, kube, events, idle):
     """AutoscalerHealthy carries observedGeneration like the operator's conditions; a spec change
     re-publishes it even when the health did not change."""
     cond = scale_loop.condition(True, "", None, "T0", 1)
@@ -322,7 +337,7 @@ async def test_a_new_generation_is_acknowledged_in_the_condition(kube, events, i
     edited["metadata"]["generation"] = 2
     edited["status"].update({"toolPool": {"desiredReplicas": 1}, "conditions": [cond]})
     async with aiohttp.ClientSession() as session:
-        loop = scale_loop.Autoscaler({("n", "j"): [edited]}, {("n", "j"): [deployment(1)]}, interval=5)
+        loop = autoscaler({("n", "j"): [edited]}, {("n", "j"): [deployment(1)]})
         await loop.tick(session)
     [(_, status, _)] = kube.applied
     [written] = status["conditions"]
@@ -330,7 +345,7 @@ async def test_a_new_generation_is_acknowledged_in_the_condition(kube, events, i
 
 
 async def test_the_pods_come_from_the_pod_watch_and_each_spec_is_parsed_once_per_version(
-    kube, events, monkeypatch
+    autoscaler, kube, events, monkeypatch
 ):
     """Without Prometheus the loop scrapes the ready pods the reconciler's pod watch saw (a listing
     of every pool pod and Ray head per tick was ~9 MB of JSON at 1000 jobs); a job's spec is parsed
@@ -349,7 +364,7 @@ async def test_the_pods_come_from_the_pod_watch_and_each_spec_is_parsed_once_per
     jobs = {("n", f"j{i}"): [job(name=f"j{i}")] for i in range(2)}
     for i, key in enumerate(jobs):
         jobs[key][0]["metadata"]["resourceVersion"] = str(10 + i)
-    loop = scale_loop.Autoscaler(jobs, {key: [deployment(2)] for key in jobs}, interval=5, pods=pods)
+    loop = autoscaler(jobs, {key: [deployment(2)] for key in jobs}, pods=pods)
     async with aiohttp.ClientSession() as session:
         await loop.tick(session)
         await loop.tick(session)
@@ -364,7 +379,7 @@ async def test_the_pods_come_from_the_pod_watch_and_each_spec_is_parsed_once_per
     assert sorted(parsed) == ["j0", "j1", "j1"]
 
 
-async def test_the_stable_window_is_the_operators_setting(monkeypatch):
+async def test_the_stable_window_is_the_operators_setting(autoscaler, monkeypatch):
     from toolrl_operator import scale_decision
     from toolrl_operator.settings import SettingsError
 
@@ -375,21 +390,21 @@ async def test_the_stable_window_is_the_operators_setting(monkeypatch):
         with pytest.raises(SettingsError, match="TOOLRL_AUTOSCALER_STABLE_WINDOW_SECONDS"):
             Settings.from_env({"TOOLRL_AUTOSCALER_STABLE_WINDOW_SECONDS": bad})
 
-    rt = handlers.Runtime(Settings.from_env(env), FakeKube())  # type: ignore[arg-type]
-    monkeypatch.setattr(scale_loop, "runtime", lambda: rt)
     policies: list[scale_decision.Policy] = []
     decide = scale_decision.decide
     monkeypatch.setattr(
         scale_decision, "decide", lambda policy, *args: policies.append(policy) or decide(policy, *args)
     )
-    loop = scale_loop.Autoscaler({("n", "j"): [job()]}, {("n", "j"): [deployment(0)]}, interval=5)
+    loop = autoscaler({("n", "j"): [job()]}, {("n", "j"): [deployment(0)]}, Settings.from_env(env))
     async with aiohttp.ClientSession() as session:
         await loop.tick(session)
     assert [p.stable_window_seconds for p in policies] == [20.0]
     assert policies[0].scale_down_delay_seconds == 60  # the job's own settings still come from its spec
 
 
-async def test_a_size_that_cannot_be_written_is_said_once_per_streak_and_retried(kube, events, idle):
+async def test_a_size_that_cannot_be_written_is_said_once_per_streak_and_retried(
+    autoscaler, kube, events, idle
+):
     """A refused scale write (here the operator's ServiceAccount without the deployments/scale grant)
     leaves the size where it is: the condition says why (ScaleFailed), one Warning per streak, and the
     next tick tries again; once a write goes through, the condition is healthy again."""
@@ -403,7 +418,7 @@ async def test_a_size_that_cannot_be_written_is_said_once_per_streak_and_retried
     kube.apply_scale = apply_scale  # type: ignore[method-assign]
     jobs = {("n", "j"): [job()]}
     pools = {("n", "j"): [deployment(0)]}
-    loop = scale_loop.Autoscaler(jobs, pools, interval=5)
+    loop = autoscaler(jobs, pools)
     async with aiohttp.ClientSession() as session:
         for _ in range(2):
             await loop.tick(session)

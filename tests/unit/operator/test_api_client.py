@@ -14,8 +14,27 @@ def test_resource_paths_for_core_and_group_kinds() -> None:
         resource_path("toolrl.dev/v1alpha1", "ToolRLJob", "rl", "j", "status")
         == "/apis/toolrl.dev/v1alpha1/namespaces/rl/toolrljobs/j/status"
     )
-    with pytest.raises(ValueError, match="unknown kind 'Secret'"):
-        resource_path("v1", "Secret", "rl", "x")
+
+
+def test_every_kind_the_operator_reads_or_writes_has_its_plural_by_the_rule() -> None:
+    """naming.plural spells each kind's REST resource name; these are the names the API server
+    (KubeRay's and KEDA's CRDs, the operator's own) gives them."""
+    from toolrl_operator.children import CHILD_KINDS
+    from toolrl_operator.naming import KIND, PLURAL, plural
+
+    assert {child.kind: child.plural for child in CHILD_KINDS} == {
+        "ServiceAccount": "serviceaccounts",
+        "Role": "roles",
+        "RoleBinding": "rolebindings",
+        "ConfigMap": "configmaps",
+        "Service": "services",
+        "PodDisruptionBudget": "poddisruptionbudgets",
+        "NetworkPolicy": "networkpolicies",
+        "Deployment": "deployments",
+        "ScaledObject": "scaledobjects",
+        "RayJob": "rayjobs",
+    }
+    assert (plural(KIND), plural("Event")) == (PLURAL, "events")
 
 
 class _Response:

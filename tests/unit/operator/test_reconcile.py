@@ -9,7 +9,7 @@ import pytest
 from toolrl_operator import events
 from toolrl_operator.apply import ApiError
 from toolrl_operator.children import Live
-from toolrl_operator.handlers import deployment_view, job_view, rayjob_view
+from toolrl_operator.handlers import Runtime, deployment_view, job_view, rayjob_view
 from toolrl_operator.job import Job
 from toolrl_operator.naming import AUTOSCALER_FIELD_MANAGER, FIELD_MANAGER
 from toolrl_operator.reconcile import ChildError, Reconciler, classify, overlay
@@ -70,15 +70,23 @@ class FakeKube:
 
 
 @pytest.fixture
-def world(make_job_object):
-    """A reconciler over in-memory indexes holding one job (the example)."""
+def runtime(make_job_object):
+    """The operator's runtime (not started) over in-memory indexes holding one job (the example)."""
     kube = FakeKube()
     indexes: dict[str, dict[Any, list[dict[str, Any]]]] = {"jobs": {}, "rayjobs": {}, "deployments": {}}
     job = make_job_object()
     job.update({"apiVersion": "toolrl.dev/v1alpha1", "kind": "ToolRLJob"})
     indexes["jobs"][KEY] = [job_view(job)]
-    rec = Reconciler(Settings(), kube, indexes["jobs"], indexes["rayjobs"], indexes["deployments"])  # type: ignore[arg-type]
-    return rec, kube, indexes
+    rt = Runtime(Settings(), kube, indexes["jobs"], indexes["rayjobs"], indexes["deployments"])  # type: ignore[arg-type]
+    yield rt, kube, indexes
+    rt.threads.shutdown()
+
+
+@pytest.fixture
+def world(runtime) -> tuple[Reconciler, FakeKube, dict[str, Any]]:
+    """Its reconciler, the fake API and the indexes."""
+    rt, kube, indexes = runtime
+    return rt.reconciler, kube, indexes
 
 
 def see_pool(indexes: dict[str, Any], replicas: int, *owners: str) -> None:
@@ -518,7 +526,7 @@ def test_a_submitter_pod_that_failed_is_one_trainer_restart(world) -> None:
     assert reasons(kube).count(TRAINER_RESTARTED) == 1
 
 
-def test_a_worker_pod_becoming_ready_updates_its_groups_ready_replicas(world) -> None:
+def test_a_worker_pod_becoming_ready_updates_its_groups_ready_replicas(world, runtime) -> None:
     """Through the pod watch's handler: KubeRay's `ray.io/group` label and the pod's Ready
     condition are recorded; a change of readiness queues the job and the next sync shows it."""
     import asyncio
@@ -530,7 +538,7 @@ def test_a_worker_pod_becoming_ready_updates_its_groups_ready_replicas(world) ->
     rec.sync(KEY)
     running = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "rayClusterName": "c1"}
     indexes["rayjobs"][KEY] = [rayjob_view(kube.objects[("RayJob", "gsm8k-python")] | {"status": running})]
-    memo = kopf.Memo(reconciler=rec)
+    memo = kopf.Memo(runtime=runtime[0])
 
     def pod(name: str, group: str, ready: str, type_: str = "MODIFIED") -> None:
         labels = {"toolrl.dev/job": KEY[1], "app.kubernetes.io/component": "trainer", "ray.io/group": group}
@@ -719,7 +727,7 @@ def test_a_sync_of_unchanged_inputs_builds_nothing_and_any_changed_input_builds_
     assert len(builds) == 4
 
 
-def test_the_pod_watch_keeps_the_ready_pool_pods_and_ray_heads_for_the_autoscaler(world) -> None:
+def test_the_pod_watch_keeps_the_ready_pool_pods_and_ray_heads_for_the_autoscaler(world, runtime) -> None:
     """What the autoscaler scrapes without Prometheus, from the pods' watch events: each ready pod's
     IP, not an unready one's, not a terminating one's; Ray heads apart from workers."""
     import asyncio
@@ -728,7 +736,7 @@ def test_the_pod_watch_keeps_the_ready_pool_pods_and_ray_heads_for_the_autoscale
     from toolrl_operator.handlers import pod_event
 
     rec, _, _ = world
-    memo = kopf.Memo(reconciler=rec)
+    memo = kopf.Memo(runtime=runtime[0])
 
     def pod(name: str, component: str, ready: bool, ip: str | None = "127.65.0.9", **labels: str) -> None:
         labels = {"toolrl.dev/job": KEY[1], "app.kubernetes.io/component": component, **labels}
