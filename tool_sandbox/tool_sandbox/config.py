@@ -1,15 +1,18 @@
 """The pool's configuration: `tools.yaml` (the job's `spec.tools`, verbatim) and server settings.
 
 Parsing is pure: text in, frozen dataclasses out, or a ConfigError that names the entry, the
-field and what to do."""
+field and what to do. Each entry is checked by the rules of its type (ENTRY_RULES), here below the
+tools, which take these dataclasses."""
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import jsonschema
 import yaml
 
 from .crd_defaults import DEFAULTS_WHEN_PRESENT, SPEC_DEFAULTS
@@ -26,6 +29,8 @@ _CRD = DEFAULTS_WHEN_PRESENT["tools[]"]  # the CRD's defaults of a tools[] entry
 # (trainer_entry.pool_client.CallResult.observation) and whether it unwraps fenced code before sending it.
 # The pool checks it and answers every protocol the same whichever it is.
 OBSERVATION_FORMATS = ("default", "sandbox-fusion")
+# an mcp entry's `mcp` (the CRD's); podSelector and targetPort are the operator's (the NetworkPolicy)
+MCP_FIELDS = ("url", "tools", "podSelector", "targetPort")
 
 
 @dataclass(frozen=True)
@@ -197,13 +202,102 @@ def _parse_tool(entry: Any, where: str) -> ToolConfig:
             )
         if kind != "python":
             raise ConfigError(f"{where}.observationFormat: only tools of type python take it; remove it")
-    # the registry of tool types imports this module (their configs): read it when it is needed
-    from tool_sandbox.tools import TOOL_TYPES
-
-    if kind not in TOOL_TYPES:
-        raise ConfigError(f"{where}.type: {kind!r} is not one of {', '.join(TOOL_TYPES)}")
-    TOOL_TYPES[kind].check_config(values, where)
+    if kind not in ENTRY_RULES:
+        raise ConfigError(f"{where}.type: {kind!r} is not one of {', '.join(ENTRY_RULES)}")
+    ENTRY_RULES[kind](values, where)
     return ToolConfig(**values)
+
+
+def _search_entry(values: dict[str, Any], where: str) -> None:
+    if not values.get("corpus"):
+        raise ConfigError(f"{where}: a search tool needs corpus (path of a JSONL file)")
+
+
+def _http_entry(values: dict[str, Any], where: str) -> None:
+    if not str(values.get("url", "")).startswith(("http://", "https://")):
+        raise ConfigError(f"{where}: an http tool needs url, an absolute http:// or https:// URL")
+
+
+def _function_entry(values: dict[str, Any], where: str) -> None:
+    check_parameters(values.get("parameters"), where)
+    function = values.get("function") or {}
+    name = function.get("name", values.get("name"))
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ConfigError(f"{where}.function.name: {name!r} is not a Python identifier; name the function")
+    if not values.get("source"):
+        raise ConfigError(
+            f"{where}: a function tool needs source, the path of its Python file (the operator sets it"
+            " from function.configMap)"
+        )
+
+
+def _mcp_entry(values: dict[str, Any], where: str) -> None:
+    server = values.get("mcp")
+    if not isinstance(server, dict):
+        raise ConfigError(f"{where}: an mcp tool needs mcp: {{url: http://SERVICE.NAMESPACE.svc:PORT/mcp}}")
+    unknown = sorted(set(server) - set(MCP_FIELDS))
+    if unknown:
+        allowed = ", ".join(MCP_FIELDS)
+        raise ConfigError(f"{where}.mcp: unknown field(s) {', '.join(unknown)}; allowed: {allowed}")
+    url = server.get("url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"{where}.mcp.url: {url!r} is not an absolute http:// or https:// URL; give the server's"
+            " streamable-HTTP endpoint, e.g. http://my-mcp.my-namespace.svc:8000/mcp"
+        )
+    tools = server.get("tools", [])
+    if not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools):
+        raise ConfigError(f"{where}.mcp.tools: must be a list of the remote tools' names")
+    if len(set(tools)) != len(tools):
+        raise ConfigError(f"{where}.mcp.tools: a name appears more than once")
+
+
+# The tool types an entry may name, each with what its entry needs beyond the fields every entry has
+# (the registry, tools.TOOL_TYPES, has the class that serves each).
+ENTRY_RULES: dict[str, Callable[[dict[str, Any], str], None]] = {
+    "python": lambda values, where: None,
+    "search": _search_entry,
+    "http": _http_entry,
+    "function": _function_entry,
+    "mcp": _mcp_entry,
+}
+
+
+def check_parameters(schema: Any, where: str) -> None:
+    """A function tool's `parameters`: a valid JSON schema (draft 2020-12) of an object."""
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        raise ConfigError(
+            f'{where}.parameters: must be a JSON schema of an object ({{"type": "object", "properties":'
+            " {...}}): the model's arguments are the function's keyword arguments"
+        )
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ConfigError(
+            f"{where}.parameters: not a valid JSON schema: {exc.message}; fix the schema"
+        ) from exc
+    remote = remote_references(schema)
+    if remote:
+        raise ConfigError(
+            f"{where}.parameters: $ref {remote[0]!r} points outside the schema; the pool fetches no schema"
+            " (it would at every call): put the definition under $defs and refer to it as #/$defs/..."
+        )
+
+
+def remote_references(schema: Any) -> list[str]:
+    """The `$ref`/`$dynamicRef` values of a schema that point outside it (anything but "#...")."""
+    found, stack = [], [schema]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if key in ("$ref", "$dynamicRef") and isinstance(value, str) and not value.startswith("#"):
+                    found.append(value)
+                else:
+                    stack.append(value)
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
 
 
 def _coerce(raw: Any, kind: type, where: str) -> Any:

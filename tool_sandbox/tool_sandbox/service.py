@@ -1,32 +1,29 @@
 """The pool's service, independent of any transport: tools, sessions, admission (backpressure,
 draining) and metrics. Each protocol (api/native.py, api/sandboxfusion.py, api/verltool.py,
 api/mcp.py, ...) is a module of its own that translates its wire format to calls of this service,
-naming itself in `protocol` so the metrics count calls per tool and per protocol."""
+naming itself in `protocol` so the metrics count calls per tool and per protocol. A protocol uses
+its public methods, `tools` and `settings`; the pool, the metrics and the lifecycle (`start`,
+`drain`, `close`) are the server's (api/app.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib.metadata
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tool_sandbox.admission import Admission, Rejected
-from tool_sandbox.api.requests import ExecuteRequest, RequestError, shown
+from tool_sandbox.calls import ExecuteRequest, RequestError, shown
 from tool_sandbox.config import ServerSettings, ToolConfig
 from tool_sandbox.metrics import Metrics
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.sandbox.pool import Pool
-from tool_sandbox.sessions import API, Sessions
+from tool_sandbox.sessions import API, Session, Sessions
 from tool_sandbox.tools import Tool, ToolResult, build_tools, expand_tools, needs_pool
-from tool_sandbox.tools.python import PythonTool
 
 SERVER_NAME = "toolrl-tool-pool"  # how the pool names itself to protocols that ask (MCP, OpenEnv)
 NATIVE = "native"  # the pool's own API (/v1/execute): the protocol of a call that names none
 MAX_SESSION_WAITING = 64  # calls of one session queued behind its running cell; more get 429
-# Finished VerlTool trajectories remembered (never reopened), oldest forgotten first; each by a
-# fixed-size digest of its caller and id, so a few requests with huge ids cannot fill the memory.
-FINISHED_TRAJECTORIES_KEPT = 100_000
 READINESS_SECONDS = 1.0  # a readiness answer serves every probe for this long (one check per burst)
 SHUTTING_DOWN = "the tool server is shutting down; retry the call"
 
@@ -40,24 +37,29 @@ class Service:
         self.entries: dict[str, Tool] = build_tools(tools, self.pool, settings)  # tools.yaml's
         self.tools: dict[str, Tool] = dict(self.entries)  # what it serves: the entries' tools once started
         self.admission = Admission(settings.capacity, settings.queue_size)
-        self.sessions = Sessions(settings.max_sessions, settings.session_idle_seconds)
+        self._sessions = Sessions(settings.max_sessions, settings.session_idle_seconds)
         self.metrics = Metrics()
         self.metrics.bind(
             lambda: self.admission.inflight,
             lambda: self.admission.waiting,
             settings.capacity,
-            lambda: len(self.sessions.live),
+            lambda: len(self._sessions.live),
         )
         self.tools_ready = False
         self.draining = False  # SIGTERM: no call starts any more (drain)
         self._reaper: asyncio.Task[None] | None = None
-        self.finished: OrderedDict[str, None] = OrderedDict()  # VerlTool sessions that were finished
         self._readiness: asyncio.Future[list[str]] | None = None
         self._readiness_at = 0.0
 
     @property
-    def python_tools(self) -> list[str]:
-        return [name for name, tool in self.tools.items() if isinstance(tool, PythonTool)]
+    def session_tools(self) -> list[str]:
+        """The tools that keep sessions, by name."""
+        return [name for name, tool in self.tools.items() if tool.supports_sessions]
+
+    def tool_of_type(self, kind: str) -> Tool | None:
+        """The first tool of this type (tools.yaml's `type`), for calls that name a kind of tool rather
+        than a tool (VerlTool's tags, OpenEnv's code, SandboxFusion's /run_code)."""
+        return next((tool for tool in self.tools.values() if tool.type == kind), None)
 
     async def start(self) -> None:
         if self.pool is not None:
@@ -67,13 +69,13 @@ class Service:
         self.tools = expand_tools(self.entries)
         self.tools_ready = True
         self._reaper = asyncio.create_task(
-            self.sessions.reap_forever(min(30.0, self.settings.session_idle_seconds))
+            self._sessions.reap_forever(min(30.0, self.settings.session_idle_seconds))
         )
 
     async def close(self) -> None:
         if self._reaper is not None:
             self._reaper.cancel()
-        await self.sessions.close_all()
+        await self._sessions.close_all()
         for tool in self.entries.values():
             await tool.close()
         if self.pool is not None:
@@ -123,9 +125,9 @@ class Service:
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
-            self.refuse_when_draining()
+            self._refuse_when_draining()
             async with self.admission.slot():
-                self.refuse_when_draining()
+                self._refuse_when_draining()
                 result = await job()
         except Rejected:
             self.metrics.observe(tool, outcome.REJECTED, loop.time() - started, False, protocol)
@@ -133,7 +135,7 @@ class Service:
         self.metrics.observe(tool, result.status, loop.time() - started, result.truncated, protocol)
         return result
 
-    def refuse_when_draining(self) -> None:
+    def _refuse_when_draining(self) -> None:
         if self.draining:
             raise Rejected(1, SHUTTING_DOWN, 503)
 
@@ -174,7 +176,7 @@ class Service:
             )
         if request.session is None:
             return await self.admit(tool.name, lambda: tool.execute(request.input, request.timeout), protocol)
-        session = self.sessions.get(request.session, kind)
+        session = self._sessions.get(request.session, kind)
         if session is None:
             name = shown(request.session, 80)
             raise RequestError(f"unknown or expired session {name}; open one with POST /v1/sessions", 404)
@@ -199,21 +201,40 @@ class Service:
 
     async def _in_session(self, session_id: str, payload: Any, timeout: float | None) -> ToolResult:
         """A cell of a session whose lock the caller holds."""
-        session = self.sessions.live.get(session_id)
+        session = self._sessions.live.get(session_id)
         if session is None:
             return ToolResult(status=outcome.ERROR, message="session was closed")
         result, alive = await session.tool.execute_in_session(session.handle, payload, timeout)
         if not alive:
-            self.sessions.live.pop(session_id, None)
+            self._sessions.live.pop(session_id, None)
             result.message = (result.message + "; " if result.message else "") + "the session has ended"
         return result
 
-    def finish_trajectory(self, session_id: str) -> None:
-        """Remember a finished trajectory (its session key: a fixed-size digest)."""
-        self.finished[session_id] = None
-        self.finished.move_to_end(session_id)
-        while len(self.finished) > FINISHED_TRAJECTORIES_KEPT:
-            self.finished.popitem(last=False)
+    async def open_session(self, tool: str, kind: str = API) -> Session | ToolResult:
+        """A new session of the tool `tool` (a ToolResult says why it could not start). Raises
+        SessionLimit when as many are live as the pool keeps, Rejected when it is shutting down."""
+        self._refuse_when_draining()
+        return await self._sessions.open(self._with_sessions(tool), kind=kind)
+
+    async def ensure_session(self, tool: str, session_id: str, kind: str) -> Session | ToolResult:
+        """The live session `session_id` of this kind, opened on the tool `tool` if there is none
+        (once, however many callers ask at once); raises as `open_session`."""
+        self._refuse_when_draining()
+        return await self._sessions.ensure(self._with_sessions(tool), session_id, kind)
+
+    def session_is_live(self, session_id: str) -> bool:
+        """False once the session's process ended (exit, crash, worker lost) or it was closed."""
+        return session_id in self._sessions.live
+
+    async def close_session(self, session_id: str, kind: str) -> bool:
+        """Close a live session of this kind; False when there is none."""
+        return await self._sessions.close(session_id, kind)
+
+    def _with_sessions(self, name: str) -> Tool:
+        tool = self.tools[name]
+        if not tool.supports_sessions:
+            raise RequestError(f"tool {name!r} keeps no sessions; these do: {', '.join(self.session_tools)}")
+        return tool
 
 
 def server_version() -> str:

@@ -13,9 +13,9 @@ import contextlib
 import secrets
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
-from tool_sandbox.tools.base import ToolResult
-from tool_sandbox.tools.python import PythonTool, SessionHandle
+from tool_sandbox.tools.base import Tool, ToolResult
 
 
 class SessionLimit(Exception):
@@ -34,8 +34,8 @@ OPENENV = "openenv"
 @dataclass
 class Session:
     id: str
-    tool: PythonTool
-    handle: SessionHandle
+    tool: Tool  # one that supports_sessions
+    handle: Any  # what the tool's open_session gave
     kind: str
     last_used: float = field(default_factory=time.monotonic)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one cell at a time
@@ -53,9 +53,7 @@ class Sessions:
     def __len__(self) -> int:
         return len(self.live) + self._opening
 
-    async def open(
-        self, tool: PythonTool, session_id: str | None = None, kind: str = API
-    ) -> Session | ToolResult:
+    async def open(self, tool: Tool, session_id: str | None = None, kind: str = API) -> Session | ToolResult:
         """Start a session process; a ToolResult explains a failure to start."""
         if session_id is not None and session_id in self.live:
             raise SessionExists(f"session {session_id!r} is already live; use it or close it first")
@@ -75,7 +73,7 @@ class Sessions:
         self.live[session.id] = session
         return session
 
-    async def ensure(self, tool: PythonTool, session_id: str, kind: str) -> Session | ToolResult:
+    async def ensure(self, tool: Tool, session_id: str, kind: str) -> Session | ToolResult:
         """The live session `session_id`, opened once however many callers ask for it at once."""
         lock, users = self._id_locks.get(session_id, (asyncio.Lock(), 0))
         self._id_locks[session_id] = (lock, users + 1)

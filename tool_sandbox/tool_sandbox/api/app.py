@@ -17,14 +17,14 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from tool_sandbox.admission import Rejected
 from tool_sandbox.api import mcp, native, openenv, sandboxfusion, verltool
-from tool_sandbox.api.requests import RequestError, shown
 from tool_sandbox.api.web import SETTINGS, json_response
+from tool_sandbox.calls import RequestError, shown
 from tool_sandbox.config import ServerSettings, ToolConfig
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.sandbox.libc import PR_SET_DUMPABLE, prctl
 from tool_sandbox.sandbox.reaper import PR_SET_CHILD_SUBREAPER, reap_orphans
 from tool_sandbox.service import Service
-from tool_sandbox.tools import ToolInputError, ToolResult
+from tool_sandbox.tools.base import ToolInputError, ToolResult
 
 log = logging.getLogger(__name__)
 SHUTDOWN_SECONDS = 5.0  # after the drain, for handlers to write their answers before connections close

@@ -23,16 +23,9 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
 from tool_sandbox.admission import Rejected
-from tool_sandbox.api.requests import (
-    FieldMessages,
-    RequestError,
-    error_message,
-    first_error,
-    json_kind,
-    shown,
-    typed_dict,
-)
+from tool_sandbox.api.requests import FieldMessages, error_message, first_error, json_kind, typed_dict
 from tool_sandbox.api.web import json_response, read_json
+from tool_sandbox.calls import RequestError, shown
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.service import SERVER_NAME, Service, server_version
 from tool_sandbox.tools.base import ToolInputError, ToolResult

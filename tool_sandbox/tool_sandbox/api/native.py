@@ -8,19 +8,13 @@ from typing import Any
 from aiohttp import web
 
 from tool_sandbox.admission import Rejected
-from tool_sandbox.api.requests import (
-    ExecuteRequest,
-    RequestError,
-    parse_batch,
-    parse_execute,
-    parse_session_create,
-)
+from tool_sandbox.api.requests import parse_batch, parse_execute, parse_session_create
 from tool_sandbox.api.web import json_response, read_json
+from tool_sandbox.calls import ExecuteRequest, RequestError
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.service import NATIVE, Service
 from tool_sandbox.sessions import API, SessionLimit
-from tool_sandbox.tools import ToolInputError, ToolResult
-from tool_sandbox.tools.python import PythonTool
+from tool_sandbox.tools.base import ToolInputError, ToolResult
 
 PROTOCOL = NATIVE
 
@@ -49,20 +43,18 @@ def routes(service: Service) -> web.RouteTableDef:
 
     @routes.post("/v1/sessions")
     async def open_session(request: web.Request) -> web.Response:
-        tool = service.tools[parse_session_create(await read_json(request), service.python_tools)]
-        assert isinstance(tool, PythonTool)
-        service.refuse_when_draining()
+        tool = parse_session_create(await read_json(request), service.session_tools)
         try:
-            session = await service.sessions.open(tool)
+            session = await service.open_session(tool)
         except SessionLimit as exc:
             return json_response({"error": str(exc)}, 429, {"Retry-After": "5"})
         if isinstance(session, ToolResult):
             return json_response({"error": f"could not start the session: {session.message}"}, 503)
-        return json_response({"session": session.id, "tool": tool.name}, 201)
+        return json_response({"session": session.id, "tool": tool}, 201)
 
     @routes.delete("/v1/sessions/{session_id}")
     async def close_session(request: web.Request) -> web.Response:
-        if not await service.sessions.close(request.match_info["session_id"], API):
+        if not await service.close_session(request.match_info["session_id"], API):
             raise RequestError(f"unknown session {request.match_info['session_id']!r}", 404)
         return json_response({"closed": True})
 

@@ -31,26 +31,23 @@ from pydantic import AfterValidator, Discriminator, Tag, TypeAdapter, Validation
 
 from tool_sandbox.admission import Rejected
 from tool_sandbox.api.requests import (
-    ExecuteRequest,
     FieldMessages,
     PositiveFinite,
-    RequestError,
     error_message,
     first_error,
     json_kind,
     our_error,
     parse_json,
     require_object,
-    shown,
     strict_typed_dict,
     typed_dict,
 )
 from tool_sandbox.api.web import json_response, read_json
+from tool_sandbox.calls import ExecuteRequest, RequestError, shown
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.service import SERVER_NAME, Service, server_version
 from tool_sandbox.sessions import OPENENV, SessionExists, SessionLimit
-from tool_sandbox.tools.base import ToolInputError, ToolResult
-from tool_sandbox.tools.python import PythonTool
+from tool_sandbox.tools.base import Tool, ToolInputError, ToolResult
 
 PROTOCOL = "openenv"
 DESCRIPTION = "The tools of a ToolRL tool pool: code runs in its sandbox, an episode's in a session."
@@ -220,8 +217,8 @@ class Episode:
         self.session: str | None = None
         self.ended = False  # its Python process ended: reset for a new episode
 
-    def python_tool(self) -> PythonTool | None:
-        return next((t for t in self.service.tools.values() if isinstance(t, PythonTool)), None)
+    def python_tool(self) -> Tool | None:
+        return self.service.tool_of_type("python")
 
     async def reset(self, data: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -263,8 +260,7 @@ class Episode:
                 f"this pool has no python tool to run code; it serves {', '.join(self.service.tools)}"
             )
         if self.session is None:
-            self.service.refuse_when_draining()
-            opened = await self.service.sessions.open(tool, kind=OPENENV)
+            opened = await self.service.open_session(tool.name, OPENENV)
             if isinstance(opened, ToolResult):
                 return observation(opened, tool.name)
             self.session = opened.id
@@ -274,7 +270,7 @@ class Episode:
         except RequestError:  # closed while idle for longer than the pool keeps sessions
             self.session, self.ended = None, True
             raise EpisodeError("SESSION_ERROR", "this episode's session expired while idle; reset") from None
-        if self.session not in self.service.sessions.live:  # the process ended (exit, crash, worker lost)
+        if not self.service.session_is_live(self.session):  # the process ended (exit, crash, worker lost)
             self.session, self.ended = None, True
         return observation(result, tool.name, done=self.ended)
 
@@ -288,7 +284,7 @@ class Episode:
     async def close(self) -> None:
         if self.session is not None:
             session, self.session = self.session, None
-            await self.service.sessions.close(session, OPENENV)
+            await self.service.close_session(session, OPENENV)
 
 
 def _error(code: str, message: str) -> str:

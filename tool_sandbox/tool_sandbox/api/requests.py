@@ -8,12 +8,13 @@ import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails, PydanticCustomError
 from typing_extensions import TypedDict  # pydantic reads typing's only from Python 3.12
+
+from tool_sandbox.calls import ExecuteRequest, RequestError, shown
 
 MAX_BATCH = 1024
 # Values (objects, arrays and their elements) one body may hold. Parsed, each costs 30-100 bytes: a body
@@ -23,23 +24,6 @@ MAX_JSON_VALUES = 1 << 20
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included
 # the error type of a check of ours whose message is already the user's (see `validation_error`)
 OUR_MESSAGE = "request"
-
-
-class RequestError(ValueError):
-    """Answered with 400 (or `status`) and this message."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-@dataclass(frozen=True, slots=True)
-class ExecuteRequest:
-    tool: str
-    input: Any
-    timeout: float | None
-    session: str | None
-    sample: dict[str, Any] | None = None  # per-sample data from the trainer, never the model's
 
 
 def parse_json(raw: bytes) -> Any:
@@ -237,9 +221,3 @@ def parse_session_create(body: Any, session_tools: list[str]) -> str:
 
 def json_kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
-
-
-def shown(value: Any, chars: int = 40) -> str:
-    """A value for an error message, cut short (a number can have thousands of digits)."""
-    text = repr(value) if not isinstance(value, int) or value.bit_length() < 128 else str(value)[: chars + 1]
-    return text if len(text) <= chars else text[:chars] + "..."

@@ -15,22 +15,20 @@ from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter, Valida
 
 from tool_sandbox.api.requests import (
     FieldMessages,
-    RequestError,
     error_message,
     first_error,
     json_kind,
     or_empty,
     our_error,
     require_object,
-    shown,
     strict_typed_dict,
 )
 from tool_sandbox.api.web import json_response, read_json
+from tool_sandbox.calls import RequestError, shown
 from tool_sandbox.config import ServerSettings
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.service import Service
 from tool_sandbox.tools.base import ToolResult
-from tool_sandbox.tools.python import PythonTool
 
 PROTOCOL = "sandboxfusion"
 
@@ -257,15 +255,14 @@ def routes(service: Service) -> web.RouteTableDef:
         call = parse_run_code(await read_json(request))
         if call.language not in PYTHON_LANGUAGES:
             return json_response(unsupported_language(call.language))
-        if not service.python_tools:
+        tool = service.tool_of_type("python")
+        if tool is None:
             return json_response(no_python_tool())
-        tool = service.tools[service.python_tools[0]]
-        assert isinstance(tool, PythonTool)
         payload = {"code": call.code, "stdin": call.stdin}
         granted = limits(call, service.settings)
         result = await service.admit(
             tool.name,
-            lambda: tool.run(
+            lambda: tool.run(  # a python tool runs a program under the limits it is given (PythonTool.run)
                 payload,
                 granted.seconds,
                 memory_mib=granted.memory_mib,

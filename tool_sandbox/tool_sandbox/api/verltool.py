@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Annotated, Any, NotRequired
 
@@ -13,25 +14,25 @@ from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError
 
 from tool_sandbox.admission import Rejected
 from tool_sandbox.api.requests import (
-    ExecuteRequest,
     FieldMessages,
-    RequestError,
     error_message,
     first_error,
     json_kind,
     or_empty,
     require_object,
-    shown,
     strict_typed_dict,
 )
 from tool_sandbox.api.web import json_response, read_json
+from tool_sandbox.calls import ExecuteRequest, RequestError, shown
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.service import Service
 from tool_sandbox.sessions import VERLTOOL, SessionExists, SessionLimit
 from tool_sandbox.tools.base import ToolInputError, ToolResult
-from tool_sandbox.tools.python import PythonTool
 
 PROTOCOL = "verltool"
+# Finished trajectories remembered (never reopened), oldest forgotten first; each by a fixed-size
+# digest of its caller and id, so a few requests with huge ids cannot fill the memory.
+FINISHED_TRAJECTORIES_KEPT = 100_000
 
 _FENCE = "```"
 PYTHON_FENCES = (
@@ -166,6 +167,7 @@ def _python_fences(text: str) -> list[str]:
 
 def routes(service: Service) -> web.RouteTableDef:
     routes = web.RouteTableDef()
+    finished: OrderedDict[str, None] = OrderedDict()  # the session keys of finished trajectories
 
     @routes.post("/get_observation")
     async def get_observation(request: web.Request) -> web.Response:
@@ -178,7 +180,7 @@ def routes(service: Service) -> web.RouteTableDef:
 
         async def in_order(indices: list[int]) -> None:  # one trajectory's steps one after another
             for index in indices:
-                answers[index] = await _observe(service, steps[index], caller)
+                answers[index] = await _observe(service, finished, steps[index], caller)
 
         await asyncio.gather(*(in_order(indices) for indices in trajectories.values()))
         return json_response(
@@ -193,17 +195,22 @@ def routes(service: Service) -> web.RouteTableDef:
     return routes
 
 
-async def _observe(service: Service, step: Step, caller: str) -> tuple[str, bool, bool, str | None]:
+async def _observe(
+    service: Service, finished: OrderedDict[str, None], step: Step, caller: str
+) -> tuple[str, bool, bool, str | None]:
     """One trajectory's step: (observation, done, valid, fault). Python state lives in a session per
     trajectory, scoped to the caller's address: a trajectory id names a session only for the
-    client that made it, and a finished one is never opened again."""
+    client that made it, and a finished one (its key in `finished`) is never opened again."""
     key = f"{caller}\0{step.trajectory_id}".encode("utf-8", "surrogatepass")
     session_id = "verltool:" + hashlib.blake2b(key, digest_size=16).hexdigest()
     if step.finish:
-        service.finish_trajectory(session_id)
-        await service.sessions.close(session_id, VERLTOOL)
+        finished[session_id] = None
+        finished.move_to_end(session_id)
+        while len(finished) > FINISHED_TRAJECTORIES_KEPT:
+            finished.popitem(last=False)
+        await service.close_session(session_id, VERLTOOL)
         return "", True, True, None
-    if session_id in service.finished:
+    if session_id in finished:
         name = shown(step.trajectory_id.split(":", 1)[1], 80)
         why = f"[{outcome.ERROR}: trajectory {name} was finished; use a new trajectory id]"
         return why, True, False, outcome.FAULT_CODE
@@ -211,16 +218,13 @@ async def _observe(service: Service, step: Step, caller: str) -> tuple[str, bool
     if call is None:
         return "", False, False, None
     kind, text = call
-    names = [n for n, t in service.tools.items() if t.type == kind]
-    if not names:  # the model chose a tag for a tool this pool lacks: its failure, not the pool's
+    tool = service.tool_of_type(kind)
+    if tool is None:  # the model chose a tag for a tool this pool lacks: its failure, not the pool's
         why = f"this pool has no {kind} tool; it serves {', '.join(service.tools)}"
         return f"[{outcome.ERROR}: {why}]", False, False, outcome.FAULT_CODE
     try:
         if kind == "python":
-            tool = service.tools[names[0]]
-            assert isinstance(tool, PythonTool)
-            service.refuse_when_draining()
-            opened = await service.sessions.ensure(tool, session_id, VERLTOOL)
+            opened = await service.ensure_session(tool.name, session_id, VERLTOOL)
             if isinstance(opened, ToolResult):
                 return opened.observation(), False, False, opened.whose_fault()
             payload = {"code": text, "stdin": step.stdin}
@@ -228,7 +232,7 @@ async def _observe(service: Service, step: Step, caller: str) -> tuple[str, bool
                 ExecuteRequest(tool.name, payload, None, session_id), VERLTOOL, PROTOCOL
             )
         else:
-            result = await service.execute(ExecuteRequest(names[0], text, None, None), protocol=PROTOCOL)
+            result = await service.execute(ExecuteRequest(tool.name, text, None, None), protocol=PROTOCOL)
     except (Rejected, SessionLimit, SessionExists) as exc:
         return f"[{outcome.REJECTED}: {exc}]", False, False, outcome.FAULT_INFRA
     except ToolInputError as exc:

@@ -9,7 +9,8 @@ from typing import Any
 
 from aiohttp import web
 
-from tool_sandbox.api.requests import RequestError, parse_json
+from tool_sandbox.api.requests import parse_json
+from tool_sandbox.calls import RequestError
 from tool_sandbox.config import ServerSettings
 
 SETTINGS: web.AppKey[ServerSettings] = web.AppKey("settings", ServerSettings)

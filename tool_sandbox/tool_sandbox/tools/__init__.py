@@ -1,5 +1,6 @@
 """Tool types as a registry: a `type` in tools.yaml names a Tool subclass here, which declares
-its name, description, input schema and handler once (see tools/base.py)."""
+its name, description, input schema and handler once (see tools/base.py); what an entry of each
+type must hold is config's (config.ENTRY_RULES, which checks it before any tool is made)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from tool_sandbox.tools.search import SearchTool
 
 __all__ = ["TOOL_TYPES", "Tool", "ToolInputError", "ToolResult", "build_tools", "expand_tools", "needs_pool"]
 
-# The one list of tool types; adding one is a Tool subclass and an entry here.
+# The class of each type config.ENTRY_RULES takes, in its order; adding a type is a Tool subclass, an
+# entry here and the rules of its entry there.
 TOOL_TYPES: dict[str, type[Tool]] = {
     kind.type: kind for kind in (PythonTool, SearchTool, HttpTool, FunctionTool, McpServerTool)
 }

@@ -63,7 +63,7 @@ class Tool:
     type = ""
     description = ""
     input_schema: dict[str, Any] = {"type": "object"}
-    supports_sessions = False
+    supports_sessions = False  # keeps state between calls: open_session, execute_in_session, close_session
     needs_pool = False  # runs code in the sandbox workers
     takes_sample = False  # its calls may carry per-sample data from the trainer (execute_with_sample)
 
@@ -75,10 +75,6 @@ class Tool:
     def create(cls, config: ToolConfig, pool: Pool | None, settings: ServerSettings) -> Tool:
         """The configured tool (a type that runs code gets the pool and the server settings)."""
         return cls(config)
-
-    @classmethod
-    def check_config(cls, values: dict[str, Any], where: str) -> None:
-        """Raise ConfigError saying what a tools.yaml entry of this type lacks."""
 
     def schema(self) -> dict[str, Any]:
         """This tool as callers see it: name, type, description and the JSON schema of its input."""
@@ -111,6 +107,20 @@ class Tool:
         self, payload: Any, sample: dict[str, Any], timeout: float | None
     ) -> ToolResult:
         """A call with the row's data beside the model's input (tools that `takes_sample`)."""
+        raise NotImplementedError
+
+    async def open_session(self) -> Any:
+        """A new session's handle, which only this tool reads, or a ToolResult saying why none could
+        start (tools that `supports_sessions`)."""
+        raise NotImplementedError
+
+    async def execute_in_session(
+        self, handle: Any, payload: Any, timeout: float | None
+    ) -> tuple[ToolResult, bool]:
+        """A call in the session; also whether the session is still alive afterwards."""
+        raise NotImplementedError
+
+    async def close_session(self, handle: Any) -> None:
         raise NotImplementedError
 
     def effective_timeout(self, timeout: float | None) -> float:
