@@ -101,6 +101,29 @@ def milestone(pytestconfig: pytest.Config) -> Milestone:
     return write
 
 
+def pod_waits(tc: TrainingCluster, name: str, applied: float) -> str:
+    """Each of job `name`'s pods: seconds from the apply to its creation, its scheduling and its
+    readiness, and how often the scheduler could not place it (a job waiting on another's requests)."""
+    pods = get_json(tc.cluster, "pods", "-n", tc.namespace, "-l", f"toolrl.dev/job={name}")["items"]
+    unplaced = get_json(
+        tc.cluster, "events", "-n", tc.namespace, "--field-selector", "reason=FailedScheduling"
+    )["items"]
+
+    def since(stamp: str | None) -> str:
+        return "-" if not stamp else f"{dt.datetime.fromisoformat(stamp).timestamp() - applied:.0f}"
+
+    lines = []
+    for pod in sorted(pods, key=lambda p: p["metadata"]["creationTimestamp"]):
+        meta = pod["metadata"]
+        at = {c["type"]: c.get("lastTransitionTime") for c in pod["status"].get("conditions", [])}
+        refused = sum(e.get("count", 1) for e in unplaced if e["involvedObject"]["name"] == meta["name"])
+        lines.append(
+            f"  {meta['name']}: created {since(meta['creationTimestamp'])}, scheduled"
+            f" {since(at.get('PodScheduled'))}, ready {since(at.get('Ready'))} s; unschedulable x{refused}"
+        )
+    return "\n".join(lines)
+
+
 def _ended(tc: TrainingCluster, name: str) -> bool:
     return tc.job(name).get("status", {}).get("phase") in ("Succeeded", "Failed")
 
@@ -364,10 +387,16 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun], milestone: Milest
     spec = job["spec"]
     spec["algorithm"]["totalTrainingSteps"] = SEPARATE_STEPS
     spec["trainer"] = {"mode": "separate-async", "async": {"maxPolicyVersions": 2}}
-    spec["cluster"]["rolloutWorkers"] = {
+    # small requests, as the deleted job's: with the example's (500m a pod) the two jobs, their pools and
+    # submitters asked more than the node's 2 CPUs, and one group waited unscheduled until the deleted
+    # job was gone (ci11: both groups Ready 411 s after the apply)
+    cluster = spec["cluster"]
+    cluster["head"]["resources"]["requests"].update(cpu="100m", memory="2Gi")
+    cluster["workers"]["resources"]["requests"].update(cpu="100m", memory="4Gi")
+    cluster["rolloutWorkers"] = {
         "replicas": 1,
         "gpusPerWorker": 0,
-        "resources": {"requests": {"cpu": "500m", "memory": "4Gi"}},
+        "resources": {"requests": {"cpu": "100m", "memory": "3Gi"}},
     }
     spec["runPolicy"]["backoffLimit"] = 1
     job_dir = checkpointed(tc, job, SAVE_FREQ)
@@ -389,7 +418,7 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun], milestone: Milest
             TRAINING_TIMEOUT,
             f"{name}'s two worker groups to be Ready",
         )
-        milestone(name, applied, "both worker groups Ready")
+        milestone(name, applied, "both worker groups Ready\n" + pod_waits(tc, name, applied))
 
         def past_a_checkpoint() -> int | None:
             step, saved = tc.state(name).step, newest_checkpoint(job_dir)
