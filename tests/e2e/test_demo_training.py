@@ -75,17 +75,8 @@ class Run:
     ended: float
 
 
-@pytest.fixture(scope="module")
-def tc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrainingCluster]:
-    with (
-        real_node_cluster(tmp_path_factory.mktemp("training"), network_policy=True) as cluster,
-        training_cluster(cluster, cluster.root / "work", NAMESPACE) as found,
-    ):
-        stage_toy_data(found)
-        yield found
-
-
-Milestone = Callable[[str, float, str], None]  # (job, unix time of its apply, what happened)
+# (a job or the cluster, unix time of the job's apply or the set-up's start, what happened)
+Milestone = Callable[[str, float, str], None]
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +87,21 @@ def milestone(pytestconfig: pytest.Config) -> Milestone:
 
     def write(name: str, since: float, what: str) -> None:
         with capture.global_and_fixture_disabled():
-            print(f"\n[{name}] {time.time() - since:.0f} s after the apply: {what}", flush=True)
+            print(f"\n[{name}] +{time.time() - since:.0f} s: {what}", flush=True)
 
     return write
+
+
+@pytest.fixture(scope="module")
+def tc(tmp_path_factory: pytest.TempPathFactory, milestone: Milestone) -> Iterator[TrainingCluster]:
+    started = time.time()
+    with real_node_cluster(tmp_path_factory.mktemp("training"), network_policy=True) as cluster:
+        milestone("cluster", started, "the control plane and the real node are up")
+        with training_cluster(cluster, cluster.root / "work", NAMESPACE) as found:
+            milestone("cluster", started, "images imported, the chart's operator and Prometheus up")
+            stage_toy_data(found)
+            milestone("cluster", started, "the toy data and model staged by the trainer image")
+            yield found
 
 
 def pod_waits(tc: TrainingCluster, name: str, applied: float) -> str:
@@ -152,6 +155,13 @@ def _train(tc: TrainingCluster, job: dict[str, Any], milestone: Milestone) -> Ru
     tc.cluster.apply(job, "-n", tc.namespace)
     with Sampler(lambda: tc.state(name), interval=2) as sampler:
         try:
+            wait_until(
+                _before_it_ends(tc, name, lambda: tc.state(name).step),
+                TRAINING_TIMEOUT,
+                f"{name} to train its first step",
+                interval=2,
+            )
+            milestone(name, applied, "trained its first step\n" + pod_waits(tc, name, applied))
             wait_until(
                 lambda: _ended(tc, name),
                 TRAINING_TIMEOUT,
