@@ -351,7 +351,9 @@ def test_a_reward_that_raises_in_training_fails_the_job_with_the_trainers_reason
 
 # ----- one separate-async job, every fault: what a long run meets, and loses nothing by -------------
 
-SEPARATE_STEPS = 20  # async steps are short: room for three faults after the first checkpoints
+# each later fault waits for a checkpoint of its own (2, 4, 6 at SAVE_FREQ 2, seen within a second; an
+# async step takes ~7 s here): 12 leaves the last trainer steps to resume past the faults (20: 55 s more)
+SEPARATE_STEPS = 12
 SEPARATE_GROUPS = 2  # the trainer's workers and the rollout workers
 OPERATOR_POD = "app.kubernetes.io/name=toolrl-operator"
 
