@@ -39,7 +39,7 @@ def test_tool_types_agree_across_the_pool_the_trainer_and_the_crd() -> None:
 def test_the_pool_reads_a_function_tool_as_the_operator_writes_it() -> None:
     """The operator adds `source` (where it mounts the ConfigMap's key) to a function tool's entry
     of tools.yaml; the pool takes the entry as it is and finds its source there."""
-    from tool_sandbox.config import parse_tools
+    from tool_sandbox.tools import parse_tools
     from toolrl_operator.configmap import tools_yaml
 
     tool = {

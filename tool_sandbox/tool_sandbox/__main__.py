@@ -8,7 +8,8 @@ import dataclasses
 import logging
 import sys
 
-from tool_sandbox.config import ConfigError, ServerSettings, default_tools, load_tools
+from tool_sandbox.config import ConfigError, ServerSettings, default_tools
+from tool_sandbox.tools import load_tools
 
 
 def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:

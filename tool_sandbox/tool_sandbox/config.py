@@ -1,19 +1,16 @@
-"""The pool's configuration: `tools.yaml` (the job's `spec.tools`, verbatim) and server settings.
+"""The pool's configuration as data: a `tools.yaml` entry (an item of the job's `spec.tools`, verbatim)
+and the server settings, with their defaults (the CRD's).
 
-Parsing is pure: text in, frozen dataclasses out, or a ConfigError that names the entry, the
-field and what to do. Each entry is checked by the rules of its type (ENTRY_RULES), here below the
-tools, which take these dataclasses."""
+Below the tools, which take these dataclasses, it imports none of them: `entry_values` checks the
+fields every entry has, raising a ConfigError that names the entry, the field and what to do;
+tools.parse_tools reads tools.yaml, runs it on each entry and then the check of the entry's type."""
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-import jsonschema
-import yaml
 
 from .crd_defaults import DEFAULTS_WHEN_PRESENT, SPEC_DEFAULTS
 
@@ -29,8 +26,6 @@ _CRD = DEFAULTS_WHEN_PRESENT["tools[]"]  # the CRD's defaults of a tools[] entry
 # (trainer_entry.pool_client.CallResult.observation) and whether it unwraps fenced code before sending it.
 # The pool checks it and answers every protocol the same whichever it is.
 OBSERVATION_FORMATS = ("default", "sandbox-fusion")
-# an mcp entry's `mcp` (the CRD's); podSelector and targetPort are the operator's (the NetworkPolicy)
-MCP_FIELDS = ("url", "tools", "podSelector", "targetPort")
 
 
 @dataclass(frozen=True)
@@ -145,38 +140,14 @@ class ServerSettings:
     allow_no_landlock: bool = False  # else /readyz fails when children would run without Landlock
 
 
-def parse_tools(text: str, source: str = "tools.yaml") -> tuple[ToolConfig, ...]:
-    """Parse `{"tools": [...]}` (YAML or JSON) into validated tool configs."""
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML/JSON ({exc}); fix the syntax") from exc
-    if not isinstance(document, dict) or not isinstance(document.get("tools"), list):
-        raise ConfigError(f'{source}: expected a mapping with a list under "tools", like {{"tools": [...]}}')
-    if not document["tools"]:
-        raise ConfigError(f"{source}: tools is empty; list at least one tool")
-    tools = tuple(_parse_tool(entry, f"{source}: tools[{i}]") for i, entry in enumerate(document["tools"]))
-    names = [tool.name for tool in tools]
-    for name in names:
-        if names.count(name) > 1:
-            raise ConfigError(f"{source}: tool name {name!r} appears more than once; names must be unique")
-    return tools
-
-
-def load_tools(path: str) -> tuple[ToolConfig, ...]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return parse_tools(handle.read(), path)
-    except OSError as exc:
-        raise ConfigError(f"cannot read tool config {path}: {exc.strerror}; pass --config PATH") from exc
-
-
 def default_tools() -> tuple[ToolConfig, ...]:
     """Without a config file the pool serves one Python tool with the CRD defaults."""
     return (ToolConfig(name="python", type="python"),)
 
 
-def _parse_tool(entry: Any, where: str) -> ToolConfig:
+def entry_values(entry: Any, where: str) -> dict[str, Any]:
+    """The fields of a tools.yaml entry that every type has, checked and coerced, by ToolConfig's
+    names; what its type needs besides is its Tool class's check (tools.parse_tools runs it)."""
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: expected a mapping with name and type, got {type(entry).__name__}")
     unknown = sorted(set(entry) - set(_FIELDS))
@@ -202,102 +173,7 @@ def _parse_tool(entry: Any, where: str) -> ToolConfig:
             )
         if kind != "python":
             raise ConfigError(f"{where}.observationFormat: only tools of type python take it; remove it")
-    if kind not in ENTRY_RULES:
-        raise ConfigError(f"{where}.type: {kind!r} is not one of {', '.join(ENTRY_RULES)}")
-    ENTRY_RULES[kind](values, where)
-    return ToolConfig(**values)
-
-
-def _search_entry(values: dict[str, Any], where: str) -> None:
-    if not values.get("corpus"):
-        raise ConfigError(f"{where}: a search tool needs corpus (path of a JSONL file)")
-
-
-def _http_entry(values: dict[str, Any], where: str) -> None:
-    if not str(values.get("url", "")).startswith(("http://", "https://")):
-        raise ConfigError(f"{where}: an http tool needs url, an absolute http:// or https:// URL")
-
-
-def _function_entry(values: dict[str, Any], where: str) -> None:
-    check_parameters(values.get("parameters"), where)
-    function = values.get("function") or {}
-    name = function.get("name", values.get("name"))
-    if not isinstance(name, str) or not name.isidentifier():
-        raise ConfigError(f"{where}.function.name: {name!r} is not a Python identifier; name the function")
-    if not values.get("source"):
-        raise ConfigError(
-            f"{where}: a function tool needs source, the path of its Python file (the operator sets it"
-            " from function.configMap)"
-        )
-
-
-def _mcp_entry(values: dict[str, Any], where: str) -> None:
-    server = values.get("mcp")
-    if not isinstance(server, dict):
-        raise ConfigError(f"{where}: an mcp tool needs mcp: {{url: http://SERVICE.NAMESPACE.svc:PORT/mcp}}")
-    unknown = sorted(set(server) - set(MCP_FIELDS))
-    if unknown:
-        allowed = ", ".join(MCP_FIELDS)
-        raise ConfigError(f"{where}.mcp: unknown field(s) {', '.join(unknown)}; allowed: {allowed}")
-    url = server.get("url")
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        raise ConfigError(
-            f"{where}.mcp.url: {url!r} is not an absolute http:// or https:// URL; give the server's"
-            " streamable-HTTP endpoint, e.g. http://my-mcp.my-namespace.svc:8000/mcp"
-        )
-    tools = server.get("tools", [])
-    if not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools):
-        raise ConfigError(f"{where}.mcp.tools: must be a list of the remote tools' names")
-    if len(set(tools)) != len(tools):
-        raise ConfigError(f"{where}.mcp.tools: a name appears more than once")
-
-
-# The tool types an entry may name, each with what its entry needs beyond the fields every entry has
-# (the registry, tools.TOOL_TYPES, has the class that serves each).
-ENTRY_RULES: dict[str, Callable[[dict[str, Any], str], None]] = {
-    "python": lambda values, where: None,
-    "search": _search_entry,
-    "http": _http_entry,
-    "function": _function_entry,
-    "mcp": _mcp_entry,
-}
-
-
-def check_parameters(schema: Any, where: str) -> None:
-    """A function tool's `parameters`: a valid JSON schema (draft 2020-12) of an object."""
-    if not isinstance(schema, dict) or schema.get("type") != "object":
-        raise ConfigError(
-            f'{where}.parameters: must be a JSON schema of an object ({{"type": "object", "properties":'
-            " {...}}): the model's arguments are the function's keyword arguments"
-        )
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise ConfigError(
-            f"{where}.parameters: not a valid JSON schema: {exc.message}; fix the schema"
-        ) from exc
-    remote = remote_references(schema)
-    if remote:
-        raise ConfigError(
-            f"{where}.parameters: $ref {remote[0]!r} points outside the schema; the pool fetches no schema"
-            " (it would at every call): put the definition under $defs and refer to it as #/$defs/..."
-        )
-
-
-def remote_references(schema: Any) -> list[str]:
-    """The `$ref`/`$dynamicRef` values of a schema that point outside it (anything but "#...")."""
-    found, stack = [], [schema]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            for key, value in item.items():
-                if key in ("$ref", "$dynamicRef") and isinstance(value, str) and not value.startswith("#"):
-                    found.append(value)
-                else:
-                    stack.append(value)
-        elif isinstance(item, list):
-            stack.extend(item)
-    return found
+    return values
 
 
 def _coerce(raw: Any, kind: type, where: str) -> Any:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 from mcp_types import Tool as Listed
-from tool_sandbox.config import ConfigError, ToolConfig, check_parameters
+from tool_sandbox.config import ConfigError, ToolConfig
 from tool_sandbox.tools.arguments import (
     MAX_DEPTH,
     argument_problems,
@@ -18,6 +18,7 @@ from tool_sandbox.tools.arguments import (
     shape_problem,
     validator,
 )
+from tool_sandbox.tools.function import check_parameters
 from tool_sandbox.tools.remote_mcp import RemoteMcpTool
 
 REMOTE = {"type": "object", "properties": {"x": {"$ref": "http://127.0.0.1:9/never.json"}}}

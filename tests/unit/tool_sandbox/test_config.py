@@ -1,7 +1,8 @@
 import pytest
 import yaml
-from tool_sandbox.config import _FIELDS, ConfigError, parse_tools
+from tool_sandbox.config import _FIELDS, ConfigError
 from tool_sandbox.crd_defaults import DEFAULTS_WHEN_PRESENT
+from tool_sandbox.tools import parse_tools
 
 
 def test_parses_the_crd_shape_with_defaults() -> None:

@@ -20,8 +20,8 @@ from harness.sandbox_process import SandboxProcess
 from harness.tiers import process_tier
 from mcp import Client
 from mcp_types import Tool as Listed
-from tool_sandbox.config import ConfigError, ToolConfig, parse_tools
-from tool_sandbox.tools import Tool, expand_tools
+from tool_sandbox.config import ConfigError, ToolConfig
+from tool_sandbox.tools import Tool, expand_tools, parse_tools
 from tool_sandbox.tools.remote_mcp import McpServerTool, RemoteMcpTool, list_pause
 
 REMOTE_SERVER = Path(__file__).with_name("remote_mcp_server.py")

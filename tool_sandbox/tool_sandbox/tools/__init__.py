@@ -1,10 +1,14 @@
-"""Tool types as a registry: a `type` in tools.yaml names a Tool subclass here, which declares
-its name, description, input schema and handler once (see tools/base.py); what an entry of each
-type must hold is config's (config.ENTRY_RULES, which checks it before any tool is made)."""
+"""Tool types as a registry: a `type` in tools.yaml names a Tool subclass here, which declares once
+its name, description, input schema, capabilities, the check of its entry and its handler (see
+tools/base.py); `parse_tools` reads tools.yaml into configs, each entry checked by its type's class."""
 
 from __future__ import annotations
 
-from tool_sandbox.config import ConfigError, ServerSettings, ToolConfig
+from typing import Any
+
+import yaml
+
+from tool_sandbox.config import ConfigError, ServerSettings, ToolConfig, entry_values
 from tool_sandbox.sandbox.pool import Pool
 from tool_sandbox.tools.base import Tool, ToolInputError, ToolResult
 from tool_sandbox.tools.function import FunctionTool
@@ -13,13 +17,57 @@ from tool_sandbox.tools.python import PythonTool
 from tool_sandbox.tools.remote_mcp import McpServerTool
 from tool_sandbox.tools.search import SearchTool
 
-__all__ = ["TOOL_TYPES", "Tool", "ToolInputError", "ToolResult", "build_tools", "expand_tools", "needs_pool"]
+__all__ = [
+    "TOOL_TYPES",
+    "Tool",
+    "ToolInputError",
+    "ToolResult",
+    "build_tools",
+    "expand_tools",
+    "load_tools",
+    "needs_pool",
+    "parse_tools",
+]
 
-# The class of each type config.ENTRY_RULES takes, in its order; adding a type is a Tool subclass, an
-# entry here and the rules of its entry there.
+# The one list of tool types; adding one is a Tool subclass and an entry here.
 TOOL_TYPES: dict[str, type[Tool]] = {
     kind.type: kind for kind in (PythonTool, SearchTool, HttpTool, FunctionTool, McpServerTool)
 }
+
+
+def parse_tools(text: str, source: str = "tools.yaml") -> tuple[ToolConfig, ...]:
+    """Parse `{"tools": [...]}` (YAML or JSON) into validated tool configs."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML/JSON ({exc}); fix the syntax") from exc
+    if not isinstance(document, dict) or not isinstance(document.get("tools"), list):
+        raise ConfigError(f'{source}: expected a mapping with a list under "tools", like {{"tools": [...]}}')
+    if not document["tools"]:
+        raise ConfigError(f"{source}: tools is empty; list at least one tool")
+    tools = tuple(_parse_tool(entry, f"{source}: tools[{i}]") for i, entry in enumerate(document["tools"]))
+    names = [tool.name for tool in tools]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"{source}: tool name {name!r} appears more than once; names must be unique")
+    return tools
+
+
+def load_tools(path: str) -> tuple[ToolConfig, ...]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return parse_tools(handle.read(), path)
+    except OSError as exc:
+        raise ConfigError(f"cannot read tool config {path}: {exc.strerror}; pass --config PATH") from exc
+
+
+def _parse_tool(entry: Any, where: str) -> ToolConfig:
+    values = entry_values(entry, where)
+    kind = values["type"]
+    if kind not in TOOL_TYPES:
+        raise ConfigError(f"{where}.type: {kind!r} is not one of {', '.join(TOOL_TYPES)}")
+    TOOL_TYPES[kind].check_config(values, where)
+    return ToolConfig(**values)
 
 
 def needs_pool(configs: tuple[ToolConfig, ...]) -> bool:

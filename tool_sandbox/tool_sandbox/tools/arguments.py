@@ -71,6 +71,22 @@ def _encodable(text: str) -> bool:
     return True
 
 
+def remote_references(schema: Any) -> list[str]:
+    """The `$ref`/`$dynamicRef` values of a schema that point outside it (anything but "#...")."""
+    found, stack = [], [schema]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if key in ("$ref", "$dynamicRef") and isinstance(value, str) and not value.startswith("#"):
+                    found.append(value)
+                else:
+                    stack.append(value)
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
 def _until() -> float:
     return getattr(_deadline, "until", float("inf"))
 

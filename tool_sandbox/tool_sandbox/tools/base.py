@@ -76,6 +76,11 @@ class Tool:
         """The configured tool (a type that runs code gets the pool and the server settings)."""
         return cls(config)
 
+    @classmethod
+    def check_config(cls, values: dict[str, Any], where: str) -> None:
+        """Raise ConfigError saying what a tools.yaml entry of this type lacks (`values`: the entry's
+        fields every type has, parsed by config.entry_values)."""
+
     def schema(self) -> dict[str, Any]:
         """This tool as callers see it: name, type, description and the JSON schema of its input."""
         return {

@@ -26,10 +26,12 @@ import json
 import os
 from typing import Any
 
+import jsonschema
+
 from tool_sandbox.config import ConfigError, ServerSettings, ToolConfig
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.sandbox.pool import Pool
-from tool_sandbox.tools.arguments import argument_problems, declared_only, validator
+from tool_sandbox.tools.arguments import argument_problems, declared_only, remote_references, validator
 from tool_sandbox.tools.base import Tool, ToolInputError, ToolResult
 from tool_sandbox.tools.python import PythonTool
 
@@ -104,6 +106,27 @@ except BaseException as exc:
 """
 
 
+def check_parameters(schema: Any, where: str) -> None:
+    """A function tool's `parameters`: a valid JSON schema (draft 2020-12) of an object."""
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        raise ConfigError(
+            f'{where}.parameters: must be a JSON schema of an object ({{"type": "object", "properties":'
+            " {...}}): the model's arguments are the function's keyword arguments"
+        )
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ConfigError(
+            f"{where}.parameters: not a valid JSON schema: {exc.message}; fix the schema"
+        ) from exc
+    remote = remote_references(schema)
+    if remote:
+        raise ConfigError(
+            f"{where}.parameters: $ref {remote[0]!r} points outside the schema; the pool fetches no schema"
+            " (it would at every call): put the definition under $defs and refer to it as #/$defs/..."
+        )
+
+
 class FunctionResult(ToolResult):
     """A function call's answer: when it returned, the model reads its value alone (what the
     function printed stays in `stderr`); when it failed, the traceback as for any call."""
@@ -117,6 +140,21 @@ class FunctionTool(Tool):
     description = "Call the user's function with JSON arguments."
     needs_pool = True
     takes_sample = True
+
+    @classmethod
+    def check_config(cls, values: dict[str, Any], where: str) -> None:
+        check_parameters(values.get("parameters"), where)
+        function = values.get("function") or {}
+        name = function.get("name", values.get("name"))
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ConfigError(
+                f"{where}.function.name: {name!r} is not a Python identifier; name the function"
+            )
+        if not values.get("source"):
+            raise ConfigError(
+                f"{where}: a function tool needs source, the path of its Python file (the operator sets it"
+                " from function.configMap)"
+            )
 
     @classmethod
     def create(cls, config: ToolConfig, pool: Pool | None, settings: ServerSettings) -> Tool:

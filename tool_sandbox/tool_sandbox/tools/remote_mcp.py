@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
-from tool_sandbox.config import ConfigError, ServerSettings, ToolConfig, remote_references
+from tool_sandbox.config import ConfigError, ServerSettings, ToolConfig
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.sandbox.pool import Pool
-from tool_sandbox.tools.arguments import argument_problems, validator
+from tool_sandbox.tools.arguments import argument_problems, remote_references, validator
 from tool_sandbox.tools.base import Tool, ToolInputError, ToolResult
 from tool_sandbox.tools.http import answer_limit, backoff
 
@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from mcp.shared.exceptions import MCPError
 
 SEPARATOR = "__"  # `<entry>__<remote tool>`: a name OpenAI-style function names allow
+# an entry's `mcp` (the CRD's); podSelector and targetPort are the operator's (the NetworkPolicy)
+MCP_FIELDS = ("url", "tools", "podSelector", "targetPort")
 # Pauses between listings of a server that is down: the entry's backoff within these bounds (a
 # retryDelaySeconds of 0 must not spin on a refused connection).
 LIST_RETRY_MIN_SECONDS = 0.5
@@ -129,6 +131,29 @@ class McpServerTool(Tool):
 
     type = "mcp"
     description = "A remote MCP server's tools."
+
+    @classmethod
+    def check_config(cls, values: dict[str, Any], where: str) -> None:
+        server = values.get("mcp")
+        if not isinstance(server, dict):
+            raise ConfigError(
+                f"{where}: an mcp tool needs mcp: {{url: http://SERVICE.NAMESPACE.svc:PORT/mcp}}"
+            )
+        unknown = sorted(set(server) - set(MCP_FIELDS))
+        if unknown:
+            allowed = ", ".join(MCP_FIELDS)
+            raise ConfigError(f"{where}.mcp: unknown field(s) {', '.join(unknown)}; allowed: {allowed}")
+        url = server.get("url")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"{where}.mcp.url: {url!r} is not an absolute http:// or https:// URL; give the server's"
+                " streamable-HTTP endpoint, e.g. http://my-mcp.my-namespace.svc:8000/mcp"
+            )
+        tools = server.get("tools", [])
+        if not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools):
+            raise ConfigError(f"{where}.mcp.tools: must be a list of the remote tools' names")
+        if len(set(tools)) != len(tools):
+            raise ConfigError(f"{where}.mcp.tools: a name appears more than once")
 
     @classmethod
     def create(cls, config: ToolConfig, pool: Pool | None, settings: ServerSettings) -> Tool:
