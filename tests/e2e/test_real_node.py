@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import yaml
 from chartgen.helm import helm
 from harness import REPO
 from harness.localcluster import LocalCluster
@@ -499,6 +500,23 @@ def running_ips(cluster: LocalCluster, pods: dict[str, tuple[str, dict, list[int
     return ips
 
 
+def readme_policies(marker: str, namespaces: dict[str, str]) -> list[dict]:
+    """The YAML block that follows `<!-- network-policy-example: marker -->` in README.md, as written but
+    for its namespaces (`namespaces` maps the README's names to the test's)."""
+    text = (REPO / "README.md").read_text()
+    block = re.search(rf"<!-- network-policy-example: {marker} -->\n```yaml\n(.*?)```", text, re.S)
+    assert block, f"README.md has no example policy {marker!r}"
+    policies = [doc for doc in yaml.safe_load_all(block.group(1)) if doc]
+    for policy in policies:
+        policy["metadata"]["namespace"] = namespaces[policy["metadata"]["namespace"]]
+        for rule in policy["spec"].get("ingress", []):
+            for peer in rule.get("from", []):
+                names = peer.get("namespaceSelector", {}).get("matchLabels", {})
+                if "kubernetes.io/metadata.name" in names:
+                    names["kubernetes.io/metadata.name"] = namespaces[names["kubernetes.io/metadata.name"]]
+    return policies
+
+
 def test_the_operators_network_policies_hold_by_packets(real: LocalCluster, images: dict[str, Image]) -> None:
     """The tool pool's and the Ray pods' NetworkPolicies as the operator builds them (its own builders,
     for a job with an `http` tool and an `mcp` tool whose server runs in another namespace), on pods that
@@ -508,8 +526,10 @@ def test_the_operators_network_policies_hold_by_packets(real: LocalCluster, imag
     namespace, not another namespace, not another job's pool, not the job's own Ray pods' GCS, client or
     dashboard ports, not the API server or the node's kubelet), only the job's Ray pods reach the pool,
     only a namespace labelled for it reaches the Ray dashboard and nothing else reaches GCS or the Ray
-    client port, and the host still reaches the pool (kubelet's probes); deleted, the denied connections
-    open again."""
+    client port, and the host still reaches the pool (kubelet's probes). The README's example policies
+    for the mcp server's namespace (deny all ingress, admit the tool pools of the job's namespace) then
+    close the server to a pod of no job and to another namespace while the pool still reaches it.
+    Deleted, the denied connections open again."""
     ns, dashboards = restricted_namespace(real), restricted_namespace(real)
     tools_ns, elsewhere = restricted_namespace(real), restricted_namespace(real)
     real.kubectl("label", "namespace", dashboards, f"{RAY_DASHBOARD_ACCESS_LABEL}=true")
@@ -553,11 +573,13 @@ def test_the_operators_network_policies_hold_by_packets(real: LocalCluster, imag
         ],
         "ray": [("the pool, from the job's Ray pod", ip["pool"], TOOL_POOL_PORT, True)],
         "stranger": [
+            ("the mcp server, from a pod of no job", ip["mcp"], MCP_PORT, True),
             ("the pool, from a pod of no job", ip["pool"], TOOL_POOL_PORT, False),
             ("the Ray dashboard, from a pod of no job", ip["ray"], RAY_DASHBOARD_PORT, False),
             *((f"Ray's port {p}, from a pod of no job", ip["ray"], p, False) for p in RAY_CODE_PORTS),
         ],
         "kuberay": [("the Ray dashboard, from the labelled namespace", ip["ray"], RAY_DASHBOARD_PORT, True)],
+        "elsewhere": [("the mcp server, from another namespace", ip["mcp"], MCP_PORT, True)],
     }
 
     def seen() -> dict[str, str]:
@@ -605,8 +627,17 @@ def test_the_operators_network_policies_hold_by_packets(real: LocalCluster, imag
     expect(enforced, "the policies enforced")
     socket.create_connection((ip["pool"], TOOL_POOL_PORT), timeout=5).close()  # host -> pod: probes work
 
-    for policy in policies:
-        real.kubectl("delete", "networkpolicy", policy["metadata"]["name"], "-n", ns)
+    examples = readme_policies("mcp-server-namespace", {"tools": tools_ns, "rl-team": ns})
+    real.apply(examples)
+    closed_to_others = {
+        "stranger -> the mcp server, from a pod of no job": "closed",
+        "elsewhere -> the mcp server, from another namespace": "closed",
+    }
+    expect({**enforced, **closed_to_others}, "the README's policies for the mcp server's namespace enforced")
+
+    for policy in [*policies, *examples]:
+        meta = policy["metadata"]
+        real.kubectl("delete", "networkpolicy", meta["name"], "-n", meta.get("namespace", ns))
     expect(all_open, "every connection open again once the policies are deleted")
     real.kubectl("delete", "namespace", ns, dashboards, tools_ns, elsewhere, "--wait=false")
 
