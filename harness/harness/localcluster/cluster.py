@@ -25,6 +25,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar, NamedTuple
 
 import yaml
 
@@ -55,6 +56,15 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"
 
 class ClusterError(RuntimeError):
     """A component failed to start; the message names it and shows its log's tail."""
+
+
+class Component(NamedTuple):
+    """How to start one component (LocalCluster.COMPONENTS): its command line, a readiness check
+    that start_component polls, and what that check waits for (in a timeout's message)."""
+
+    argv: list[str]
+    ready: Callable[[], bool]
+    waits_for: str
 
 
 # Listening ports come from below the kernel's ephemeral range: a port the kernel handed out (bind to
@@ -342,86 +352,118 @@ class LocalCluster:
 
     # ----- internals -------------------------------------------------------------------
 
-    def _component(self, name: str) -> tuple[list[str], Callable[[], bool], str]:
-        p, pki, kc = self.ports, self.root / "pki", str(self.kubeconfig)
-        if name == "etcd":
-            return (
-                [
-                    self.bin("etcd"),
-                    "--data-dir",
-                    str(self.root / "etcd"),
-                    "--listen-client-urls",
-                    f"http://127.0.0.1:{p['etcd']}",
-                    "--advertise-client-urls",
-                    f"http://127.0.0.1:{p['etcd']}",
-                    "--listen-peer-urls",
-                    f"http://127.0.0.1:{p['etcd-peer']}",
-                    "--initial-advertise-peer-urls",
-                    f"http://127.0.0.1:{p['etcd-peer']}",
-                    "--initial-cluster",
-                    f"default=http://127.0.0.1:{p['etcd-peer']}",
-                    "--unsafe-no-fsync",
-                    "--quota-backend-bytes",
-                    str(4 << 30),
-                    "--log-level",
-                    "warn",
-                ],
-                lambda: b'"health":"true"' in _get(f"http://127.0.0.1:{p['etcd']}/health"),
-                "GET /health",
-            )
-        if name == "kube-apiserver":
-            return (
-                [
-                    self.bin("kube-apiserver"),
-                    "--etcd-servers",
-                    f"http://127.0.0.1:{p['etcd']}",
-                    "--bind-address",
-                    self.api_host,
-                    "--advertise-address",
-                    self.api_host,
-                    "--secure-port",
-                    str(p["apiserver"]),
-                    "--cert-dir",
-                    str(pki),
-                    "--tls-cert-file",
-                    str(pki / "apiserver.crt"),
-                    "--tls-private-key-file",
-                    str(pki / "apiserver.key"),
-                    "--client-ca-file",
-                    str(pki / "ca.crt"),
-                    "--service-account-issuer",
-                    f"{self.server}/",
-                    "--service-account-key-file",
-                    str(pki / "sa.pub"),
-                    "--service-account-signing-key-file",
-                    str(pki / "sa.key"),
-                    "--service-cluster-ip-range",
-                    SERVICE_CIDR,
-                    "--authorization-mode",
-                    "RBAC",
-                    "--allow-privileged=true",
-                    # with a real node, the `kubernetes` Service gets the apiserver as endpoint
-                    # (pods reach it); without one there is no pod to reach it
-                    "--endpoint-reconciler-type",
-                    "lease" if self.real_node else "none",
-                    "--enable-admission-plugins",
-                    "ExtendedResourceToleration",
-                    # logs/exec: dial the node's InternalIP (its name resolves nowhere), as
-                    # a client of the cluster's CA (kubelet trusts it)
-                    "--kubelet-preferred-address-types",
-                    "InternalIP",
-                    "--kubelet-client-certificate",
-                    str(pki / "admin.crt"),
-                    "--kubelet-client-key",
-                    str(pki / "admin.key"),
-                    "--profiling=false",
-                ],
-                self._apiserver_ready,
-                "GET /readyz",
-            )
-        if name in ("kube-controller-manager", "kube-scheduler"):
-            port = p["kcm" if name == "kube-controller-manager" else "scheduler"]
-            argv = [
+    def _component(self, name: str) -> Component:
+        """How to start `name` and know it is ready (COMPONENTS). A component's side effects (KubeRay's
+        CRDs, containerd's pause image) happen when it is started, not here in the table."""
+        make = self.COMPONENTS.get(name)
+        # kube-router is a component only of a cluster with network_policy
+        if make is None or (name == KUBE_ROUTER and not self.network_policy):
+            raise KeyError(f"unknown component {name!r}; known: {self.components}")
+        return make(self)
+
+    def _etcd(self) -> Component:
+        p = self.ports
+        return Component(
+            [
+                self.bin("etcd"),
+                "--data-dir",
+                str(self.root / "etcd"),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{p['etcd']}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{p['etcd']}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{p['etcd-peer']}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{p['etcd-peer']}",
+                "--initial-cluster",
+                f"default=http://127.0.0.1:{p['etcd-peer']}",
+                "--unsafe-no-fsync",
+                "--quota-backend-bytes",
+                str(4 << 30),
+                "--log-level",
+                "warn",
+            ],
+            lambda: b'"health":"true"' in _get(f"http://127.0.0.1:{p['etcd']}/health"),
+            "GET /health",
+        )
+
+    def _apiserver(self) -> Component:
+        p, pki = self.ports, self.root / "pki"
+        return Component(
+            [
+                self.bin("kube-apiserver"),
+                "--etcd-servers",
+                f"http://127.0.0.1:{p['etcd']}",
+                "--bind-address",
+                self.api_host,
+                "--advertise-address",
+                self.api_host,
+                "--secure-port",
+                str(p["apiserver"]),
+                "--cert-dir",
+                str(pki),
+                "--tls-cert-file",
+                str(pki / "apiserver.crt"),
+                "--tls-private-key-file",
+                str(pki / "apiserver.key"),
+                "--client-ca-file",
+                str(pki / "ca.crt"),
+                "--service-account-issuer",
+                f"{self.server}/",
+                "--service-account-key-file",
+                str(pki / "sa.pub"),
+                "--service-account-signing-key-file",
+                str(pki / "sa.key"),
+                "--service-cluster-ip-range",
+                SERVICE_CIDR,
+                "--authorization-mode",
+                "RBAC",
+                "--allow-privileged=true",
+                # with a real node, the `kubernetes` Service gets the apiserver as endpoint
+                # (pods reach it); without one there is no pod to reach it
+                "--endpoint-reconciler-type",
+                "lease" if self.real_node else "none",
+                "--enable-admission-plugins",
+                "ExtendedResourceToleration",
+                # logs/exec: dial the node's InternalIP (its name resolves nowhere), as
+                # a client of the cluster's CA (kubelet trusts it)
+                "--kubelet-preferred-address-types",
+                "InternalIP",
+                "--kubelet-client-certificate",
+                str(pki / "admin.crt"),
+                "--kubelet-client-key",
+                str(pki / "admin.key"),
+                "--profiling=false",
+            ],
+            self._apiserver_ready,
+            "GET /readyz",
+        )
+
+    def _controller_manager(self) -> Component:
+        pki = self.root / "pki"
+        extra = [
+            "--root-ca-file",
+            str(pki / "ca.crt"),
+            "--service-account-private-key-file",
+            str(pki / "sa.key"),
+            "--authorization-always-allow-paths",
+            "/healthz,/readyz,/livez,/metrics",
+            "--controllers",
+            "*",
+            "--concurrent-gc-syncs",
+            "5",
+        ]
+        return self._control_loop("kube-controller-manager", self.ports["kcm"], extra)
+
+    def _scheduler(self) -> Component:
+        return self._control_loop("kube-scheduler", self.ports["scheduler"], [])
+
+    def _control_loop(self, name: str, port: int, extra: list[str]) -> Component:
+        """kube-controller-manager or kube-scheduler: the flags they share, then `extra`."""
+        kc = str(self.kubeconfig)
+        return Component(
+            [
                 self.bin(name),
                 "--kubeconfig",
                 kc,
@@ -434,103 +476,123 @@ class LocalCluster:
                 "--secure-port",
                 str(port),
                 "--leader-elect=false",
-            ]
-            if name == "kube-controller-manager":
-                argv += [
-                    "--root-ca-file",
-                    str(pki / "ca.crt"),
-                    "--service-account-private-key-file",
-                    str(pki / "sa.key"),
-                    "--authorization-always-allow-paths",
-                    "/healthz,/readyz,/livez,/metrics",
-                    "--controllers",
-                    "*",
-                    "--concurrent-gc-syncs",
-                    "5",
-                ]
-            return (
-                argv,
-                lambda: _get(f"https://127.0.0.1:{port}/healthz", insecure=True) == b"ok",
-                "GET /healthz",
-            )
-        if name == "kwok":
-            return (
-                [
-                    self.bin("kwok"),
-                    "--kubeconfig",
-                    kc,
-                    "--config",
-                    str(self.root / "kwok-stages.yaml"),
-                    "--manage-all-nodes=false",
-                    "--manage-nodes-with-annotation-selector",
-                    "kwok.x-k8s.io/node=fake",
-                    # pod and node IPs on loopback: anything that dials a fake pod (the
-                    # autoscaler's scrape, the apiserver's service proxy for KubeRay) stays on
-                    # this machine and is refused, instead of leaving it for a private range
-                    "--cidr",
-                    FAKE_POD_CIDR,
-                    "--node-ip",
-                    FAKE_NODE_IP,
-                    # renew node leases; without it the node controller marks the nodes NotReady
-                    "--node-lease-duration-seconds",
-                    "40",
-                    "--server-address",
-                    f"127.0.0.1:{p['kwok']}",
-                ],
-                lambda: _get(f"http://127.0.0.1:{p['kwok']}/healthz") == b"ok",
-                "GET /healthz",
-            )
-        if name == "kuberay":
-            self.kubectl(
-                "apply", "--server-side", "--force-conflicts", "-f", str(self.toolchain.kuberay_crds)
-            )
-            return (
-                [
-                    self.bin("kuberay-operator"),
-                    "--enable-leader-election=false",
-                    "--metrics-addr",
-                    f"127.0.0.1:{p['kuberay-metrics']}",
-                    "--health-probe-bind-address",
-                    f"127.0.0.1:{p['kuberay-health']}",
-                    "--use-kubernetes-proxy",
-                ],
-                lambda: _get(f"http://127.0.0.1:{p['kuberay-health']}/readyz") == b"ok",
-                "GET /readyz",
-            )
-        if name in NODE_ORDER:
-            return self._node_component(name)
-        if name == KUBE_ROUTER and self.network_policy:
-            assert self.kube_router is not None, "no kube-router binary; call up()"
-            return (
-                kube_router_argv(self.kube_router, self.kubeconfig),
-                firewall_synced,
-                "its first sync in the filter table (FORWARD -> KUBE-ROUTER-FORWARD, its ACCEPT rule)",
-            )
-        raise KeyError(f"unknown component {name!r}; known: {self.components}")
+                *extra,
+            ],
+            lambda: _get(f"https://127.0.0.1:{port}/healthz", insecure=True) == b"ok",
+            "GET /healthz",
+        )
 
-    def _node_component(self, name: str) -> tuple[list[str], Callable[[], bool], str]:
-        node, p = self.node, self.ports
-        argv = node.argv(name, self.kubeconfig)
-        if name == "containerd":
+    def _kwok(self) -> Component:
+        p = self.ports
+        return Component(
+            [
+                self.bin("kwok"),
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--config",
+                str(self.root / "kwok-stages.yaml"),
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector",
+                "kwok.x-k8s.io/node=fake",
+                # pod and node IPs on loopback: anything that dials a fake pod (the
+                # autoscaler's scrape, the apiserver's service proxy for KubeRay) stays on
+                # this machine and is refused, instead of leaving it for a private range
+                "--cidr",
+                FAKE_POD_CIDR,
+                "--node-ip",
+                FAKE_NODE_IP,
+                # renew node leases; without it the node controller marks the nodes NotReady
+                "--node-lease-duration-seconds",
+                "40",
+                "--server-address",
+                f"127.0.0.1:{p['kwok']}",
+            ],
+            lambda: _get(f"http://127.0.0.1:{p['kwok']}/healthz") == b"ok",
+            "GET /healthz",
+        )
 
-            def containerd_ready() -> bool:
-                try:
-                    node.ctr("version")
-                except NodeError:
-                    return False  # not listening yet
-                node.import_image(node.pause_archive(), PAUSE_IMAGE)
-                return True
+    def _kuberay(self) -> Component:
+        p = self.ports
+        # its CRDs first, as it starts (the apiserver is up by then)
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(self.toolchain.kuberay_crds))
+        return Component(
+            [
+                self.bin("kuberay-operator"),
+                "--enable-leader-election=false",
+                "--metrics-addr",
+                f"127.0.0.1:{p['kuberay-metrics']}",
+                "--health-probe-bind-address",
+                f"127.0.0.1:{p['kuberay-health']}",
+                "--use-kubernetes-proxy",
+            ],
+            lambda: _get(f"http://127.0.0.1:{p['kuberay-health']}/readyz") == b"ok",
+            "GET /readyz",
+        )
 
-            return argv, containerd_ready, "its socket, and the pause image imported"
-        if name == "kubelet":
-            return argv, lambda: self._ready_nodes(NODE_NAME) == 1, f"node {NODE_NAME} Ready"
-        if name == "kube-proxy":
-            return (
-                argv,
-                lambda: _get(f"http://127.0.0.1:{p['kube-proxy-healthz']}/healthz").startswith(b"{"),
-                "GET /healthz",
-            )
-        return argv, lambda: _get(f"http://127.0.0.1:{p['coredns-ready']}/ready") == b"OK", "GET /ready"
+    # the real node's (node.RealNode.argv); self.node asserts the cluster has one
+
+    def _containerd(self) -> Component:
+        node = self.node
+
+        def containerd_ready() -> bool:
+            try:
+                node.ctr("version")
+            except NodeError:
+                return False  # not listening yet
+            node.import_image(node.pause_archive(), PAUSE_IMAGE)
+            return True
+
+        return Component(
+            node.argv("containerd", self.kubeconfig),
+            containerd_ready,
+            "its socket, and the pause image imported",
+        )
+
+    def _kubelet(self) -> Component:
+        return Component(
+            self.node.argv("kubelet", self.kubeconfig),
+            lambda: self._ready_nodes(NODE_NAME) == 1,
+            f"node {NODE_NAME} Ready",
+        )
+
+    def _kube_proxy(self) -> Component:
+        p = self.ports
+        return Component(
+            self.node.argv("kube-proxy", self.kubeconfig),
+            lambda: _get(f"http://127.0.0.1:{p['kube-proxy-healthz']}/healthz").startswith(b"{"),
+            "GET /healthz",
+        )
+
+    def _coredns(self) -> Component:
+        p = self.ports
+        return Component(
+            self.node.argv("coredns", self.kubeconfig),
+            lambda: _get(f"http://127.0.0.1:{p['coredns-ready']}/ready") == b"OK",
+            "GET /ready",
+        )
+
+    def _kube_router(self) -> Component:
+        assert self.kube_router is not None, "no kube-router binary; call up()"
+        return Component(
+            kube_router_argv(self.kube_router, self.kubeconfig),
+            firewall_synced,
+            "its first sync in the filter table (FORWARD -> KUBE-ROUTER-FORWARD, its ACCEPT rule)",
+        )
+
+    # name -> how to start it (the order they start in is START_ORDER, NODE_ORDER: `components`)
+    COMPONENTS: ClassVar[dict[str, Callable[[LocalCluster], Component]]] = {
+        "etcd": _etcd,
+        "kube-apiserver": _apiserver,
+        "kube-controller-manager": _controller_manager,
+        "kube-scheduler": _scheduler,
+        "kwok": _kwok,
+        "kuberay": _kuberay,
+        "containerd": _containerd,
+        "kubelet": _kubelet,
+        "kube-proxy": _kube_proxy,
+        "coredns": _coredns,
+        KUBE_ROUTER: _kube_router,
+    }
 
     def _wait(
         self,

@@ -1,0 +1,48 @@
+"""LocalCluster's table of components (cluster.LocalCluster.COMPONENTS): one entry for every
+component it may start, an unknown name refused with the names it knows, and looking a component
+up runs nothing but what starting it needs then (KubeRay's CRDs, applied as KubeRay starts)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness.localcluster.build import Toolchain
+from harness.localcluster.cluster import KUBE_ROUTER, NODE_ORDER, START_ORDER, LocalCluster
+
+
+def cluster(root: Path, **kwargs: Any) -> LocalCluster:
+    ports: dict[str, int] = defaultdict(lambda: 20000)
+    return LocalCluster(root, toolchain=Toolchain(root / "bin", root / "crds"), ports=ports, **kwargs)
+
+
+def test_the_table_holds_every_component_in_start_order() -> None:
+    assert list(LocalCluster.COMPONENTS) == [*START_ORDER, *NODE_ORDER, KUBE_ROUTER]
+
+
+def test_every_component_of_a_cluster_looks_up_and_only_kuberay_runs_something(tmp_path: Path) -> None:
+    c = cluster(tmp_path, real_node=True, node_bin_dir=tmp_path / "node-bin", network_policy=True)
+    c.kube_router = tmp_path / "kube-router"
+    applied: list[tuple[str, ...]] = []
+    c.kubectl = lambda *args, **_: applied.append(args)  # type: ignore[assignment,method-assign,return-value]
+    for name in c.components:
+        applied.clear()
+        component = c._component(name)
+        assert component.argv and callable(component.ready) and component.waits_for, name
+        if name == "kuberay":
+            [apply] = applied
+            assert apply[:3] == ("apply", "--server-side", "--force-conflicts")
+        else:
+            assert applied == [], name
+    assert not (tmp_path / "logs").exists()  # nothing started, nothing written
+
+
+def test_an_unknown_component_is_refused_with_the_known_ones(tmp_path: Path) -> None:
+    c = cluster(tmp_path)
+    with pytest.raises(KeyError, match=r"unknown component 'nope'; known: \['etcd'"):
+        c._component("nope")
+    # kube-router is a component only of a cluster that enforces NetworkPolicies
+    with pytest.raises(KeyError, match="unknown component 'kube-router'"):
+        c._component(KUBE_ROUTER)
