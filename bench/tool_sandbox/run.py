@@ -172,11 +172,15 @@ class CeilingClient:
     """Connections to fork_ceiling.py's servers, one per caller at most (`measure`'s concurrency)."""
 
     def __init__(self, path: str) -> None:
-        self.path = path
+        self.paths = [f"{path}.{i}" for i in range(int(Path(path).read_text()))]  # one per server
+        self.opened = 0
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
     async def run(self, code: str) -> dict:
-        reader, writer = self.idle.pop() if self.idle else await asyncio.open_unix_connection(self.path)
+        if not self.idle:  # a new connection, to the servers in turn
+            self.opened += 1
+            self.idle.append(await asyncio.open_unix_connection(self.paths[self.opened % len(self.paths)]))
+        reader, writer = self.idle.pop()
         payload = code.encode()
         writer.write(HEADER.pack(len(payload)) + payload)
         await writer.drain()

@@ -29,7 +29,7 @@ def ceiling(tmp_path: Path):
         while not path.exists():
             assert server.poll() is None and time.monotonic() < deadline, "the ceiling never listened"
             time.sleep(0.1)
-        yield str(path)
+        yield str(path)  # it holds the number of servers, each on its own socket PATH.N
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(20)
@@ -48,10 +48,13 @@ def run(path: str, code: str) -> dict:
 
 
 def test_each_program_is_answered_with_its_own_exit_status_and_stdout(ceiling: str) -> None:
-    assert run(ceiling, "import numpy; print(numpy.arange(10).sum())") == {"exit": 0, "stdout": "45\n"}
-    assert run(ceiling, "print('a'); assert 1 == 2") == {"exit": 1, "stdout": "a\n"}
-    assert run(ceiling, "import sys; sys.exit(3)")["exit"] == 3
-    assert run(ceiling, "import os; os._exit(0)")["exit"] == 0
-    # a program's changes to its own process stay in its child: the next one starts from the warm state
-    assert run(ceiling, "import sys; sys.modules.clear(); x = 1")["exit"] == 0
-    assert run(ceiling, "print(1+1)") == {"exit": 0, "stdout": "2\n"}
+    servers = [f"{ceiling}.{i}" for i in range(int(Path(ceiling).read_text()))]
+    assert len(servers) == (os.cpu_count() or 1)
+    for server in servers:
+        assert run(server, "import numpy; print(numpy.arange(10).sum())") == {"exit": 0, "stdout": "45\n"}
+        assert run(server, "print('a'); assert 1 == 2") == {"exit": 1, "stdout": "a\n"}
+        assert run(server, "import sys; sys.exit(3)")["exit"] == 3
+        assert run(server, "import os; os._exit(0)")["exit"] == 0
+        # a program's changes to its own process stay in its child: the next starts from the warm state
+        assert run(server, "import sys; sys.modules.clear(); x = 1")["exit"] == 0
+        assert run(server, "print(1+1)") == {"exit": 0, "stdout": "2\n"}
