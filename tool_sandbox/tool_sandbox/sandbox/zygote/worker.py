@@ -1,118 +1,31 @@
-"""The warm worker ("zygote"): a single-threaded process that imports the heavy libraries once
-and forks one isolated child per call.
-
-It is started by the server as a separate program (never forked from the multi-threaded
-server), speaks framed JSON on its stdin/stdout, and keeps a few children forked and isolated
-ahead of time, so a call costs one pipe write, the code itself and one exit.
-
-Run as `python -m tool_sandbox.sandbox.zygote '<json settings>'`."""
+"""The worker's loop: the server's requests on fd 3, answers on fd 4, its children's pipes, the
+forker's reports of their ends; a few spare children forked ahead of calls."""
 
 from __future__ import annotations
 
-import atexit
-import base64
 import contextlib
-import fcntl
-import gc
-import importlib
-import json
 import os
 import selectors
 import signal
 import site
 import socket
-import stat
 import sys
 import time
 import traceback
-import weakref
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from tool_sandbox.sandbox import forker, landlock, layers, outcome, refusals, seccomp, semlock, tree, wire
-from tool_sandbox.sandbox.libc import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, prctl, set_name
+from tool_sandbox.sandbox import forker, landlock, layers, outcome, seccomp, tree, wire
+from tool_sandbox.sandbox.zygote import preload, staging
+from tool_sandbox.sandbox.zygote.leases import Lease
+from tool_sandbox.sandbox.zygote.limits import CallLimits
 
-PRELOAD = (
-    "numpy",
-    "numpy.random",
-    "numpy.linalg",
-    "numpy.fft",
-    "numpy.polynomial",
-    "sympy",
-    "math",
-    "cmath",
-    "re",
-    "json",
-    "collections",
-    "itertools",
-    "functools",
-    "operator",
-    "heapq",
-    "bisect",
-    "fractions",
-    "decimal",
-    "statistics",
-    "random",
-    "string",
-    "datetime",
-    "time",
-    "typing",
-    "dataclasses",
-    "copy",
-    "io",
-    "textwrap",
-    "array",
-    "struct",
-    "hashlib",
-    "base64",
-    "unicodedata",
-    "pprint",
-    "enum",
-    "numbers",
-    "traceback",
-    "threading",
-    "csv",
-    "calendar",
-    "difflib",
-    "queue",
-    "contextlib",
-    "warnings",
-    "ast",
-    "uuid",
-    "socket",
-    "asyncio",  # imports logging, whose atexit handler _forget_exit_handlers drops
-    "subprocess",
-    "signal",
-    "glob",
-    "pathlib",
-    "shutil",
-    "tempfile",
-    "ctypes",
-    "unittest",
-    "multiprocessing",
-    "doctest",
-    "inspect",
-    "pickle",
-    "zlib",
-    "gzip",
-    "secrets",
-    "bz2",
-    "lzma",
-    "encodings.idna",
-    "locale",
-    "codecs",
-)
 _CHUNK = 1 << 16
 MAX_CONTROL_BYTES = 1 << 16  # a child's control frames are tiny; more pending is a violation
 MAX_SETUP_ERROR_CHARS = 300  # of a child's set-up failure, in answers and the log
-DISK_CHECK_SECONDS = 0.1  # how often a running call's directory is measured
 SPAWN_PAUSE_SECONDS = 0.5  # no spare is forked for this long after a fork failed (calls still try)
 FORK_FAILURE_SHOWN_SECONDS = 5.0  # a worker that failed to fork this recently says so when pinged
-FETCH_BUDGET_BYTES = 16 << 20  # fetch_files returns at most this in all (base64 keeps a reply < MAX_FRAME)
-DISK_WALK_FAILURES = 20  # a tree that changes under this many measurements in a row counts as over budget
-UID_LEASES = "/run/toolrl-tool-sandbox/uid-leases"  # machine-wide: uid ranges are machine-wide
-UIDS_PER_LEASE = 1000  # slots of one worker: its children run as uid base + lease * 1000 + slot
-MAX_LEASES = 1000
 
 
 class ControlError(ValueError):
@@ -125,22 +38,11 @@ class Call:
 
     id: int
     started: float
-    deadline: float
-    max_output: int
-    kill_bytes: int
+    limits: CallLimits
     fetch: list[str]
     session_open: bool = False
-    out: bytearray = field(default_factory=bytearray)
-    err: bytearray = field(default_factory=bytearray)
-    out_total: int = 0
-    err_total: int = 0
-    timed_out: bool = False
-    exceeded: bool = False
     violation: str = ""  # why the child was killed for breaking the worker protocol
     pressed: bool = False  # a thread was refused because others used up the worker's task budget
-    next_disk_check: float = 0.0
-    disk_exceeded: bool = False
-    disk_walk_failures: int = 0
 
 
 @dataclass
@@ -193,7 +95,7 @@ class Worker:
         self.next_session = 1
         self.selector = selectors.DefaultSelector()
         self.inbox = bytearray()
-        self.in_fd, self.out_fd = 3, 4  # see _claim_fds
+        self.in_fd, self.out_fd = 3, 4  # see __main__._claim_fds
         layers.prepare_stdio()
         self.landlock_abi = landlock.abi_version() if settings.get("landlock", True) else 0
         # whether /proc of its children is readable here: as root, or when they share its uid under
@@ -222,7 +124,7 @@ class Worker:
         uid = None if self.uid_base is None else int(self.uid_base) + slot
         workdir = os.path.join(self.root, f"s{slot}-{time.monotonic_ns()}")
         try:
-            _make_workdir(self.root, workdir, uid)
+            staging.make_workdir(self.root, workdir, uid)
         except OSError as exc:  # reported by /healthz (ping) and to the calls that needed a child
             self.spawn_error = f"cannot make a sandbox directory: {exc}"
             return None
@@ -300,8 +202,7 @@ class Worker:
             if fd in kid.open_fds:
                 self.on_readable(kid, role, drain=True)
         if kid.call is not None:
-            cpu_exhausted = cpu_seconds >= kid.cpu_seconds
-            self.finish(kid, outcome.classify(status, kid.call.timed_out, kid.call.exceeded, cpu_exhausted))
+            self.finish(kid, kid.call.limits.classify(status, cpu_seconds))
         elif kid.answer_when_reaped is not None:
             self.send(kid.answer_when_reaped)
         elif kid.setup_error and not kid.setup_error_logged:  # repr: one line, whatever it holds
@@ -311,7 +212,7 @@ class Worker:
         self.close_request(kid)
         try:
             tree.remove(kid.workdir)
-        except OSError as exc:  # left for the next holder of this lease (_sweep)
+        except OSError as exc:  # left for the next holder of this lease (leases.sweep)
             print(f"tool-sandbox worker: could not remove {kid.workdir}: {exc}", file=sys.stderr)
         del self.children[kid.slot]
         if kid.session is not None:
@@ -368,12 +269,16 @@ class Worker:
         kid.call = Call(
             id=msg["id"],
             started=now,
-            deadline=now + float(msg["timeout"]),
-            max_output=max_output,
-            kill_bytes=max(16 * max_output, 1 << 18),
+            limits=CallLimits.start(
+                now,
+                float(msg["timeout"]),
+                max_output,
+                kid.disk_bytes,
+                partial(self.disk_used, kid),
+                kid.cpu_seconds,
+            ),
             fetch=list(msg.get("fetch") or []),
             session_open=mode == "session" and kid.session is None,
-            next_disk_check=now + DISK_CHECK_SECONDS,
         )
         kid.outbox += frame
         kid.close_after_write = mode == "run"
@@ -383,19 +288,11 @@ class Worker:
         call = kid.call
         kid.call = None
         assert call is not None
+        if call.limits.over_disk_at_end() and session_alive:
+            self.kill(kid)
+            session_alive = False
+        result = call.limits.verdict(result)
         message = result.message
-        if not call.disk_exceeded and self.over_disk(kid):
-            call.disk_exceeded = True
-            if session_alive:
-                self.kill(kid)
-                session_alive = False
-        if call.disk_exceeded:
-            result = outcome.Outcome(outcome.KILLED, result.exit_code, "")
-            message = (
-                f"wrote more than {kid.disk_bytes} bytes to its directory (the call's disk budget; a"
-                " file deleted while still open or mapped counts until it is closed); write less or"
-                " delete and close files as you go"
-            )
         if call.violation:
             result = outcome.Outcome(outcome.KILLED, result.exit_code, "")
             message = call.violation
@@ -409,15 +306,14 @@ class Worker:
                 "a thread of this call could not start: the pool's task budget (--max-tasks) was used"
                 " up by other calls; retry",
             )
-        stdout, cut_out = outcome.cap_output(bytes(call.out), call.out_total, call.max_output)
-        stderr, cut_err = outcome.cap_output(bytes(call.err), call.err_total, call.max_output)
+        stdout, stderr, truncated = call.limits.capped_output()
         reply: dict[str, Any] = {
             "id": call.id,
             "status": result.status,
             "exitCode": result.exit_code,
             "stdout": stdout,
             "stderr": stderr,
-            "truncated": cut_out or cut_err,
+            "truncated": truncated,
             "durationSeconds": round(time.monotonic() - call.started, 6),
             "message": message,
             "sandboxError": bool(kid.setup_error) or pressed,
@@ -425,12 +321,12 @@ class Worker:
         if kid.session is not None:
             reply["sessionAlive"] = session_alive
         if call.fetch:
-            reply["files"], cut = _fetch(kid.workdir, call.fetch, FETCH_BUDGET_BYTES)
+            reply["files"], cut = staging.fetch(kid.workdir, call.fetch, staging.FETCH_BUDGET_BYTES)
             if cut:
                 reply["truncated"] = True
                 reply["message"] = _join(
                     reply["message"],
-                    f"fetch_files returned at most {FETCH_BUDGET_BYTES} bytes in all;"
+                    f"fetch_files returned at most {staging.FETCH_BUDGET_BYTES} bytes in all;"
                     f" cut short or left out: {', '.join(cut)}",
                 )
         if call.session_open:
@@ -467,20 +363,8 @@ class Worker:
                     why = exc.args[0] if isinstance(exc, ControlError) else type(exc).__name__
                     self.violated(kid, f"the code wrote on the sandbox's control pipe ({why}); it is closed")
                     return
-            elif kid.call is not None:
-                self.collect(kid, kid.call, role, data)
-
-    def collect(self, kid: Child, call: Call, role: str, data: bytes) -> None:
-        buf = call.out if role == "out" else call.err
-        if len(buf) < call.max_output:
-            buf += data[: call.max_output - len(buf)]
-        if role == "out":
-            call.out_total += len(data)
-        else:
-            call.err_total += len(data)
-        if call.out_total + call.err_total > call.kill_bytes and not call.exceeded:
-            call.exceeded = True
-            self.kill(kid)
+            elif kid.call is not None and kid.call.limits.keep_output(role, data):
+                self.kill(kid)
 
     def violated(self, kid: Child, why: str) -> None:
         """Stop listening to a child that broke the protocol and kill it; its call ends as killed.
@@ -526,7 +410,7 @@ class Worker:
         call = kid.call
         if call is None or kid.cell_exit is None or not kid.stopped:
             return
-        if call.timed_out or call.exceeded or call.disk_exceeded or call.violation:
+        if call.limits.exceeded or call.violation:
             return  # killed: answered when it is reaped
         for fd, role in ((kid.out_r, "out"), (kid.err_r, "err")):
             if fd in kid.open_fds:
@@ -544,7 +428,7 @@ class Worker:
             limits = layers.Limits(**msg["limits"])
             frame = layers.request(kind, msg.get("code", ""), limits, msg.get("stdin") or "")
             try:
-                files = _decode_files(msg.get("files") or {}) if op == "run" else {}
+                files = staging.decode_files(msg.get("files") or {}) if op == "run" else {}
             except (TypeError, ValueError) as exc:
                 self.reply_error(msg, outcome.ERROR, f"could not place files: {exc}; send valid files")
                 return
@@ -556,7 +440,7 @@ class Worker:
             kid.cpu_seconds = float(msg["limits"]["timeout_seconds"])
             kid.disk_bytes = int(msg.get("diskBytes", 0))
             try:
-                _place_files(kid.workdir, files, self.uid_base, kid.slot)
+                staging.place_files(kid.workdir, files, self.uid_base, kid.slot)
                 self.start(msg, kid, "run" if op == "run" else "session", frame)
             except Exception as exc:  # never leave a taken child behind: its slot would be lost
                 kid.call = None
@@ -634,21 +518,16 @@ class Worker:
 
     # ---- loop -----------------------------------------------------------------------------
 
-    def over_disk(self, kid: Child) -> bool:
-        if kid.disk_bytes <= 0:
-            return False
+    def disk_used(self, kid: Child, unmeasured_bytes: int) -> int | None:
+        """What a child's directory holds (a file that cannot be measured counts `unmeasured_bytes`);
+        None when the tree changed under the walk."""
         try:
             used = tree.usage(kid.workdir)
             if kid.pid and not kid.reaped and self.reads_children:  # what it deleted but holds
-                used += tree.held_after_unlink(kid.pid, kid.workdir, kid.disk_bytes + 1)
-        except OSError:  # changed under the walk: measured again next time, but not forever
-            if kid.call is None:
-                return False
-            kid.call.disk_walk_failures += 1
-            return kid.call.disk_walk_failures >= DISK_WALK_FAILURES
-        if kid.call is not None:
-            kid.call.disk_walk_failures = 0
-        return used > kid.disk_bytes
+                used += tree.held_after_unlink(kid.pid, kid.workdir, unmeasured_bytes)
+        except OSError:
+            return None
+        return used
 
     def check_deadlines(self) -> float | None:
         """Kill calls past their deadline or their disk budget; seconds until the next check."""
@@ -656,19 +535,12 @@ class Worker:
         nearest = None
         for kid in self.children.values():
             call = kid.call
-            if call is None or call.timed_out or call.disk_exceeded:
+            if call is None or call.limits.timed_out or call.limits.disk_exceeded:
                 continue
-            if now >= call.deadline:
-                call.timed_out = True
+            if call.limits.should_kill(now):
                 self.kill(kid)
                 continue
-            if now >= call.next_disk_check:
-                call.next_disk_check = now + DISK_CHECK_SECONDS
-                if self.over_disk(kid):
-                    call.disk_exceeded = True
-                    self.kill(kid)
-                    continue
-            due = min(call.deadline, call.next_disk_check) - now
+            due = min(call.limits.deadline, call.limits.next_disk_check) - now
             nearest = due if nearest is None else min(nearest, due)
         return nearest
 
@@ -752,7 +624,7 @@ class Worker:
             "taskBudget": self.task_budget,  # tasks of all this worker's children together
             "noNewPrivs": True,
             "uidBase": self.uid_base,
-            "preloaded": sorted(m for m in PRELOAD if m in sys.modules),
+            "preloaded": sorted(m for m in preload.PRELOAD if m in sys.modules),
         }
 
 
@@ -788,235 +660,10 @@ def _read_only_paths() -> tuple[str, ...]:
     return tuple(dirs + files)
 
 
-def _decode_files(files: dict[str, Any]) -> dict[str, bytes]:
-    """SandboxFusion-style `files` (relative path -> base64), checked before any child is used:
-    paths stay inside the directory and none is also another's directory."""
-    decoded: dict[str, bytes] = {}
-    for name, content in files.items():
-        relative = _inside("/w", name)
-        if relative is None:
-            raise ValueError(f"file name {name!r} leaves the working directory")
-        decoded[relative[3:]] = base64.b64decode(content, validate=True)
-    for name in decoded:
-        parent = os.path.dirname(name)
-        while parent:
-            if parent in decoded:
-                raise ValueError(f"{parent!r} cannot be both a file and a directory")
-            parent = os.path.dirname(parent)
-    return decoded
-
-
-def _place_files(workdir: str, files: dict[str, bytes], uid_base: int | None, slot: int) -> None:
-    """Write checked files into a child's working directory; as root, they and every directory
-    made for them belong to the child's uid (the program may write next to its files)."""
-    uid = None if uid_base is None else uid_base + slot
-    for name, content in files.items():
-        _make_parents(workdir, name, uid)
-        path = os.path.join(workdir, name)
-        with open(path, "wb") as handle:
-            handle.write(content)
-        if uid is not None:
-            os.chown(path, uid, uid)
-
-
-def _make_parents(workdir: str, name: str, uid: int | None) -> None:
-    path = workdir
-    for part in name.split("/")[:-1]:
-        path = os.path.join(path, part)
-        try:
-            os.mkdir(path)
-        except FileExistsError:
-            continue
-        if uid is not None:
-            os.chown(path, uid, uid)
-
-
-def _make_workdir(root: str, workdir: str, uid: int | None) -> None:
-    """A child's directory, only its own: 0700, owned by its uid (as root)."""
-    try:
-        os.mkdir(workdir, 0o700)
-    except FileNotFoundError:  # the lease directory itself is gone: make it again
-        os.makedirs(root, 0o711, exist_ok=True)
-        os.mkdir(workdir, 0o700)
-    if uid is not None:
-        os.chown(workdir, uid, uid)
-
-
 def _join(message: str, more: str) -> str:
     return f"{message}; {more}" if message else more
-
-
-def _fetch(workdir: str, names: list[str], budget: int) -> tuple[dict[str, str], list[str]]:
-    """Read files the code left behind, never following a link out of the directory, at most
-    `budget` bytes in all; also returns the names cut short or left out."""
-    found: dict[str, str] = {}
-    cut: list[str] = []
-    for name in names:
-        try:  # odd names (NUL, surrogates, too long) are simply not found
-            path = _inside(workdir, name)
-            if path is None or os.path.realpath(path) != path:
-                continue
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except (OSError, ValueError):
-            continue
-        with os.fdopen(fd, "rb") as handle:
-            if not os.path.stat.S_ISREG(os.fstat(fd).st_mode):
-                continue
-            data = handle.read(budget + 1)
-            if len(data) > budget:
-                cut.append(name)
-                data = data[:budget]
-                if not data:
-                    continue
-            budget -= len(data)
-            found[name] = base64.b64encode(data).decode()
-    return found, cut
-
-
-def _inside(workdir: str, name: str) -> str | None:
-    path = os.path.normpath(os.path.join(workdir, name))
-    return path if path.startswith(workdir + os.sep) else None
-
-
-@dataclass(frozen=True)
-class Lease:
-    """A worker's exclusive share of the machine: a working directory and (as root) a uid range.
-
-    Several servers may share one `--workdir` and run as root on one machine; each worker holds
-    an flock on `lease-N` for its lifetime, so no two live workers ever use the same directory or
-    uids, and a new worker cleans up only what a dead holder of the same lease left behind. Uid
-    ranges are machine-wide, so as root the lease files live in one machine-wide directory
-    (UID_LEASES) whatever the workdir: two servers with different workdirs never share uids."""
-
-    number: int
-    workdir: str
-    uid_base: int | None
-    fd: int
-
-
-def claim_lease(root: str, uid_base: int | None, uid_leases: str | None = None) -> Lease:
-    """Take the lowest free lease (held until this process exits): under `root`, or, when the
-    lease also hands out uids, under the machine-wide `uid_leases` directory."""
-    os.makedirs(root, 0o711, exist_ok=True)
-    locks = root if uid_base is None else (uid_leases or UID_LEASES)
-    os.makedirs(locks, 0o700, exist_ok=True)
-    for number in range(MAX_LEASES):
-        fd = os.open(os.path.join(locks, f"lease-{number}"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        uids = None if uid_base is None else uid_base + number * UIDS_PER_LEASE
-        return Lease(number, os.path.join(root, str(number)), uids, fd)
-    raise RuntimeError(f"all {MAX_LEASES} worker leases under {locks} are held; stop some servers")
 
 
 def _error(msg: dict[str, Any], status: str, message: str) -> dict[str, Any]:
     """The worker's answer to a call that no code ran for."""
     return {"id": msg.get("id"), **outcome.no_run_reply(status, message)}
-
-
-def _sweep(lease: Lease, slots: int) -> None:
-    """Remove what a previous holder of this lease left: its directories and, as root, its processes."""
-    root, uid_base = lease.workdir, lease.uid_base
-    try:
-        tree.remove(root)
-    except OSError as exc:
-        print(f"tool-sandbox worker: could not remove {root}: {exc}", file=sys.stderr)
-    os.makedirs(root, 0o711, exist_ok=True)
-    if uid_base is None:
-        return
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            if uid_base <= os.stat(f"/proc/{entry}").st_uid < uid_base + slots:
-                os.kill(int(entry), signal.SIGKILL)
-
-
-def sweep_unheld(workdir: str, locks: str) -> None:
-    """Remove the directories of leases nobody holds (a server that ran more workers, or died):
-    each is removed under its lease's lock, so a worker starting meanwhile never loses its own."""
-    with contextlib.suppress(FileNotFoundError):
-        for name in os.listdir(workdir):
-            if not name.isdigit():
-                continue
-            fd = os.open(os.path.join(locks, f"lease-{name}"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                tree.remove(os.path.join(workdir, name))
-            except BlockingIOError:
-                pass  # held: its worker keeps it clean
-            except OSError as exc:
-                print(f"tool-sandbox worker: could not remove lease {name}: {exc}", file=sys.stderr)
-            finally:
-                os.close(fd)
-
-
-def _warn_if_unreachable(workdir: str) -> None:
-    """As root each child has a uid of its own: a directory above the children's that others
-    may not pass through keeps a program from opening its own main.py by its path (its
-    tracebacks lose their source lines, inspect fails). Said once, in the server's log."""
-    path = os.path.realpath(workdir)
-    while path != "/":
-        path = os.path.dirname(path)
-        if not os.stat(path).st_mode & stat.S_IXOTH:
-            print(
-                f"tool-sandbox worker: {path} is not searchable by other users, so sandboxed programs"
-                " (each under a uid of its own) cannot open their own files by path (tracebacks lose"
-                " their source lines); use a --workdir below a directory like /tmp",
-                file=sys.stderr,
-            )
-            return
-
-
-def _forget_exit_handlers() -> None:
-    """The worker leaves by os._exit: the atexit handlers its own set-up registered (pyseccomp's
-    weakref.finalize registers one) are for nobody. Dropped, so a child's exit runs only those
-    of its program, as a fresh interpreter's does; weakref.finalize registers again when a
-    program makes its first finalizer."""
-    atexit._clear()
-    weakref.finalize._registered_with_atexit = False  # type: ignore[attr-defined]
-
-
-def _claim_fds() -> None:
-    """Move the server's pipes to fds 3 and 4 (a child replaces both with its own) before
-    anything else opens a descriptor, and point stdin/stdout at /dev/null so no stray print
-    can corrupt the protocol."""
-    os.dup2(0, 3)
-    os.dup2(1, 4)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    os.dup2(devnull, 0)
-    os.dup2(devnull, 1)
-    os.close(devnull)
-
-
-def main() -> None:
-    _claim_fds()
-    settings = json.loads(sys.argv[1])
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    prctl(PR_SET_DUMPABLE, 0)
-    set_name(b"sandbox-worker")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for name in settings.get("preload", PRELOAD):
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
-    semlock.install()  # multiprocessing's locks without /dev/shm, for the children's threads
-    refusals.install()  # what the sandbox refuses (chmod, new processes) said in the error
-    settings["slots"] = slots = min(int(settings.get("slots", 64)), UIDS_PER_LEASE)
-    uid_base = settings.get("uidBase") if os.geteuid() == 0 else None
-    lease = claim_lease(settings["workdir"], uid_base)
-    if uid_base is not None:
-        _warn_if_unreachable(lease.workdir)
-    _sweep(lease, slots)
-    sweep_unheld(settings["workdir"], settings["workdir"] if uid_base is None else UID_LEASES)
-    worker = Worker(settings, lease)
-    _forget_exit_handlers()
-    gc.collect()
-    gc.freeze()  # the collector never walks (and so never copies) what every process shares
-    worker.run()
-
-
-if __name__ == "__main__":
-    main()
