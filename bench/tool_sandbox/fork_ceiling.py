@@ -158,9 +158,10 @@ def main() -> None:
             index = child
             break
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(f"{path}.{index}")
+    listener.bind(f"{path}.{index}.binding")
     listener.listen(256)
     listener.setblocking(False)
+    os.rename(f"{path}.{index}.binding", f"{path}.{index}")  # there once it accepts
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     if index == servers - 1:  # the last to bind says all are there
         while not all(os.path.exists(f"{path}.{i}") for i in range(servers)):
