@@ -1,6 +1,6 @@
 """The ceiling of a pool's calls: warm fork servers with no isolation and no HTTP.
 
-One server process per CPU, each with the pool's preload list imported (tool_sandbox's zygote
+One server process per CPU (or SERVERS), each with the pool's preload list imported (tool_sandbox's zygote
 PRELOAD) and a Unix socket of its own (PATH.0, PATH.1, ...: the client spreads its connections). A
 request is a 4-byte big-endian length and the program's text. Each server keeps one forked child
 waiting (a spare, as the pool keeps them): the program goes to it through a pipe, it runs the program
@@ -9,7 +9,7 @@ JSON {"exit": status, "stdout": text} once it has ended; the next spare is forke
 layer, no workdir, no accounting, no HTTP: what is left is a fork, the program and two pipes, so the
 pool's calls/s over this one's is the share of the machine its own layers leave to programs.
 
-Usage: python fork_ceiling.py PATH   (PATH, holding the number of servers, exists once all accept)"""
+Usage: python fork_ceiling.py PATH [SERVERS]   (PATH, holding their number, exists once all accept)"""
 
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ def main() -> None:
     for name in PRELOAD:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-    servers = os.cpu_count() or 1
+    servers = int(sys.argv[2]) if len(sys.argv) > 2 else os.cpu_count() or 1
     index = servers - 1  # the first process; its forks take 0 ... servers - 2
     for child in range(servers - 1):
         if os.fork() == 0:
@@ -166,8 +166,9 @@ def main() -> None:
     if index == servers - 1:  # the last to bind says all are there
         while not all(os.path.exists(f"{path}.{i}") for i in range(servers)):
             time.sleep(0.05)
-        with open(path, "w") as ready:
+        with open(f"{path}.writing", "w") as ready:
             ready.write(str(servers))
+        os.rename(f"{path}.writing", path)  # there once it holds the count
     Server(listener).serve()
 
 

@@ -22,6 +22,7 @@ import os
 import platform
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -31,7 +32,6 @@ from pathlib import Path
 
 import aiohttp
 import humaneval
-from fork_ceiling import HEADER
 
 SNIPPETS = {
     "print(1+1)": ("print(1+1)", "2\n"),
@@ -41,6 +41,7 @@ HUMANEVAL = "HumanEval (328 programs)"
 # fork_ceiling.py: what the machine gives a warm fork per call with nothing else; the pool is measured
 # against it (issue 35: >= 90 % of its calls/s on HumanEval, p99 <= 1.1x)
 CEILING = "bare warm fork server (the ceiling)"
+HEADER = struct.Struct(">I")  # fork_ceiling.py's frame: a 4-byte big-endian length
 WORKLOADS = (*SNIPPETS, HUMANEVAL)
 CONCURRENCY = (1, 8, 32)
 HERE = Path(__file__).resolve().parent
@@ -67,9 +68,12 @@ def wait_http(url: str, seconds: float = 120) -> None:
     raise RuntimeError(f"{url} not ready")
 
 
-def wait_path(path: str, seconds: float = 120) -> None:
+def wait_path(path: str, process: subprocess.Popen, seconds: float = 120) -> None:
+    """Until `process` has made `path`; fails at once if it ended first."""
     deadline = time.monotonic() + seconds
     while not os.path.exists(path):
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args} ended with {process.returncode} before making {path}")
         if time.monotonic() > deadline:
             raise RuntimeError(f"{path} not there after {seconds} s")
         time.sleep(0.1)
@@ -259,7 +263,7 @@ async def bench(seconds: float, workloads: list[str]) -> tuple[list[dict], dict[
     )
     try:
         wait_http(f"{sandbox_url}/readyz")
-        wait_path(ceiling_path)
+        wait_path(ceiling_path, ceiling)
         if HUMANEVAL in workloads:
             for name, url in (("tool_sandbox", sandbox_url), ("subprocess-per-call server", baseline_url)):
                 began = time.monotonic()
@@ -291,11 +295,11 @@ async def bench(seconds: float, workloads: list[str]) -> tuple[list[dict], dict[
                         )
                         print(f"  {label:10s} {system:32s} c={concurrency:2d} {result}", file=sys.stderr)
     finally:
+        os.killpg(ceiling.pid, signal.SIGTERM)  # its servers, one per CPU, and their spares
         for process in (sandbox, baseline):
             process.terminate()
+        for process in (ceiling, sandbox, baseline):
             process.wait(20)
-        os.killpg(ceiling.pid, signal.SIGTERM)  # its servers, one per CPU
-        ceiling.wait(20)
         sockets.cleanup()
     return rows, wrong
 

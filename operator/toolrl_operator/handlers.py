@@ -72,6 +72,9 @@ class Runtime:
         self.settings, self.kube = settings, kube
         self.threads = ThreadPoolExecutor(THREADS, thread_name_prefix="toolrl")
         self.reconciler = Reconciler(settings, kube, self.threads, jobs, rayjobs, deployments)
+        workers = self.reconciler.workers
+        if workers >= THREADS:  # every thread a sync waiting on applies queued behind it: none would run
+            raise ValueError(f"{workers} sync workers need more than THREADS={THREADS} threads")
         self.autoscaler = Autoscaler(
             settings, kube, self.threads, jobs, deployments, self.reconciler.ready_pods
         )
