@@ -333,8 +333,11 @@ class Reconciler:
                 delay = self.queue.retry(key)
                 RECONCILE_ERRORS.labels(getattr(err, "reason", "") or type(err).__name__).inc()
                 log.warning("sync of %s/%s failed, retrying in %.0f s: %s", *key, delay, err)
-                if self.queue.failures(key) == 1:  # once per streak, not per retry
-                    self._post(key, events.WARNING, events.RECONCILE_ERROR, f"retrying: {err}")
+                if self.queue.failures(key) == 1:  # once per streak, not per retry (a blocking call)
+                    message = f"retrying: {err}"
+                    await loop.run_in_executor(
+                        self.threads, self._post, key, events.WARNING, events.RECONCILE_ERROR, message
+                    )
             finally:
                 self.queue.done(key)
 

@@ -48,6 +48,9 @@ SCALE_FAILED = "ScaleFailed"  # the condition's reason while the pool's size can
 # Jobs read and decided at once: enough that pods timing out (3 s) in many pools do not stretch a
 # tick much past the interval, few enough to keep a burst of new jobs cheap.
 CONCURRENCY = 64
+# Of them, API writes at once (the runtime's pool serves the syncs' applies too): the bound the
+# autoscaler's own 8 threads gave before the operator had one pool.
+API_CALLS = 8
 # A hold is announced as a Warning once it lasts this long: a new pool pod waits for Prometheus's
 # service discovery and first scrape (the chart's PodMonitors scrape every 15 s; seen on the local
 # cluster: "no scrape target" for the first seconds of every job), a pod restart as long.
@@ -116,7 +119,7 @@ class Autoscaler:
         pods: Callable[[Key], ReadyPods] = lambda key: ([], []),
         concurrency: int = CONCURRENCY,
     ) -> None:
-        self.settings, self.kube, self.threads = settings, kube, threads
+        self.settings, self.kube, self.calls = settings, kube, ApiCalls(threads)
         self.jobs, self.deployments, self.pods = jobs, deployments, pods
         self.concurrency = concurrency
         self.scalers: dict[str, JobScaler] = {}
@@ -173,7 +176,7 @@ class Autoscaler:
 
             if uid not in self.scalers:
                 window = self.settings.autoscaler_stable_window_seconds
-                self.scalers[uid] = JobScaler(*key, self.kube, self.threads, window)
+                self.scalers[uid] = JobScaler(*key, self.kube, self.calls, window)
             async with bound:
                 try:
                     await self.scalers[uid].tick(job, deployment, read)
@@ -191,10 +194,10 @@ class JobScaler:
     """What the loop remembers of one job between ticks."""
 
     def __init__(
-        self, namespace: str, name: str, kube: Kube, threads: Executor, stable_window_seconds: float
+        self, namespace: str, name: str, kube: Kube, calls: ApiCalls, stable_window_seconds: float
     ) -> None:
         self.namespace, self.name = namespace, name
-        self.kube, self.threads = kube, threads
+        self.kube, self.calls = kube, calls
         self.stable_window_seconds = stable_window_seconds
         self.state = scale_decision.State()
         self.written: tuple[int | None, dict[str, Any] | None] | None = None  # reported: size, condition
@@ -261,9 +264,7 @@ class JobScaler:
         scale_error = ""
         if decision.replicas != current:
             try:
-                await _blocking(
-                    self.threads, scale_pool, self.kube, self.namespace, self.name, decision.replicas
-                )
+                await self.calls(scale_pool, self.kube, self.namespace, self.name, decision.replicas)
             except ApiError as err:
                 if err.status == 404:
                     return  # the pool or the job is gone; the sync re-creates it, or the next tick forgets it
@@ -285,8 +286,7 @@ class JobScaler:
             return
         body = {"toolPool": {"desiredReplicas": decision.replicas}, "conditions": [wanted]}
         try:
-            await _blocking(
-                self.threads,
+            await self.calls(
                 self.kube.apply_status,
                 API_VERSION,
                 KIND,
@@ -318,11 +318,18 @@ class JobScaler:
         """Post an Event on the job; best effort, as kopf's own are."""
         manifest = events.event_manifest(job, type_, reason, message, dt.datetime.now(dt.UTC))
         try:
-            await _blocking(self.threads, self.kube.create, manifest)
+            await self.calls(self.kube.create, manifest)
         except Exception as err:
             log.warning("event %s on %s/%s not posted: %s", reason, self.namespace, self.name, err)
 
 
-async def _blocking(threads: Executor, fn: Callable[..., Any], *args: Any) -> Any:
-    """A blocking API call on the runtime's thread pool (handlers.Runtime)."""
-    return await asyncio.get_running_loop().run_in_executor(threads, fn, *args)
+class ApiCalls:
+    """The autoscaler's blocking API calls: on the runtime's thread pool (handlers.Runtime), API_CALLS
+    at most at once, so a burst of scalers never queues ahead of the syncs' applies."""
+
+    def __init__(self, threads: Executor, at_once: int = API_CALLS) -> None:
+        self.threads, self.at_once = threads, asyncio.Semaphore(at_once)
+
+    async def __call__(self, fn: Callable[..., Any], *args: Any) -> Any:
+        async with self.at_once:
+            return await asyncio.get_running_loop().run_in_executor(self.threads, fn, *args)
