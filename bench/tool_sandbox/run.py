@@ -150,6 +150,14 @@ def http_caller(session: aiohttp.ClientSession, url: str, bodies: list[dict], ch
     return call
 
 
+def right(exit_code: int | None, stdout: str, want: bool | str) -> bool:
+    """A program's answer is the expected one: its exit status says pass (True) or fail (False), or
+    its stdout is the expected text."""
+    if isinstance(want, bool):
+        return (exit_code == 0) == want
+    return stdout == want
+
+
 def fresh_process_caller(codes: list[str], passes: list[bool | str]) -> Caller:
     """`python -c` per call; right when its stdout is the expected text or, for a bool, when its
     exit status says pass (True) or fail (False)."""
@@ -165,9 +173,7 @@ def fresh_process_caller(codes: list[str], passes: list[bool | str]) -> Caller:
             env=ENV,
         )
         stdout, _ = await process.communicate()
-        if isinstance(passes[k], bool):
-            return (process.returncode == 0) == passes[k]
-        return stdout.decode() == passes[k]
+        return right(process.returncode, stdout.decode(), passes[k])
 
     return call
 
@@ -194,14 +200,11 @@ class CeilingClient:
         return answer
 
     def caller(self, codes: list[str], passes: list[bool | str]) -> Caller:
-        """Right as fresh_process_caller decides: the exit status for a bool, else the stdout."""
 
         async def call(i: int) -> bool:
             k = i % len(codes)
             answer = await self.run(codes[k])
-            if isinstance(passes[k], bool):
-                return (answer["exit"] == 0) == passes[k]
-            return answer["stdout"] == passes[k]
+            return right(answer["exit"], answer["stdout"], passes[k])
 
         return call
 
