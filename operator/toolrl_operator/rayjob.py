@@ -80,6 +80,15 @@ POD_SECURITY: dict[str, Any] = {
 # KubeRay's default asks for 500m, a quarter of a 2-CPU node.
 SUBMITTER_RESOURCES = {"requests": {"cpu": "50m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
 
+# The submitter pods one attempt may lose before KubeRay fails it (submitterConfig.backoffLimit;
+# KubeRay's default is 2). Each lost Ray head costs one (the pod following the trainer's log fails),
+# and so does each submitter pod that starts while the new head is still coming up (`ray job submit`
+# tries once). With 2, a job survived two head losses an attempt, and on a loaded node a single loss
+# failed the attempt when the head took longer to return than the Job's back-off (10 s, then 20 s):
+# seen in CI, the faulted run's attempt 2 failed after its second lost head. The Job's back-off
+# doubles to 6 min, so 20 pods cover a head absent for over an hour (10 + 20 + ... + 320 s, then 6 min each), or 20 losses.
+SUBMITTER_BACKOFF_LIMIT = 20
+
 # Which interface NCCL and Gloo use between pods. Left to themselves they may pick one that does
 # not route between pods (docker0, a CNI bridge) and hang in init_process_group, a hang verl and
 # Ray users report; eth0 is the pod network interface of the common CNIs. cluster.env overrides.
@@ -347,6 +356,7 @@ def build_rayjob(job: Job, settings: Settings, current_suspend: bool | None = No
         # cluster's real node); HTTPMode needs KubeRay to reach the head's Service DNS name.
         "submissionMode": "K8sJobMode",
         "submitterPodTemplate": _submitter_template(job, image, head),
+        "submitterConfig": {"backoffLimit": SUBMITTER_BACKOFF_LIMIT},
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": run_policy.ttl_seconds_after_finished,
         "backoffLimit": run_policy.backoff_limit,

@@ -497,6 +497,11 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun], milestone: Milest
         )
         faults_at = time.monotonic()
         job_pods = f"toolrl.dev/job={name}"
+        # the head's machine goes first, its processes at once (the driver with them): a deleted pod's
+        # containers die only when kubelet gets to them, and kubelet restarts right after, so a head
+        # that outlived its worker would see the worker lost and end the attempt, as a worker's loss
+        # alone does (trainer_entry/node_watch.py): another fault, not the one measured here
+        kill_container_process(tc, tc.namespace, f"{job_pods},ray.io/node-type=head")
         assert delete_pods(tc, tc.namespace, f"{job_pods},ray.io/node-type=head"), "no head pod to delete"
         assert delete_pods(tc, tc.namespace, f"{job_pods},ray.io/node-type=worker"), "no worker to delete"
         assert delete_pods(tc, tc.namespace, f"{job_pods},app.kubernetes.io/component=tool-pool")

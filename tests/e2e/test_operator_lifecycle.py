@@ -15,6 +15,7 @@ from harness.operator_process import CHILD_KINDS, get_json, job_events, small_jo
 from kubernetes import config
 from toolrl_operator.apply import Kube
 from toolrl_operator.naming import AUTOSCALER_FIELD_MANAGER, FIELD_MANAGER
+from toolrl_operator.rayjob import SUBMITTER_BACKOFF_LIMIT
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolrljob.yaml"
 JOB = "gsm8k-python"
@@ -116,6 +117,9 @@ def test_apply_creates_every_child_and_reaches_running(cluster, namespace, opera
         "the submitter Running",
     )
     assert submitter["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] is False
+    # KubeRay gives its Job the operator's retries: one per lost head (and per pod that finds none up)
+    submitter_job = get_json(cluster, "job", JOB, "-n", namespace)
+    assert submitter_job["spec"]["backoffLimit"] == SUBMITTER_BACKOFF_LIMIT, submitter_job["spec"]
 
     # The tool pool is ready and the status says so.
     def pool_ready() -> dict[str, Any] | None:

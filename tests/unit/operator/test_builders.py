@@ -19,6 +19,7 @@ from toolrl_operator.rayjob import (
     LOGICAL_CPUS_PER_CPU_WORKER,
     LOGICAL_GPUS_PER_CPU_WORKER,
     ROLLOUT_WORKER_GROUP,
+    SUBMITTER_BACKOFF_LIMIT,
     WORKER_GROUP,
     build_ray_network_policy,
     build_rayjob,
@@ -583,6 +584,14 @@ def test_submitter_is_placed_like_the_head_and_carries_no_data_or_secrets(make_j
     assert submitter["metadata"]["labels"]["app.kubernetes.io/component"] == "trainer", (
         "the Ray NetworkPolicy admits the job's own trainer pods to the dashboard"
     )
+
+
+def test_an_attempt_survives_more_lost_heads_than_kuberays_default_submitter_retries(make_job) -> None:
+    # KubeRay's default of 2 failed the faulted run's attempt after its second lost head (CI): each lost
+    # head costs a submitter pod, and so does each that starts before the new head is up
+    spec = build_rayjob(make_job(), SETTINGS)["spec"]
+    assert spec["submitterConfig"] == {"backoffLimit": SUBMITTER_BACKOFF_LIMIT}
+    assert SUBMITTER_BACKOFF_LIMIT >= 10
 
 
 def test_pool_admits_the_operators_namespace_for_direct_scraping(make_job) -> None:
