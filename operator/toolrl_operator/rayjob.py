@@ -86,7 +86,8 @@ SUBMITTER_RESOURCES = {"requests": {"cpu": "50m", "memory": "256Mi"}, "limits": 
 # tries once). With 2, a job survived two head losses an attempt, and on a loaded node a single loss
 # failed the attempt when the head took longer to return than the Job's back-off (10 s, then 20 s):
 # seen in CI, the faulted run's attempt 2 failed after its second lost head. The Job's back-off
-# doubles to 6 min, so 20 pods cover a head absent for over an hour (10 + 20 + ... + 320 s, then 6 min each), or 20 losses.
+# doubles to 6 min, so 20 pods cover a head absent for over an hour (10 + 20 + ... + 320 s, then
+# 6 min each), or 20 losses.
 SUBMITTER_BACKOFF_LIMIT = 20
 
 # Which interface NCCL and Gloo use between pods. Left to themselves they may pick one that does
