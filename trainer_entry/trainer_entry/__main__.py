@@ -11,9 +11,10 @@ from pathlib import Path
 
 from trainer_entry.dry_run import dry_run
 from trainer_entry.dry_run import load as load_dry_run
-from trainer_entry.placement import PlacementError, check_spec
+from trainer_entry.placement import PlacementError, check_cluster
 from trainer_entry.run import Environment, TrainingError, run, use_cpu_platform
 from trainer_entry.spec import SpecError, cpu_only, load_job
+from trainer_entry.translate import translate
 
 # What a command's error exits with: 2 the input is wrong (the spec, a bound it set), 1 the run or the
 # cluster failed (what the RayJob's retries are for)
@@ -92,8 +93,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def placement_check(args: argparse.Namespace) -> int:
-    """`placement-check`: whether verl can place the job on the Ray cluster, said in seconds."""
-    print(check_spec(args.spec, args.ray_address))
+    """`placement-check --spec job.yaml --ray-address HOST:6379`: whether verl can place the job (the
+    manifest as applied, YAML or JSON, or its spec, as the dry run reads it) on the Ray cluster, said in
+    seconds; SpecError or PlacementError otherwise."""
+    job = load_dry_run(args.spec)
+    print(check_cluster(job, translate(job, "http://<tool-pool>:8080").overrides, args.ray_address))
     return 0
 
 

@@ -18,10 +18,24 @@ from __future__ import annotations
 
 import re
 import textwrap
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from trainer_entry.pool_client import CallResult
+
+class CallResult(Protocol):
+    """What of a tool call's result (pool_client.CallResult) the wording reads: this module depends on
+    its shape only, so pool_client, whose results word themselves with it, can import it."""
+
+    status: str
+    output: str
+    stdout: str
+    stderr: str
+    duration_seconds: float
+    truncated: bool
+    attempts: int
+    error: str
+    raw: dict[str, Any]
+    observation_format: str
+
 
 OBSERVATION_DEFAULT = "default"
 OBSERVATION_SANDBOX_FUSION = "sandbox-fusion"

@@ -330,13 +330,3 @@ def check_cluster(job: Job, overrides: Iterable[str], address: str | None) -> st
 
 class PlacementError(RuntimeError):
     """verl's requests do not fit the Ray cluster; the message says what to change."""
-
-
-def check_spec(spec_path: str, address: str | None) -> str:
-    """`python -m trainer_entry placement-check --spec job.yaml --ray-address HOST:6379` (the manifest as
-    applied, YAML or JSON, or its spec, as the dry run reads it): the report, or SpecError/PlacementError."""
-    from trainer_entry.dry_run import load
-    from trainer_entry.translate import translate
-
-    job = load(spec_path)
-    return check_cluster(job, translate(job, "http://<tool-pool>:8080").overrides, address)

@@ -1,6 +1,6 @@
-"""tool_sandbox's modules import one another without cycles, function-level imports included, and
-nothing below the protocols imports them: of the modules outside tool_sandbox/api/, only the entry
-point (`__main__`, the composition root that starts api/app.py's server) imports from
+"""Each package's modules import one another without cycles, function-level imports included; and in
+tool_sandbox nothing below the protocols imports them: of the modules outside tool_sandbox/api/, only
+the entry point (`__main__`, the composition root that starts api/app.py's server) imports from
 tool_sandbox.api. Read from the sources by scripts/import_cycles.py."""
 
 from __future__ import annotations
@@ -9,7 +9,17 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-REPO = Path(__file__).resolve().parents[3]
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+# the three images' packages, the chart's generator and the test harness
+PACKAGES = [
+    "operator/toolrl_operator",
+    "tool_sandbox/tool_sandbox",
+    "trainer_entry/trainer_entry",
+    "charts/chartgen",
+    "harness/harness",
+]
 PACKAGE = REPO / "tool_sandbox" / "tool_sandbox"
 API = "tool_sandbox.api"
 
@@ -26,8 +36,9 @@ def _in_api(module: str) -> bool:
     return module == API or module.startswith(API + ".")
 
 
-def test_tool_sandbox_has_no_import_cycles() -> None:
-    assert _import_cycles().main([str(PACKAGE)]) == 0
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_package_has_no_import_cycles(package: str) -> None:
+    assert _import_cycles().main([str(REPO / package)]) == 0
 
 
 def test_only_the_protocols_and_the_entry_point_import_the_api() -> None:
