@@ -549,10 +549,14 @@ class LocalCluster:
         )
 
     def _kubelet(self) -> Component:
+        # its own /healthz first: after a restart the node is still Ready in the API (its last
+        # heartbeat is up to 40 s old) while the new kubelet may be exiting (a CRI not initialised
+        # yet): seen in a whole run, the node NotReady for good and the job's pods stuck Terminating
+        healthz = f"http://127.0.0.1:{self.ports['kubelet-healthz']}/healthz"
         return Component(
             self.node.argv("kubelet", self.kubeconfig),
-            lambda: self._ready_nodes(NODE_NAME) == 1,
-            f"node {NODE_NAME} Ready",
+            lambda: _get(healthz) == b"ok" and self._ready_nodes(NODE_NAME) == 1,
+            f"GET /healthz and node {NODE_NAME} Ready",
         )
 
     def _kube_proxy(self) -> Component:

@@ -46,3 +46,45 @@ def test_an_unknown_component_is_refused_with_the_known_ones(tmp_path: Path) -> 
     # kube-router is a component only of a cluster that enforces NetworkPolicies
     with pytest.raises(KeyError, match="unknown component 'kube-router'"):
         c._component(KUBE_ROUTER)
+
+
+def test_a_kubelet_is_ready_only_when_it_answers_itself_not_when_the_api_still_says_ready(
+    tmp_path: Path,
+) -> None:
+    """After restart_node_runtime the node is still Ready in the API (its last heartbeat is recent) while
+    a new kubelet may be exiting (its CRI not initialised yet): its own /healthz decides."""
+    import http.server
+    import threading
+
+    class Healthz(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Healthz)
+    port = server.server_address[1]
+    c = cluster(tmp_path, real_node=True, node_bin_dir=tmp_path / "node-bin")
+    c.ports["kubelet-healthz"] = port
+    c._ready_nodes = lambda name: 1  # type: ignore[method-assign]  # the API's stale view: Ready
+    check = c._component("kubelet").ready
+
+    def ready() -> bool:  # as LocalCluster._wait reads a check: an OSError is "not yet"
+        try:
+            return check()
+        except OSError:
+            return False
+
+    assert not ready()  # nothing answers on the kubelet's healthz port yet
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert ready()
+        c._ready_nodes = lambda name: 0  # type: ignore[method-assign]
+        assert not ready()  # and the node must be Ready too
+    finally:
+        server.shutdown()
+        server.server_close()
