@@ -43,7 +43,7 @@ fi
 # (and the GPU image's other pins) in its place.
 uv pip install --quiet --python .venv --reinstall-package toolrl-tool-sandbox \
   --override requirements-overrides.txt \
-  -e operator -e tool_sandbox -e trainer_entry -e charts -e harness -r requirements-dev.txt ./trainer_entry/vllm-cpu
+  -e api -e operator -e tool_sandbox -e trainer_entry -e charts -e harness -r requirements-dev.txt ./trainer_entry/vllm-cpu
 # Bytecode for every installed package: uv writes none, and where PYTHONDONTWRITEBYTECODE is set (this
 # machine kind sets it) no process writes any, so each one (a test's server, every Ray worker and verl
 # actor) compiled torch, transformers, Ray and verl again: 16 s to import verl's trainer, 7.5 s with it.

@@ -31,8 +31,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
-from chartgen.crd_defaults import apply_defaults
 from harness import REPO
+from toolrl_api.defaulting import apply_defaults
 from toolrl_operator.apply import Kube
 from toolrl_operator.handlers import Runtime, deployment_view, job_view, rayjob_view
 from toolrl_operator.reconcile import Reconciler

@@ -1,11 +1,11 @@
-"""The CRD's defaults as a small pure-data Python module, for the tool pool, which reads job-spec fields
-without the apiserver in between.
+"""The CRD's defaults as a small pure-data module of the API (toolrl_api.crd_defaults), for the tool
+pool, which reads job-spec fields without the apiserver in between.
 
 The CRD's openAPIV3Schema is the one home of each default. The operator gets every job from the
 apiserver with them applied; the tool pool (a hand-written `tools.yaml`) applies them itself, from the
-module written here; the trainer derives them when it starts from its copy of the CRD's schema
-(crd_schema.py). Both with the same rules of defaulting, `trainer_entry.crd_defaulting`'s (this
-generator runs in the workspace, where every distribution is installed). `make chart-check` fails when
+module written here; the trainer derives them when it starts from the API's copy of the CRD's schema
+(toolrl_api.crd_schema). Both with the same rules of defaulting, `toolrl_api.defaulting`'s (the API is a
+leaf distribution: the generator imports it and no runtime distribution). `make chart-check` fails when
 the module is stale.
 """
 
@@ -15,21 +15,26 @@ import json
 from typing import Any
 
 import yaml
-from trainer_entry.crd_defaulting import apply_defaults, defaults_when_present, object_defaults
-
-__all__ = ["DISTRIBUTIONS", "MODULE", "apply_defaults", "python_literal", "render_module", "spec_schema"]
+from toolrl_api.defaulting import defaults_when_present, object_defaults
 
 MODULE = "crd_defaults.py"
-DISTRIBUTIONS = ("tool_sandbox/tool_sandbox",)
-"""Where a copy goes (relative to the repository root): the packages that read job-spec defaults without
-the apiserver in between and have no copy of the CRD's schema. The trainer derives its defaults from its
-crd_schema.py (crd_schema.DISTRIBUTIONS); the operator reads jobs from the apiserver, defaulted."""
+API_PACKAGE = "api/toolrl_api"
+"""Where every generated module of the API goes (relative to the repository root): the one package the
+operator, the trainer and the tool pool share."""
+DISTRIBUTIONS = (API_PACKAGE,)
+
+
+def storage_schema(crd: dict[str, Any]) -> dict[str, Any]:
+    """The storage version's openAPIV3Schema."""
+    (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return schema
 
 
 def spec_schema(crd: dict[str, Any]) -> dict[str, Any]:
     """The storage version's schema of `spec`."""
-    (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
-    return version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    schema: dict[str, Any] = storage_schema(crd)["properties"]["spec"]
+    return schema
 
 
 def python_literal(value: Any, indent: int = 0) -> str:

@@ -1,10 +1,11 @@
-"""The CRD's schema of `spec`, with its CEL rules, as a pure-data Python module for the trainer.
+"""The CRD's schema of `spec`, with its CEL rules, as a pure-data module of the API
+(toolrl_api.crd_schema).
 
 The CRD is the one home of each bound, enum and rule (`x-kubernetes-validations`). The operator gets
 every job through the apiserver, which applies them; the trainer also runs specs that never met one
-(`python -m trainer_entry run --spec job.json`) and checks them against this copy of the CRD's own
-schema and rules (trainer_entry/crd_validation.py) instead of restating them. `make chart-check` fails
-when the copy is stale.
+(`python -m trainer_entry run --spec job.json`) and the pool reads a hand-written tools.yaml: both check
+them against this copy of the CRD's own schema and rules (toolrl_api.validation) instead of restating
+them. `make chart-check` fails when the copy is stale.
 """
 
 from __future__ import annotations
@@ -13,12 +14,10 @@ from typing import Any
 
 import yaml
 
-from .crd_defaults import python_literal, spec_schema
+from .crd_defaults import API_PACKAGE, python_literal, spec_schema
 
 MODULE = "crd_schema.py"
-DISTRIBUTIONS = ("trainer_entry/trainer_entry",)
-"""Where a copy goes: the packages that validate a hand-written spec. The tool pool reads only the
-defaults of `tools[]` (crd_defaults.py); the operator reads jobs the apiserver has validated."""
+DISTRIBUTIONS = (API_PACKAGE,)
 
 
 def render_module(crd_text: str, source: str, command: str) -> str:

@@ -23,6 +23,7 @@ DASHBOARD_JSON = CHART / "dashboards" / f"{DASHBOARD.uid}.json"
 CRD_DEFAULTS_MODULES = tuple(REPO / d / MODULE for d in DISTRIBUTIONS)
 CRD_SCHEMA_MODULES = tuple(REPO / d / crd_schema.MODULE for d in crd_schema.DISTRIBUTIONS)
 SPEC_TYPES_MODULES = tuple(REPO / d / spec_types.MODULE for d in spec_types.DISTRIBUTIONS)
+STATUS_TYPES_MODULES = tuple(REPO / d / spec_types.STATUS_MODULE for d in spec_types.DISTRIBUTIONS)
 GENERATE_COMMAND = "make chart-generate"
 
 
@@ -33,12 +34,14 @@ def expected(root: Path = REPO, crd: Path = CRD_SOURCE) -> dict[Path, str]:
     defaults = render_module(crd_text, source, GENERATE_COMMAND)
     schema = crd_schema.render_module(crd_text, source, GENERATE_COMMAND)
     types = spec_types.render_module(crd_text, source, GENERATE_COMMAND)
+    status_types = spec_types.render_status_module(crd_text, source, GENERATE_COMMAND)
     files = {
         DASHBOARD_JSON: json.dumps(render(DASHBOARD), indent=2, sort_keys=True) + "\n",
         CRD_COPY: crd_text,
         **dict.fromkeys(CRD_DEFAULTS_MODULES, defaults),
         **dict.fromkeys(CRD_SCHEMA_MODULES, schema),
         **dict.fromkeys(SPEC_TYPES_MODULES, types),
+        **dict.fromkeys(STATUS_TYPES_MODULES, status_types),
     }
     return {root / path.relative_to(REPO): text for path, text in files.items()}
 

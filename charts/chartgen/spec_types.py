@@ -1,12 +1,15 @@
-"""The CRD's schema of `spec` as typed Python: pydantic v2 models, one class per object, for the operator.
+"""The CRD's schemas of `spec` and `status` as typed Python: pydantic v2 models, one class per object, in
+the API (toolrl_api.spec_types, toolrl_api.status_types).
 
 The CRD is the one home of each default, enum and bound; the operator parses a job's `spec` into these
 classes once per sync (toolrl_operator/job.py) and its builders read attributes instead of dict keys
-with restated defaults. Attributes are snake_case, aliased to the CRD's camelCase names; an enum is a
-`Literal`; a bound is a `Field` constraint; a default is the CRD's. What Kubernetes itself defines and
-the operator passes to pods as it is (resources, env, tolerations, volumes, labels, ...) stays a plain
-dict or list: an object with no `properties`, one that keeps unknown fields, or one named in
-`KUBERNETES_TYPES`. `make chart-check` fails when the generated module is stale.
+with restated defaults; the status writers check what they write against the status classes (the
+apiserver would drop a field the CRD does not know without a word). Attributes are snake_case, aliased
+to the CRD's camelCase names; an enum is a `Literal`; a bound is a `Field` constraint; a default is
+the CRD's. What Kubernetes itself defines and the operator passes to pods as it is (resources, env,
+tolerations, volumes, labels, ...) stays a plain dict or list: an object with no `properties`, one
+that keeps unknown fields, or one named in `KUBERNETES_TYPES`. `make chart-check` fails when the
+generated modules are stale.
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ from typing import Any
 
 import yaml
 
-from .crd_defaults import python_literal, spec_schema
+from .crd_defaults import API_PACKAGE, python_literal, spec_schema, storage_schema
 
 MODULE = "spec_types.py"
-DISTRIBUTIONS = ("operator/toolrl_operator",)
-"""Where the module goes: the operator (the trainer checks hand-written specs against crd_schema.py)."""
+STATUS_MODULE = "status_types.py"
+DISTRIBUTIONS = (API_PACKAGE,)
 
 KUBERNETES_TYPES = frozenset({"resources", "env", "imagePullSecrets"})
 """Objects (or arrays of objects) with `properties` that are Kubernetes' own types (a subset of
@@ -30,6 +33,7 @@ ResourceRequirements, EnvVar, LocalObjectReference), copied into pods verbatim: 
 SCALARS = {"string": "str", "integer": "int", "number": "int | float", "boolean": "bool"}
 """A JSON number stays as written (an int default stays an int): `int | float`, not `float`."""
 ROOT_CLASS = "Spec"
+STATUS_CLASS = "Status"  # its classes are prefixed with it: StatusToolPool beside the spec's ToolPool
 _WORD = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
@@ -118,15 +122,15 @@ class _Renderer:
         return f"{snake(key)}: {annotation} = Field({', '.join(options)})"
 
 
-def render_module(crd_text: str, source: str, command: str) -> str:
-    """The generated module's text for a CRD manifest."""
-    schema = spec_schema(yaml.safe_load(crd_text))
+def _module(
+    root: str, path: str, schema: dict[str, Any], what: str, source: str, command: str, config: str = ""
+) -> str:
     renderer = _Renderer()
-    renderer.object_class(ROOT_CLASS, "spec", schema)
+    renderer.object_class(root, path, schema)
     return (
         "# ruff: noqa: E501\n"
-        '"""The ToolRLJob CRD\'s `spec` as pydantic models: one class per object, attributes in snake_case\n'
-        "aliased to the CRD's camelCase, the CRD's defaults, enums and bounds.\n\n"
+        f'"""The ToolRLJob CRD\'s `{path}` as pydantic models: one class per object, attributes in\n'
+        f"snake_case aliased to the CRD's camelCase, {what}.\n\n"
         f"GENERATED from {source} by `{command}`\n"
         "(charts/chartgen/spec_types.py): do not edit; change the CRD and regenerate.\n"
         "`make chart-check` fails while this file is stale.\n"
@@ -134,6 +138,20 @@ def render_module(crd_text: str, source: str, command: str) -> str:
         "from typing import Any, Literal\n\n"
         "from pydantic import BaseModel, ConfigDict, Field\n\n\n"
         "class _Object(BaseModel):\n"
-        "    model_config = ConfigDict(frozen=True, extra=\"forbid\")\n\n\n"
+        f"    model_config = ConfigDict(frozen=True, extra=\"forbid\"{config})\n\n\n"
         + "\n\n".join(renderer.classes)
     )
+
+
+def render_module(crd_text: str, source: str, command: str) -> str:
+    """The spec module's text for a CRD manifest."""
+    schema = spec_schema(yaml.safe_load(crd_text))
+    return _module(ROOT_CLASS, "spec", schema, "the CRD's defaults, enums and bounds", source, command)
+
+
+def render_status_module(crd_text: str, source: str, command: str) -> str:
+    """The status module's text for a CRD manifest: every field optional (a writer sends a fragment)."""
+    schema = storage_schema(yaml.safe_load(crd_text))["properties"]["status"]
+    what = "the CRD's enums and bounds; every field optional, as a writer's fragment has it"
+    # a writer builds them by attribute name (StatusProgress(step=...)); a spec is only ever read
+    return _module(STATUS_CLASS, "status", schema, what, source, command, ", validate_by_name=True")

@@ -33,7 +33,9 @@ LAUNCHERS = frozenset(
     }
 )
 # our own distributions' packages, whose module-level imports are followed
-OWN_PACKAGES = frozenset({"harness", "trainer_entry", "tool_sandbox", "toolrl_operator", "chartgen"})
+OWN_PACKAGES = frozenset(
+    {"harness", "trainer_entry", "tool_sandbox", "toolrl_operator", "toolrl_api", "chartgen"}
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -1,5 +1,5 @@
 """A ToolRLJob as the builders read it: the object from the API, its `spec` parsed once into the
-typed classes generated from the CRD (spec_types.py: the CRD's defaults, enums and bounds).
+typed classes generated from the CRD (toolrl_api.spec_types: the CRD's defaults, enums and bounds).
 
 The sync (reconcile.py) parses a job once at its top and hands the `Job` to every builder. A job
 the API server admitted always parses (it defaulted and validated it); one that does not (an object
@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-
-from .spec_types import Spec
+from toolrl_api.spec_types import Spec
 
 SHOWN_ERRORS = 3  # a message names at most this many fields (then says how many more)
 

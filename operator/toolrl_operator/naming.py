@@ -5,11 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-GROUP = "toolrl.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "ToolRLJob"
-PLURAL = "toolrljobs"
+from toolrl_api import API_VERSION, GROUP, KIND, PLURAL, VERSION
+
+__all__ = ["API_VERSION", "GROUP", "KIND", "PLURAL", "VERSION"]  # the API's, re-exported for the operator
 
 MANAGED_BY = "toolrl-operator"
 # Server-side apply field managers: the operator's (children, its status fields) and the

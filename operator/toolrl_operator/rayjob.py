@@ -6,6 +6,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from toolrl_api.spec_types import ClusterHead, ClusterRolloutWorkers, ClusterWorkers, ModelCache, Spec
+
 from .configmap import JOB_KEY
 from .job import Job
 from .naming import (
@@ -33,7 +35,6 @@ from .naming import (
     trainer_name,
 )
 from .settings import Settings
-from .spec_types import ClusterHead, ClusterRolloutWorkers, ClusterWorkers, ModelCache, Spec
 
 GPU_RESOURCE = "nvidia.com/gpu"
 WORKER_GROUP = "gpu-workers"

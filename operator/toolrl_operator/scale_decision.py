@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .spec_types import Spec
+from toolrl_api.spec_types import Spec
 
 PHASES = ("generating", "scoring", "training")
 

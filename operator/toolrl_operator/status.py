@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from toolrl_api.status_types import Status
+
 from .job import Job
 from .naming import SUBMITTER_CONTAINER, tool_pool_url
 
@@ -455,6 +457,7 @@ def compute_status(
         status["startTime"] = start
     if phase.phase in TERMINAL_PHASES:
         status["completionTime"] = rj.get("endTime") or old.get("completionTime") or now
+    Status.model_validate(status)  # the API's types: a field the CRD lacks (the apiserver drops it) raises
     return status
 
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from toolrl_api.spec_types import Spec, ToolMcp
+
 from .apply import Kube
 from .configmap import TOOLS_KEY, function_source, tools_checksum
 from .job import Job
@@ -43,7 +45,6 @@ from .naming import (
 )
 from .scale_decision import Policy
 from .settings import Settings
-from .spec_types import Spec, ToolMcp
 from .status import pool_stopped
 
 SANDBOX_UID = 10001  # the tool-sandbox image's user (images/tool-sandbox/Dockerfile)

@@ -1,20 +1,18 @@
 """The pool's configuration as data: a `tools.yaml` entry (an item of the job's `spec.tools`, verbatim)
 and the server settings, with their defaults (the CRD's).
 
-Below the tools, which take these dataclasses, it imports none of them: `entry_values` checks the
-fields every entry has, raising a ConfigError that names the entry, the field and what to do;
-tools.parse_tools reads tools.yaml, runs it on each entry and then the check of the entry's type."""
+Below the tools, which take these dataclasses, it imports none of them. tools.parse_tools reads
+tools.yaml and checks it against the CRD's own schema and rules of `spec.tools` (toolrl_api.validation:
+the pool keeps no bound or rule of its own), then `entry_values` turns each entry into ToolConfig's
+fields and its type's class checks what only the pool needs (a function tool's source file)."""
 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .crd_defaults import DEFAULTS_WHEN_PRESENT, SPEC_DEFAULTS
-
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+from toolrl_api.crd_defaults import DEFAULTS_WHEN_PRESENT, SPEC_DEFAULTS
 
 
 class ConfigError(ValueError):
@@ -22,10 +20,6 @@ class ConfigError(ValueError):
 
 
 _CRD = DEFAULTS_WHEN_PRESENT["tools[]"]  # the CRD's defaults of a tools[] entry (generated from it)
-# A python tool's observationFormat (the CRD's enum): what the *trainer* shows its model of a call
-# (trainer_entry.pool_client.CallResult.observation) and whether it unwraps fenced code before sending it.
-# The pool checks it and answers every protocol the same whichever it is.
-OBSERVATION_FORMATS = ("default", "sandbox-fusion")
 
 
 @dataclass(frozen=True)
@@ -53,7 +47,9 @@ class ToolConfig:
     retry_delay_seconds: float = float(_CRD["retryDelaySeconds"])
     rate_limit_per_second: float = float(_CRD["rateLimitPerSecond"])
     source: str = ""  # a function tool's Python file: where the operator mounts its ConfigMap key
-    observation_format: str = OBSERVATION_FORMATS[0]  # the trainer's (see OBSERVATION_FORMATS)
+    # a python tool's (the CRD's enum, no default: absent is the trainer's `default`): what the *trainer*
+    # shows its model of a call and whether it unwraps fenced code; the pool answers the same either way
+    observation_format: str = "default"
 
 
 _FIELDS = {
@@ -79,17 +75,6 @@ _FIELDS = {
     "rateLimitPerSecond": ("rate_limit_per_second", float),
     "observationFormat": ("observation_format", str),
 }
-_POSITIVE = (
-    "timeoutSeconds",
-    "memoryLimitMiB",
-    "maxOutputBytes",
-    "topK",
-    "fileSizeLimitMiB",
-    "diskLimitMiB",
-    "maxOpenFiles",
-    "maxProcesses",
-    "rateLimitPerSecond",
-)
 
 
 @dataclass(frozen=True)
@@ -145,48 +130,11 @@ def default_tools() -> tuple[ToolConfig, ...]:
     return (ToolConfig(name="python", type="python"),)
 
 
-def entry_values(entry: Any, where: str) -> dict[str, Any]:
-    """The fields of a tools.yaml entry that every type has, checked and coerced, by ToolConfig's
-    names; what its type needs besides is its Tool class's check (tools.parse_tools runs it)."""
-    if not isinstance(entry, dict):
-        raise ConfigError(f"{where}: expected a mapping with name and type, got {type(entry).__name__}")
+def entry_values(entry: dict[str, Any], where: str) -> dict[str, Any]:
+    """A tools.yaml entry that met the CRD's schema and rules (tools.parse_tools) as ToolConfig's fields;
+    a field the CRD does not have, which the apiserver would drop, is an error here (the pool's own
+    `source` aside)."""
     unknown = sorted(set(entry) - set(_FIELDS))
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(_FIELDS)}")
-    for required in ("name", "type"):
-        if required not in entry:
-            raise ConfigError(f"{where}: missing {required!r}")
-    values: dict[str, Any] = {}
-    for key, raw in entry.items():
-        attr, kind = _FIELDS[key]
-        values[attr] = _coerce(raw, kind, f"{where}.{key}")
-        if key in _POSITIVE and values[attr] <= 0:
-            raise ConfigError(f"{where}.{key}: must be positive, got {raw!r}")
-    name, kind = values["name"], values["type"]
-    if not _NAME.match(name):
-        raise ConfigError(f"{where}.name: {name!r} is not an identifier (letters, digits, _)")
-    if "observation_format" in values:
-        if values["observation_format"] not in OBSERVATION_FORMATS:
-            raise ConfigError(
-                f"{where}.observationFormat: {values['observation_format']!r} is not one of"
-                f" {', '.join(OBSERVATION_FORMATS)}"
-            )
-        if kind != "python":
-            raise ConfigError(f"{where}.observationFormat: only tools of type python take it; remove it")
-    return values
-
-
-def _coerce(raw: Any, kind: type, where: str) -> Any:
-    if kind is dict:
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
-        return raw
-    if kind is str:
-        if not isinstance(raw, str):
-            raise ConfigError(f"{where}: expected a string, got {type(raw).__name__}")
-        return raw
-    if isinstance(raw, bool) or not isinstance(raw, int | float):
-        raise ConfigError(f"{where}: expected a number, got {raw!r}")
-    if kind is int and raw != int(raw):
-        raise ConfigError(f"{where}: expected a whole number, got {raw!r}")
-    return kind(raw)
+    return {_FIELDS[key][0]: _FIELDS[key][1](raw) for key, raw in entry.items()}

@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from toolrl_api import API_VERSION, KIND
 
 from trainer_entry.spec import SPEC_SCHEMA, Job, SpecError, parse_job
 
-API_VERSION = "toolrl.dev/v1alpha1"
-KIND = "ToolRLJob"
 BARE_SPEC_NAME = "dry-run"
 DRY_RUN_POOL_URL = "http://<tool-pool>:8080"
 ENTRYPOINT = "verl.trainer.main_ppo.run_ppo(config, task_runner_class=trainer_entry.runner.ToolRLTaskRunner)"

@@ -22,11 +22,13 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
-from trainer_entry.progress import GROUP_VERSION, ApiTarget, status_path, timestamp
+from toolrl_api import API_VERSION, KIND
+from toolrl_api.status_types import StatusCondition
+
+from trainer_entry.progress import ApiTarget, status_path, timestamp
 
 log = logging.getLogger(__name__)
 
-KIND = "ToolRLJob"
 FIELD_MANAGER = "toolrl-trainer"
 TOOL_POOL_DEGRADED = "ToolPoolDegraded"  # the condition's type, and the Event when it turns True
 # reasons of the condition
@@ -48,7 +50,7 @@ NORMAL, WARNING = "Normal", "Warning"
 def condition_apply(namespace: str, name: str, condition: dict[str, Any]) -> dict[str, Any]:
     """The server-side apply body that owns exactly one condition of the job's status."""
     return {
-        "apiVersion": GROUP_VERSION,
+        "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {"name": name, "namespace": namespace},
         "status": {"conditions": [condition]},
@@ -56,21 +58,23 @@ def condition_apply(namespace: str, name: str, condition: dict[str, Any]) -> dic
 
 
 def degraded_condition(degraded: bool, reason: str, message: str, since: datetime) -> dict[str, Any]:
-    """`ToolPoolDegraded` in metav1.Condition shape; `since` is when its status last changed."""
-    return {
-        "type": TOOL_POOL_DEGRADED,
-        "status": "True" if degraded else "False",
-        "lastTransitionTime": timestamp(since),
-        "reason": reason,
-        "message": message,
-    }
+    """`ToolPoolDegraded` in metav1.Condition shape (the API's StatusCondition: its bounds checked);
+    `since` is when its status last changed."""
+    condition = StatusCondition(
+        type=TOOL_POOL_DEGRADED,
+        status="True" if degraded else "False",
+        last_transition_time=timestamp(since),
+        reason=reason,
+        message=message,
+    )
+    return condition.model_dump(by_alias=True, exclude_none=True)
 
 
 def event_body(
     namespace: str, name: str, uid: str, type_: str, reason: str, message: str, now: datetime
 ) -> dict[str, Any]:
     """A core/v1 Event about the job, from the trainer."""
-    involved = {"apiVersion": GROUP_VERSION, "kind": KIND, "name": name, "namespace": namespace}
+    involved = {"apiVersion": API_VERSION, "kind": KIND, "name": name, "namespace": namespace}
     if uid:
         involved["uid"] = uid
     stamp = now.astimezone(UTC).isoformat()

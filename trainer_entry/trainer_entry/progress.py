@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from toolrl_api import API_VERSION, PLURAL
+from toolrl_api.status_types import StatusProgress
+
 log = logging.getLogger(__name__)
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-GROUP_VERSION = "toolrl.dev/v1alpha1"
-PLURAL = "toolrljobs"
 MIN_INTERVAL_SECONDS = 5.0
 
 
@@ -38,23 +39,24 @@ def progress_patch(
     now: datetime,
     trajectories: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The merge patch body: only `status.progress`, which the trainer owns; `trajectories` are the
-    run's counts (metrics.TrainerMetrics.trajectory_counts: how many were excluded and why)."""
-    return {
-        "status": {
-            "progress": {
-                "step": int(step),
-                "totalSteps": int(total_steps),
-                "rewardMean": round(float(reward_mean), 6),
-                "lastUpdateTime": timestamp(now),
-                **(trajectories or {}),
-            }
+    """The merge patch body: only `status.progress`, which the trainer owns, as the API's StatusProgress
+    (a field the CRD lacks, which the apiserver would drop without a word, raises here); `trajectories`
+    are the run's counts by their status names (metrics.TrainerMetrics.trajectory_counts: how many were
+    excluded and why)."""
+    progress = StatusProgress.model_validate(
+        {
+            "step": int(step),
+            "totalSteps": int(total_steps),
+            "rewardMean": round(float(reward_mean), 6),
+            "lastUpdateTime": timestamp(now),
+            **(trajectories or {}),
         }
-    }
+    )
+    return {"status": {"progress": progress.model_dump(by_alias=True, exclude_none=True)}}
 
 
 def status_path(namespace: str, name: str) -> str:
-    return f"/apis/{GROUP_VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
+    return f"/apis/{API_VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
 
 
 @dataclass

@@ -2,8 +2,8 @@
 
 The CRD (crds/toolrl.dev_toolrljobs.yaml) is the one home of defaults: the operator writes `job.json`
 with them applied. `DEFAULTS` are the CRD's, derived at import from the copy of its schema generated
-from it (crd_schema.py, by `make chart-generate`; crd_defaulting.py), applied the way the apiserver
-would, so a hand-written spec means the same as one that went through the cluster. A field without a
+from it (toolrl_api.crd_schema, by `make chart-generate`; toolrl_api.defaulting), applied the way the
+apiserver would, so a hand-written spec means the same as one that went through the cluster. A field without a
 CRD default must be in the spec.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .crd_defaulting import defaults_when_present, object_defaults
-from .crd_schema import SPEC_SCHEMA
+from toolrl_api.crd_schema import SPEC_SCHEMA
+from toolrl_api.defaulting import defaults_when_present, object_defaults
 
 ENGINES = ("vllm", "hf")  # both run without GPUs too (gpusPerWorker 0): vllm as vLLM's CPU build
 # spec.trainer.mode: the CRD's enum. The code names the modes it branches on (each checked against the enum
@@ -140,11 +140,11 @@ def check_spec(spec: dict[str, Any]) -> None:
     """Reject a (defaulted) spec the CRD rejects, with the CRD's own messages.
 
     Every bound, enum and cross-field rule the CRD expresses is applied from the CRD itself
-    (crd_validation.py: its schema and CEL rules, generated into crd_schema.py), with its messages: one
-    SpecError lists them all, a line each. The trainer keeps no bound of its own: one it needs goes
-    into the CRD, so the apiserver refuses a job the trainer would.
+    (toolrl_api.validation: its schema and CEL rules, generated into toolrl_api.crd_schema), with its
+    messages: one SpecError lists them all, a line each. The trainer keeps no bound of its own: one it
+    needs goes into the CRD, so the apiserver refuses a job the trainer would.
     """
-    from .crd_validation import crd_validator  # here: cel-python's import takes a second, once per job
+    from toolrl_api.validation import crd_validator  # here: cel-python's import takes a second, once per job
 
     errors = crd_validator().errors(spec)
     if errors:

@@ -63,7 +63,7 @@ if ! "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-cach
 fi
 "$PY" - <<'PY' || { echo "device.sh: FAILED import check"; exit 4; }
 import importlib.metadata as md, ray, verl, transformers, tokenizers, torch, tensordict, celpy
-import tool_sandbox.sandbox._spawner, pyseccomp, trainer_entry.hf_rollout, trainer_entry.crd_validation
+import tool_sandbox.sandbox._spawner, pyseccomp, trainer_entry.hf_rollout, toolrl_api.validation
 from trainer_entry import verl_internals, verl_plugin
 print("imports ok:", "ray", ray.__version__, "verl", verl.__version__, "transformers", transformers.__version__,
       "from", transformers.__file__, "tokenizers", tokenizers.__version__, "numpy", md.version("numpy"),

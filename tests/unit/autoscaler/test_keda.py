@@ -2,8 +2,9 @@
 
 import pytest
 import yaml
-from chartgen.crd_defaults import apply_defaults, spec_schema
+from chartgen.crd_defaults import spec_schema
 from chartgen.outputs import CRD_SOURCE
+from toolrl_api.defaulting import apply_defaults
 from toolrl_operator import keda
 from toolrl_operator.job import parse_job
 

@@ -13,9 +13,10 @@ import aiohttp
 import kopf
 import pytest
 import yaml
-from chartgen.crd_defaults import apply_defaults, spec_schema
+from chartgen.crd_defaults import spec_schema
 from chartgen.outputs import CRD_SOURCE
 from prometheus_client import REGISTRY
+from toolrl_api.defaulting import apply_defaults
 from toolrl_operator import handlers, scale_loop, signals
 from toolrl_operator.apply import ApiError
 from toolrl_operator.job import parse_job

@@ -1,6 +1,6 @@
-"""The CRD's defaults in each distribution: the tool pool's generated module and the defaults the trainer
-derives from its generated schema both follow a changed CRD, and the committed copies are the CRD's
-(`make chart-check`)."""
+"""The CRD's defaults in each distribution: the API's generated defaults module (the tool pool's) and the
+defaults the trainer derives from the API's generated schema both follow a changed CRD, and the
+committed copies are the CRD's (`make chart-check`)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import tool_sandbox.config
 import trainer_entry.spec
 import yaml
 from chartgen import crd_schema
-from chartgen.crd_defaults import DISTRIBUTIONS, MODULE, apply_defaults, spec_schema
+from chartgen.crd_defaults import DISTRIBUTIONS, MODULE, spec_schema
 from chartgen.outputs import CRD_DEFAULTS_MODULES, CRD_SOURCE, stale_outputs
+from toolrl_api.defaulting import apply_defaults
 
 
 def load(path: Path) -> ModuleType:
@@ -28,11 +29,11 @@ def load(path: Path) -> ModuleType:
 
 
 def load_against(module: ModuleType, generated: dict[str, ModuleType], monkeypatch: pytest.MonkeyPatch):
-    """A fresh copy of a distribution's `module` whose imports of its generated modules (name -> module,
-    by the name its package imports) get the ones given: what the distribution is after regenerating."""
+    """A fresh copy of a distribution's `module` whose imports of the API's generated modules (full name
+    -> module) get the ones given: what the distribution is after regenerating."""
     package = module.__name__.rpartition(".")[0]
     for name, replacement in generated.items():
-        monkeypatch.setitem(sys.modules, f"{package}.{name}", replacement)
+        monkeypatch.setitem(sys.modules, name, replacement)
     name = f"{package}.changed_{module.__name__.rpartition('.')[2]}"
     spec = importlib.util.spec_from_file_location(name, module.__file__)
     assert spec is not None and spec.loader is not None, module
@@ -71,12 +72,12 @@ def test_a_changed_crd_default_reaches_every_distribution(
     # the tool pool: its generated module, and the config that reads it
     (pool_defaults,) = (load(out / d / MODULE) for d in DISTRIBUTIONS)
     assert pool_defaults.DEFAULTS_WHEN_PRESENT["tools[]"]["timeoutSeconds"] == 11
-    config = load_against(tool_sandbox.config, {"crd_defaults": pool_defaults}, monkeypatch)
+    config = load_against(tool_sandbox.config, {"toolrl_api.crd_defaults": pool_defaults}, monkeypatch)
     assert config.ToolConfig(name="python", type="python").timeout_seconds == 11
     assert config.ServerSettings().capacity == pool["capacityPerReplica"]["default"]
     # the trainer: the defaults its spec module derives from the generated schema
     (schema,) = (load(out / d / crd_schema.MODULE) for d in crd_schema.DISTRIBUTIONS)
-    changed_spec = load_against(trainer_entry.spec, {"crd_schema": schema}, monkeypatch)
+    changed_spec = load_against(trainer_entry.spec, {"toolrl_api.crd_schema": schema}, monkeypatch)
     assert changed_spec.DEFAULTS["rollout"]["toolCall"]["maxRetries"] == 7
     assert changed_spec.TOOL_DEFAULTS["timeoutSeconds"] == 11
     assert changed_spec.CUSTOM_REWARD_DEFAULTS["key"] == "score.py"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chartgen.crd_defaults import apply_defaults
+from toolrl_api.defaulting import apply_defaults
 from toolrl_operator.job import Job, parse_job
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chartgen.crd_defaults import apply_defaults
+from toolrl_api.defaulting import apply_defaults
 from toolrl_operator.children import build_children
 from toolrl_operator.configmap import build_configmap
 from toolrl_operator.job import Job, parse_job
@@ -622,7 +622,7 @@ def test_pool_admits_the_operators_namespace_for_direct_scraping(make_job) -> No
 )
 def test_the_operator_restates_no_crd_default(make_job_object, schema, path, build) -> None:
     """Each of these once had a fallback repeating the CRD's default. The builders now read the typed
-    spec, whose only defaults are the CRD's (spec_types.py, generated from it; tests/unit/chart/
+    spec, whose only defaults are the CRD's (toolrl_api.spec_types, generated from it; tests/unit/chart/
     test_crd_defaults.py changes one and sees the operator follow): a job stored without the field
     builds exactly as that job defaulted by the API server (the CRD's structural defaulting) does."""
     stored = make_job_object(reward={"preset": "custom", "custom": {"configMap": "my-reward"}})

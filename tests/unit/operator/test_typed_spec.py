@@ -1,4 +1,4 @@
-"""The operator's typed job spec (spec_types.py, generated from the CRD; job.py parses a job with it):
+"""The operator's typed job spec (toolrl_api.spec_types, generated from the CRD; job.py parses a job with it):
 it holds every field of the CRD, a defaulted job parses to the same values, and a spec that does not
 fit says which field is wrong and what to do."""
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
-from toolrl_operator import spec_types
+from toolrl_api import spec_types
+from toolrl_api.spec_types import Spec
 from toolrl_operator.job import SHOWN_ERRORS, SpecError, parse_job, parse_spec
-from toolrl_operator.spec_types import Spec
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:

@@ -1,8 +1,8 @@
 import pytest
 import yaml
 from tool_sandbox.config import _FIELDS, ConfigError
-from tool_sandbox.crd_defaults import DEFAULTS_WHEN_PRESENT
 from tool_sandbox.tools import parse_tools
+from toolrl_api.crd_defaults import DEFAULTS_WHEN_PRESENT
 
 
 def test_parses_the_crd_shape_with_defaults() -> None:
@@ -23,25 +23,28 @@ tools:
         ("tools: [", "not valid YAML"),
         ("{}", 'list under "tools"'),
         ("tools: []", "tools is empty"),
-        ("tools: [{type: python}]", "missing 'name'"),
-        ("tools: [{name: p, type: ruby}]", "'ruby' is not one of"),
-        ("tools: [{name: 9p, type: python}]", "not an identifier"),
-        ("tools: [{name: p, type: python, timeoutSeconds: -1}]", "must be positive"),
-        ("tools: [{name: p, type: python, memoryLimitMiB: 1.5}]", "whole number"),
+        ("tools: [3]", "tools[0]: must be an object, got 3"),
+        ("tools: [{type: python}]", "tools[0].name: is required"),
+        ("tools: [{name: p, type: ruby}]", "tools[0].type: unknown value 'ruby'; use one of python,"),
+        ("tools: [{name: 9p, type: python}]", "tools[0].name: a tool name must be an identifier"),
+        ("tools: [{name: p, type: python, timeoutSeconds: -1}]", "tools[0].timeoutSeconds: must be > 0"),
+        ("tools: [{name: p, type: python, memoryLimitMiB: 1.5}]", "memoryLimitMiB: must be an integer"),
+        # the CRD's bound, no longer the pool's looser `> 0`
+        ("tools: [{name: p, type: python, memoryLimitMiB: 8}]", "memoryLimitMiB: must be >= 16, got 8"),
         ("tools: [{name: p, type: python, colour: red}]", "unknown field(s) colour"),
-        ("tools: [{name: s, type: search}]", "needs corpus"),
-        ("tools: [{name: h, type: http, url: ftp://x}]", "needs url"),
-        ("tools: [{name: p, type: python}, {name: p, type: python}]", "more than once"),
-        ("tools: [{name: m, type: mcp}]", "an mcp tool needs mcp: {url:"),
-        ("tools: [{name: m, type: mcp, mcp: {url: my-mcp:8000}}]", "'my-mcp:8000' is not an absolute"),
-        ("tools: [{name: m, type: mcp, mcp: {url: 'http://m', tools: [a, a]}}]", "appears more than once"),
-        ("tools: [{name: m, type: mcp, mcp: {url: 'http://m', tools: a}}]", "must be a list of"),
+        ("tools: [{name: s, type: search}]", "a tool of type search needs corpus"),
+        ("tools: [{name: h, type: http, url: ftp://x}]", "url must be an absolute http:// or https:// URL"),
+        ("tools: [{name: p, type: python}, {name: p, type: python}]", "tool names must be unique"),
+        ("tools: [{name: m, type: mcp}]", "a tool of type mcp needs mcp.url"),
+        ("tools: [{name: m, type: mcp, mcp: {url: my-mcp:8000}}]", "mcp.url must be an absolute http://"),
+        ("tools: [{name: m, type: mcp, mcp: {url: 'http://m', tools: [a, a]}}]", "mcp.tools: has 'a' twice"),
+        ("tools: [{name: m, type: mcp, mcp: {url: 'http://m', tools: a}}]", "mcp.tools: must be an array"),
         ("tools: [{name: m, type: mcp, mcp: {url: 'http://m', token: x}}]", "mcp: unknown field(s) token"),
-        ("tools: [{name: p, type: python, observationFormat: retool}]", "'retool' is not one of default,"),
-        ("tools: [{name: p, type: python, observationFormat: 1}]", "observationFormat: expected a string"),
+        ("tools: [{name: p, type: python, observationFormat: retool}]", "unknown value 'retool'; use one of"),
+        ("tools: [{name: p, type: python, observationFormat: 1}]", "observationFormat: must be a string"),
         (
             "tools: [{name: s, type: search, corpus: c.jsonl, observationFormat: default}]",
-            "observationFormat: only tools of type python take it",
+            "observationFormat is only used by tools of type python",
         ),
     ],
 )
@@ -55,8 +58,9 @@ def test_rejects_bad_configs_with_a_message_naming_the_problem(text: str, messag
 def test_a_bare_entry_means_what_the_crd_defaults_it_to() -> None:
     """Every tools[] default is the CRD's (the module generated from it), none the pool's own: a
     hand-written tools.yaml entry parses as the entry the operator writes for a job."""
-    from chartgen.crd_defaults import apply_defaults, spec_schema
+    from chartgen.crd_defaults import spec_schema
     from chartgen.outputs import CRD_SOURCE
+    from toolrl_api.defaulting import apply_defaults
 
     item = spec_schema(yaml.safe_load(CRD_SOURCE.read_text()))["properties"]["tools"]["items"]
     defaulted = apply_defaults(item, {"name": "p", "type": "python"})
@@ -73,13 +77,8 @@ def test_a_bare_entry_means_what_the_crd_defaults_it_to() -> None:
 
 
 def test_a_python_tool_takes_the_trainers_observation_format() -> None:
-    """The job's tools.yaml carries it (spec.tools verbatim); the pool checks it, the trainer reads it."""
-    from chartgen.crd_defaults import spec_schema
-    from chartgen.outputs import CRD_SOURCE
-    from tool_sandbox.config import OBSERVATION_FORMATS
-
-    item = spec_schema(yaml.safe_load(CRD_SOURCE.read_text()))["properties"]["tools"]["items"]
-    assert tuple(item["properties"]["observationFormat"]["enum"]) == OBSERVATION_FORMATS
+    """The job's tools.yaml carries it (spec.tools verbatim); the pool checks it (the CRD's enum), the
+    trainer reads it; absent, it is the trainer's default format."""
     plain, fusion = parse_tools(
         "tools: [{name: p, type: python}, {name: q, type: python, observationFormat: sandbox-fusion}]"
     )
@@ -105,24 +104,29 @@ def test_a_function_tool_takes_its_function_name_schema_and_source() -> None:
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        (f"{FUNCTION}}}", "parameters: must be a JSON schema of an object"),
-        (f"{FUNCTION}, parameters: {{type: array}}}}", "parameters: must be a JSON schema of an object"),
-        (f"{FUNCTION}, parameters: [1]}}", "tools[0].parameters: expected a mapping, got list"),
+        (f"{FUNCTION}}}", "tools[0].parameters: a tool of type function needs parameters"),
+        (f"{FUNCTION}, parameters: {{type: array}}}}", "parameters.type: unknown value 'array'"),
+        (f"{FUNCTION}, parameters: [1]}}", "tools[0].parameters: must be an object, got [1]"),
         (
             f"{FUNCTION}, parameters: {{type: object, properties: {{a: {{type: integr}}}}}}}}",
-            "parameters: not a valid JSON schema: 'integr' is not valid",
+            "tools[0].parameters: not a valid JSON schema: 'integr' is not valid",
         ),
         (
-            "{name: add, type: function, parameters: {type: object}}",
-            "a function tool needs source, the path of its Python file",
+            "{name: add, type: function, parameters: {type: object, properties: {}}}",
+            "a tool of type function needs function.configMap",
         ),
         (
-            f"{FUNCTION[:-1]}, name: 'not a name'}}, parameters: {{type: object}}}}",
-            "function.name: 'not a name' is not a Python identifier",
+            "{name: add, type: function, function: {configMap: {name: t}}, parameters: {type: object,"
+            " properties: {}}}",
+            "tools[0]: a function tool needs source, the path of its Python file",
+        ),
+        (
+            f"{FUNCTION[:-1]}, name: 'not a name'}}, parameters: {{type: object, properties: {{}}}}}}",
+            "function.name must be a Python identifier",
         ),
     ],
 )
 def test_rejects_bad_function_tools_saying_what_to_fix(entry: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=r"tools\.yaml: tools\[0\]") as raised:
+    with pytest.raises(ConfigError, match=r"^tools\.yaml: ") as raised:
         parse_tools(f"tools:\n  - {entry}")
     assert message in str(raised.value)

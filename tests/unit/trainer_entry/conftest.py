@@ -60,7 +60,7 @@ def operator_nodes() -> Callable[[dict], list[tuple[float, float]]]:
     defaults applied first, as the API server does): (Ray CPUs, GPUs) of the head, then of each worker.
     Ray CPUs as rayStartParams' num-cpus; without it, as KubeRay: the CPU limit, else the request."""
     import yaml
-    from chartgen.crd_defaults import apply_defaults
+    from toolrl_api.defaulting import apply_defaults
     from toolrl_operator.job import parse_job
     from toolrl_operator.rayjob import build_rayjob
     from toolrl_operator.settings import Settings

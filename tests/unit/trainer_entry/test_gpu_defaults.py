@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainer_entry.crd_validation import crd_validator
+from toolrl_api.validation import crd_validator
 from trainer_entry.spec import parse_job, with_defaults
 from trainer_entry.translate import STORAGE_UNITS_KEY, translate
 

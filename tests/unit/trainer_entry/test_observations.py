@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from trainer_entry.crd_schema import SPEC_SCHEMA
+from toolrl_api.crd_schema import SPEC_SCHEMA
 from trainer_entry.observations import (
     OBSERVATION_FORMATS,
     SANDBOX_FUSION_UNFINISHED,

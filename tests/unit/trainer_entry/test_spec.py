@@ -1,7 +1,7 @@
 """Spec checks: values verl would accept and fail on later are rejected, naming the field to fix.
 
-The CRD's bounds and rules are applied from the CRD (test_crd_validation.py): a SpecError lists every
-broken one, a line each, with the CRD's message; patterns here match a line (re.M)."""
+The CRD's bounds and rules are applied from the CRD (tests/unit/api/test_validation.py): a SpecError
+lists every broken one, a line each, with the CRD's message; patterns here match a line (re.M)."""
 
 import json
 import re
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from chartgen.crd_defaults import apply_defaults
+from toolrl_api.defaulting import apply_defaults
 from trainer_entry.rewards.toolbench import DEFAULT_WEIGHTS
 from trainer_entry.spec import (
     CUSTOM_REWARD_DEFAULTS,

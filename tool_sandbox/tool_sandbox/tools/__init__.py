@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+from toolrl_api.validation import tools_validator
 
 from tool_sandbox.config import ConfigError, ServerSettings, ToolConfig, entry_values
 from tool_sandbox.sandbox.pool import Pool
@@ -45,12 +46,13 @@ def parse_tools(text: str, source: str = "tools.yaml") -> tuple[ToolConfig, ...]
         raise ConfigError(f'{source}: expected a mapping with a list under "tools", like {{"tools": [...]}}')
     if not document["tools"]:
         raise ConfigError(f"{source}: tools is empty; list at least one tool")
-    tools = tuple(_parse_tool(entry, f"{source}: tools[{i}]") for i, entry in enumerate(document["tools"]))
-    names = [tool.name for tool in tools]
-    for name in names:
-        if names.count(name) > 1:
-            raise ConfigError(f"{source}: tool name {name!r} appears more than once; names must be unique")
-    return tools
+    errors = tools_validator().errors(document["tools"])
+    if errors:
+        raise ConfigError(
+            f"{source}: its tools break the ToolRLJob CRD's schema and rules (those of a job's spec.tools):\n"
+            + "\n".join(f"  {error}" for error in errors)
+        )
+    return tuple(_parse_tool(entry, f"{source}: tools[{i}]") for i, entry in enumerate(document["tools"]))
 
 
 def load_tools(path: str) -> tuple[ToolConfig, ...]:
@@ -61,12 +63,9 @@ def load_tools(path: str) -> tuple[ToolConfig, ...]:
         raise ConfigError(f"cannot read tool config {path}: {exc.strerror}; pass --config PATH") from exc
 
 
-def _parse_tool(entry: Any, where: str) -> ToolConfig:
+def _parse_tool(entry: dict[str, Any], where: str) -> ToolConfig:
     values = entry_values(entry, where)
-    kind = values["type"]
-    if kind not in TOOL_TYPES:
-        raise ConfigError(f"{where}.type: {kind!r} is not one of {', '.join(TOOL_TYPES)}")
-    TOOL_TYPES[kind].check_config(values, where)
+    TOOL_TYPES[values["type"]].check_config(values, where)  # the CRD's enum is TOOL_TYPES (a test)
     return ToolConfig(**values)
 
 

@@ -78,8 +78,8 @@ class Tool:
 
     @classmethod
     def check_config(cls, values: dict[str, Any], where: str) -> None:
-        """Raise ConfigError saying what a tools.yaml entry of this type lacks (`values`: the entry's
-        fields every type has, parsed by config.entry_values)."""
+        """Raise ConfigError saying what a tools.yaml entry of this type lacks beyond the CRD's rules,
+        which it has met (`values`: its fields by ToolConfig's names, config.entry_values)."""
 
     def schema(self) -> dict[str, Any]:
         """This tool as callers see it: name, type, description and the JSON schema of its input."""

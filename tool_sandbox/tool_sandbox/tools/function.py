@@ -143,13 +143,8 @@ class FunctionTool(Tool):
 
     @classmethod
     def check_config(cls, values: dict[str, Any], where: str) -> None:
-        check_parameters(values.get("parameters"), where)
-        function = values.get("function") or {}
-        name = function.get("name", values.get("name"))
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ConfigError(
-                f"{where}.function.name: {name!r} is not a Python identifier; name the function"
-            )
+        # the CRD's rules held (tools.parse_tools): parameters and function are there, names identifiers
+        check_parameters(values["parameters"], where)
         if not values.get("source"):
             raise ConfigError(
                 f"{where}: a function tool needs source, the path of its Python file (the operator sets it"

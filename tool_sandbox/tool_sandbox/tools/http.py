@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 
-from tool_sandbox.config import ConfigError, ToolConfig
+from tool_sandbox.config import ToolConfig
 from tool_sandbox.sandbox import outcome
 from tool_sandbox.tools.arguments import argument_problems
 from tool_sandbox.tools.base import Tool, ToolInputError, ToolResult
@@ -62,11 +62,6 @@ class HttpTool(Tool):
         "description": "The JSON body POSTed to the tool's url",
         "additionalProperties": True,
     }
-
-    @classmethod
-    def check_config(cls, values: dict[str, Any], where: str) -> None:
-        if not str(values.get("url", "")).startswith(("http://", "https://")):
-            raise ConfigError(f"{where}: an http tool needs url, an absolute http:// or https:// URL")
 
     def __init__(self, config: ToolConfig) -> None:
         super().__init__(config)

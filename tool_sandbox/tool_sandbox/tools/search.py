@@ -83,11 +83,6 @@ class SearchTool(Tool):
         "required": ["query"],
     }
 
-    @classmethod
-    def check_config(cls, values: dict[str, Any], where: str) -> None:
-        if not values.get("corpus"):
-            raise ConfigError(f"{where}: a search tool needs corpus (path of a JSONL file)")
-
     def __init__(self, config: ToolConfig) -> None:
         super().__init__(config)
         self.documents: list[Document] = []

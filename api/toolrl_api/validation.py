@@ -30,6 +30,8 @@ from urllib.parse import urlsplit
 import celpy
 import jsonschema
 from celpy import celtypes
+from celpy.adapter import json_to_cel
+from celpy.evaluation import CELEvalError
 
 from .crd_schema import SPEC_SCHEMA
 
@@ -151,13 +153,13 @@ def _list_type(validator: Any, list_type: str, instance: Any, schema: dict[str, 
         seen.append(key)
 
 
-StructuralValidator = jsonschema.validators.extend(
+StructuralValidator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]  # (its stubs)
     jsonschema.Draft4Validator, {"x-kubernetes-list-type": _list_type}
 )
 
 
-def _field(path: Any) -> str:
-    return ROOT + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+def _field(path: Any, root: str = ROOT) -> str:
+    return root + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
 
 
 def _bound(schema: dict[str, Any], low: bool) -> str:
@@ -166,10 +168,14 @@ def _bound(schema: dict[str, Any], low: bool) -> str:
     return f"< {schema['maximum']}" if schema.get("exclusiveMaximum") else f"<= {schema['maximum']}"
 
 
-def _structural_messages(error: jsonschema.ValidationError) -> list[tuple[str, str]]:
+def _structural_messages(error: jsonschema.ValidationError, root: str = ROOT) -> list[tuple[str, str]]:
     """(field, message) for one jsonschema error, in the trainer's wording: what is wrong, what to do."""
-    field, kind, schema = _field(error.absolute_path), error.validator, error.schema
-    want, got = error.validator_value, error.instance
+    field, kind = _field(error.absolute_path, root), error.validator
+    # what the error carries is the CRD's schema and the spec's value: JSON data, typed Any here (the
+    # stubs' unions admit jsonschema's unset marker, which a raised error never carries)
+    schema: Any = error.schema
+    want: Any = error.validator_value
+    got: Any = error.instance
     if kind == "required":
         missing = [name for name in want if not (isinstance(got, dict) and name in got)]
         out = []
@@ -248,7 +254,7 @@ def to_cel(schema: dict[str, Any], value: Any) -> Any:
         if isinstance(schema.get("additionalProperties"), dict):
             extra = schema["additionalProperties"]
             return celtypes.MapType({celtypes.StringType(k): to_cel(extra, v) for k, v in value.items()})
-    return celpy.json_to_cel(value)
+    return json_to_cel(value)
 
 
 def is_url(value: Any) -> celtypes.BoolType:
@@ -353,7 +359,7 @@ def _message(compiled: CompiledRule, activation: dict[str, Any]) -> str:
             text = compiled.message_program.evaluate(activation)
             if isinstance(text, str) and text.strip():
                 return str(text)
-        except celpy.CELEvalError:
+        except CELEvalError:
             pass
     return compiled.rule.message or f"failed rule: {compiled.rule.rule}"
 
@@ -362,10 +368,11 @@ def _message(compiled: CompiledRule, activation: dict[str, Any]) -> str:
 
 
 class CrdValidator:
-    """The CRD's schema of `spec` and its rules, compiled once."""
+    """The CRD's schema of `spec` (or of a field of it, named `root` in the messages) and its rules,
+    compiled once."""
 
-    def __init__(self, schema: dict[str, Any] = SPEC_SCHEMA) -> None:
-        self.schema = schema
+    def __init__(self, schema: dict[str, Any] = SPEC_SCHEMA, root: str = ROOT) -> None:
+        self.schema, self.root = schema, root
         self.structural = StructuralValidator(schema)
         self.rules = compile_rules(schema)
 
@@ -375,24 +382,25 @@ class CrdValidator:
         blocking = False
         for error in self.structural.iter_errors(spec):
             blocking = blocking or error.validator in BLOCKING
-            for field, message in _structural_messages(error):
+            for field, message in _structural_messages(error, self.root):
                 line = f"{field}: {message}"
                 if line not in out:
                     out.append(line)
         if blocking:
             return [*out, RULES_NOT_CHECKED]
         for compiled in self.rules:
-            for path, value in _places(self.schema, spec, compiled.rule.where, ROOT):
+            for path, value in _places(self.schema, spec, compiled.rule.where, self.root):
                 activation = {"self": to_cel(compiled.schema, value)}
+                result: object
                 try:
                     result = compiled.program.evaluate(activation)
-                except celpy.CELEvalError as exc:
+                except CELEvalError as exc:
                     result = exc
                 if isinstance(result, celtypes.BoolType) and bool(result):
                     continue
                 message = _message(compiled, activation)
                 if not isinstance(result, celtypes.BoolType):
-                    message += f" (the rule `{compiled.rule.rule}` could not be evaluated: {result})"
+                    message += f" (the rule `{compiled.rule.rule}` could not be evaluated: {result!s})"
                 out.append(f"{path}{compiled.rule.field_path}: {message}")
         return out
 
@@ -401,3 +409,10 @@ class CrdValidator:
 def crd_validator() -> CrdValidator:
     """The validator of the CRD this package was generated from (compiled on first use)."""
     return CrdValidator()
+
+
+@cache
+def tools_validator() -> CrdValidator:
+    """The validator of `spec.tools` alone (the tool pool's tools.yaml): its schema and rules, those of
+    each entry and of the list (unique names), with messages that name `tools[i]`."""
+    return CrdValidator(SPEC_SCHEMA["properties"]["tools"], root="tools")

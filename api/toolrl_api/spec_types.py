@@ -1,6 +1,6 @@
 # ruff: noqa: E501
-"""The ToolRLJob CRD's `spec` as pydantic models: one class per object, attributes in snake_case
-aliased to the CRD's camelCase, the CRD's defaults, enums and bounds.
+"""The ToolRLJob CRD's `spec` as pydantic models: one class per object, attributes in
+snake_case aliased to the CRD's camelCase, the CRD's defaults, enums and bounds.
 
 GENERATED from crds/toolrl.dev_toolrljobs.yaml by `make chart-generate`
 (charts/chartgen/spec_types.py): do not edit; change the CRD and regenerate.

@@ -1,5 +1,5 @@
-"""The trainer checks a hand-written spec against the CRD's own schema and CEL rules (crd_validation.py,
-from the generated crd_schema.py): every rule runs, errors carry the CRD's messages, and a changed CRD
+"""The API checks a hand-written spec against the CRD's own schema and CEL rules (toolrl_api.validation,
+from the generated toolrl_api.crd_schema): every rule runs, errors carry the CRD's messages, and a changed CRD
 reaches the trainer by regeneration."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 import yaml
-from chartgen.crd_defaults import apply_defaults
 from chartgen.outputs import CRD_SOURCE
-from trainer_entry.crd_schema import SPEC_SCHEMA
-from trainer_entry.crd_validation import (
+from toolrl_api.crd_schema import SPEC_SCHEMA
+from toolrl_api.defaulting import apply_defaults
+from toolrl_api.validation import (
     RULES_NOT_CHECKED,
     CrdValidator,
     Quantity,
@@ -319,7 +319,7 @@ def test_a_changed_crd_rule_reaches_the_trainers_validator(tmp_path: Path) -> No
         [sys.executable, "-m", "chartgen", "--crd", str(changed), "--out", str(out)],
         check=True, capture_output=True, text=True, timeout=120,
     )
-    path = out / "trainer_entry" / "trainer_entry" / "crd_schema.py"
+    path = out / "api" / "toolrl_api" / "crd_schema.py"
     module_spec = importlib.util.spec_from_file_location("changed_crd_schema", path)
     assert module_spec is not None and module_spec.loader is not None
     generated = importlib.util.module_from_spec(module_spec)

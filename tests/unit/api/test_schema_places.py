@@ -1,10 +1,10 @@
-"""The one walk of the CRD's schema (crd_validation.schema_places) that finds the rules, the schema each
-rule runs against, and the values each rule is evaluated on."""
+"""The one walk of the CRD's schema (toolrl_api.validation.schema_places) that finds the rules, the
+schema each rule runs against, and the values each rule is evaluated on."""
 
 from __future__ import annotations
 
-from trainer_entry.crd_schema import SPEC_SCHEMA
-from trainer_entry.crd_validation import _places, crd_validator, rules, schema_places
+from toolrl_api.crd_schema import SPEC_SCHEMA
+from toolrl_api.validation import _places, crd_validator, rules, schema_places
 
 
 def test_each_place_is_visited_once_after_the_place_above_it() -> None:
