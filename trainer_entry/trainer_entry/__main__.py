@@ -124,7 +124,7 @@ def tiny_model(args: argparse.Namespace) -> int:
 
     try:
         job = load_dry_run(args.spec) if args.spec else None
-        protocol = job.spec["rollout"]["protocol"] if job else (args.protocol or "python-tags")
+        protocol = job.typed.rollout.protocol if job else (args.protocol or "python-tags")
         if job and args.protocol and args.protocol != protocol:
             raise ValueError(f"--protocol {args.protocol} is not the job's spec.rollout.protocol {protocol}")
         tools = job.spec["tools"] if job else [tm.TOY_TOOL]
@@ -132,7 +132,7 @@ def tiny_model(args: argparse.Namespace) -> int:
             tool = tm.episode_for(protocol, tools).tool["name"]
             tm.write_toy_data(args.toy_data, tool=tool, protocol=protocol)
             print(f"toy task data: {args.toy_data / 'train.parquet'} ({protocol})")
-        prompts = tm.job_prompts(Path(job.spec["data"]["trainFiles"][0])) if job else None
+        prompts = tm.job_prompts(Path(job.typed.data.train_files[0])) if job else None
         extra = tm.prompt_texts(prompts, tools) if prompts else None
         path = tm.build_tiny_model(args.dir.parent, args.dir.name, hidden=64, layers=2, extra_texts=extra)
         print(f"tiny model: {path}")
@@ -147,7 +147,7 @@ def tiny_model(args: argparse.Namespace) -> int:
                 min_copy_rate=0.0 if prompts else 0.5,  # a job's answers are beyond a tiny model
                 sampling=sampling,
             )
-            on = f"the job's prompts ({job.spec['data']['trainFiles'][0]})" if prompts else "the toy task"
+            on = f"the job's prompts ({job.typed.data.train_files[0]})" if prompts else "the toy task"
             bound = "" if result.goal_met else ", stopped at its time bound"
             print(
                 f"warm-up on {on}, protocol {protocol}: {result.steps} supervised steps in "

@@ -84,11 +84,11 @@ def startup_checks(job: Job, reward_file: Path | None) -> None:
 
     report("check", "spec: the CRD's defaults and validation: ok")
     run.check_engine(job)
-    report("check", f"rollout engine {job.spec['rollout']['engine']}: ok")
+    report("check", f"rollout engine {job.typed.rollout.engine}: ok")
     run.check_verl_internals(job)
     report("check", "the verl internals the job relies on (verl_internals.probe): ok")
 
-    model = job.spec["model"]["path"]
+    model = job.typed.model.path
     if local_file(model) or model.startswith(("./", "../")):
         run.check_model(model)
         report("check", f"model {model}: loadable")
@@ -113,35 +113,35 @@ def startup_checks(job: Job, reward_file: Path | None) -> None:
         )
         report("check", f"data {', '.join(here)}: readable, columns and protocol: ok")
 
-    if job.spec["reward"]["preset"] != "custom":
-        report("check", f"reward preset {job.spec['reward']['preset']}: built in")
+    custom = job.typed.reward.custom
+    if job.typed.reward.preset != "custom" or custom is None:
+        report("check", f"reward preset {job.typed.reward.preset}: built in")
     else:
-        custom = job.spec["reward"]["custom"]
-        mounted = Path(os.environ.get("TOOLRL_CUSTOM_REWARD_DIR", run.CUSTOM_REWARD_DIR)) / custom["key"]
+        mounted = Path(os.environ.get("TOOLRL_CUSTOM_REWARD_DIR", run.CUSTOM_REWARD_DIR)) / custom.key
         reward_file = reward_file or mounted
         if not reward_file.is_file():
             report(
                 "skipped",
-                f"reward: {reward_file} not found (the key {custom['key']!r} of ConfigMap "
-                f"{custom['configMap']!r}): give the file with --reward-file to call it here",
+                f"reward: {reward_file} not found (the key {custom.key!r} of ConfigMap "
+                f"{custom.config_map!r}): give the file with --reward-file to call it here",
             )
         elif not local_file(data["trainFiles"][0]):
             from trainer_entry.rewards import RewardLoadError, load_function
 
             try:
-                load_function(str(reward_file), custom["function"])
+                load_function(str(reward_file), custom.function)
             except RewardLoadError as exc:
                 raise run.TrainingError(f"spec.reward.custom ({reward_file}): {exc}") from None
-            report("check", f"reward {custom['function']}() of {reward_file}: imports (no data here to call)")
+            report("check", f"reward {custom.function}() of {reward_file}: imports (no data here to call)")
         else:
             run.check_custom_reward(job, reward_file.parent, reward_file)
             report(
                 "check",
-                f"reward {custom['function']}() of {reward_file}: scored the first training example as verl "
+                f"reward {custom.function}() of {reward_file}: scored the first training example as verl "
                 "calls it in training",
             )
     report("skipped", "tool pool: in the cluster (run waits for its /readyz)")
-    if int(job.spec["checkpoint"]["saveFreq"]) > 0:
+    if (job.typed.checkpoint.save_freq or 0) > 0:
         report("skipped", "checkpoint directory: on the checkpoint volume in the cluster")
 
 

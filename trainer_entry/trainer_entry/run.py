@@ -112,13 +112,14 @@ def write_workdir(
     workdir.mkdir(parents=True, exist_ok=True)
     for name, text in generated_files(job, translation).items():
         (workdir / name).write_text(text)
-    if job.spec["reward"]["preset"] == "custom":
-        key = job.spec["reward"]["custom"]["key"]
+    custom = job.typed.reward.custom
+    if job.typed.reward.preset == "custom" and custom is not None:
+        key = custom.key
         source = reward_dir / key
         if not source.is_file():
             raise SpecError(
                 f"spec.reward.custom: {source} not found; the ConfigMap "
-                f"{job.spec['reward']['custom']['configMap']!r} must hold the key {key!r}"
+                f"{custom.config_map!r} must hold the key {key!r}"
             )
         shutil.copyfile(source, workdir / CUSTOM_REWARD_FILE)
 
@@ -194,7 +195,7 @@ def check_engine(job: Job) -> None:
 
     from trainer_entry.verl_plugin import VLLM_CPU_LABEL, VLLM_VERSION
 
-    if not cpu_only(job.spec) or job.spec["rollout"]["engine"] != "vllm":
+    if not cpu_only(job.spec) or job.typed.rollout.engine != "vllm":
         return
     try:
         installed = metadata.version("vllm")
@@ -257,9 +258,9 @@ def check_verl_internals(job: Job) -> None:
     contexts = [verl_internals.ALWAYS]
     if cpu_only(job.spec):
         contexts.append(verl_internals.CPU)
-        if job.spec["rollout"]["engine"] == "vllm":
+        if job.typed.rollout.engine == "vllm":
             contexts.append(verl_internals.VLLM_CPU)
-    if job.spec["trainer"]["mode"] == SEPARATE_TRAINER_MODE:
+    if job.typed.trainer.mode == SEPARATE_TRAINER_MODE:
         contexts.append(verl_internals.SEPARATE)
     try:
         verl_internals.check(contexts)
@@ -286,7 +287,7 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     config, warnings = verl_config.compose_job(job, translation)
     for warning in warnings:
         print(f"trainer_entry: warning: {warning}", flush=True)
-    check_model(job.spec["model"]["path"])
+    check_model(job.typed.model.path)
     verl_config.check(config)
     check_data(job)
     cut = prompt_length_warning(job, config)
@@ -295,7 +296,7 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     check_checkpoint_dir(int(config.trainer.save_freq), str(config.trainer.default_local_dir))
     check_custom_reward(job, workdir)
     asyncio.run(wait_for_pool(env.pool_url, env.pool_wait_seconds))
-    if any(tool["type"] == "mcp" for tool in job.spec["tools"]):  # their tools: as the ready pool serves them
+    if any(tool.type == "mcp" for tool in job.typed.tools):  # their tools: as the ready pool serves them
         pool_tools = asyncio.run(read_pool_tools(env.pool_url))
         check_mcp_tools(job, pool_tools)
         translation = translate(job, env.pool_url, env.pool_wait_seconds, pool_tools)
@@ -310,12 +311,12 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     check_placement(job, storage_units)
     if not cpu_only(job.spec):
         check_gpu_drivers()
-    algo = job.spec["algorithm"]
+    algo = job.typed.algorithm
     hub = start_hub(
         HubSettings(
             port=env.metrics_port,
-            trajectories_per_step=algo["trainBatchSize"] * algo["rolloutsPerPrompt"],
-            expected_calls_per_trajectory=float(job.spec["rollout"]["maxToolTurns"]),
+            trajectories_per_step=algo.train_batch_size * algo.rollouts_per_prompt,
+            expected_calls_per_trajectory=float(job.typed.rollout.max_tool_turns),
             job_name=env.job_name,
             namespace=env.namespace,
             report_progress=True,
@@ -328,7 +329,7 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
         ray.util.placement_group_table,
         ray.nodes,
         lambda message: end_attempt(hub, message, event="placement_pending"),
-        timeout=float(job.spec["runPolicy"]["placementTimeoutSeconds"]),
+        timeout=float(job.typed.run_policy.placement_timeout_seconds),
         advice=lambda nodes: placement_problem(job, storage_units, nodes),
     ).start()
     try:
@@ -378,10 +379,10 @@ def check_data(job: Job) -> None:
     """Refuse data prepared for another tool-call protocol than the job's (data.check_protocol)."""
     from trainer_entry.data import DataError, check_protocol
 
-    data = job.spec["data"]
-    files = [*data["trainFiles"], *(data.get("valFiles") or [])]
+    data = job.typed.data
+    files = [*data.train_files, *(data.val_files or [])]
     try:
-        notes = check_protocol(files, job.spec["rollout"]["protocol"])
+        notes = check_protocol(files, job.typed.rollout.protocol)
     except DataError as exc:
         raise SpecError(f"spec.data: {exc}") from None
     for path in files:
@@ -393,8 +394,8 @@ def check_data(job: Job) -> None:
 def prompts_here(job: Job) -> tuple[str, list[str]] | None:
     """The job's model directory and its training files on this machine, or None when either is not
     here (a hub id, a volume's path in the cluster): what the prompt-length check reads."""
-    model = job.spec["model"]["path"]
-    files = [f for f in job.spec["data"]["trainFiles"] if "://" not in f and Path(f).is_file()]
+    model = job.typed.model.path
+    files = [f for f in job.typed.data.train_files if "://" not in f and Path(f).is_file()]
     return (model, files) if files and Path(model).is_dir() else None
 
 
@@ -415,7 +416,7 @@ def prompt_length_warning(job: Job, config: Any, sample: int = 64) -> str | None
     model, files = here
     tokenizer = AutoTokenizer.from_pretrained(model)
     schemas = None
-    if job.spec["rollout"]["protocol"] == "hermes":  # mcp tools are listed by the pool, not known here
+    if job.typed.rollout.protocol == "hermes":  # mcp tools are listed by the pool, not known here
         schemas = [tool_schema(t) for t in job.spec["tools"] if t["type"] != "mcp"]
     limit, lengths = int(config.actor_rollout_ref.rollout.prompt_length), []
     for path in files:
@@ -507,7 +508,7 @@ def check_placement(job: Job, storage_units: int) -> None:
     problem = placement.await_fit(
         look,
         ray_nodes(job) if os.environ.get("RAY_ADDRESS") else 1,
-        float(job.spec["runPolicy"]["placementTimeoutSeconds"]),
+        float(job.typed.run_policy.placement_timeout_seconds),
         waiting=lambda message: print(f"trainer_entry: {message}", flush=True),
     )
     if problem:
@@ -539,18 +540,18 @@ def check_custom_reward(job: Job, workdir: Path, path: Path | None = None) -> No
 
     from trainer_entry.rewards import RewardLoadError, load_function
 
-    if job.spec["reward"]["preset"] != "custom":
+    custom = job.typed.reward.custom
+    if job.typed.reward.preset != "custom" or custom is None:
         return
-    custom = job.spec["reward"]["custom"]
-    where = f"spec.reward.custom ({custom['key']} of ConfigMap {custom['configMap']!r})"
+    where = f"spec.reward.custom ({custom.key} of ConfigMap {custom.config_map!r})"
     try:
-        score = load_function(str(path or workdir / CUSTOM_REWARD_FILE), custom["function"])
+        score = load_function(str(path or workdir / CUSTOM_REWARD_FILE), custom.function)
     except RewardLoadError as exc:
         raise TrainingError(f"{where}: {exc}") from exc
-    row = pd.read_parquet(job.spec["data"]["trainFiles"][0]).iloc[0]
+    row = pd.read_parquet(job.typed.data.train_files[0]).iloc[0]
     truth = row["reward_model"]["ground_truth"]
-    dapo = bool(job.spec["reward"]["overlongPenalty"]["enabled"])
-    extra = verl_extra_info(row, job.spec["rollout"]["protocol"], dapo_manager=dapo)
+    dapo = job.typed.reward.overlong_penalty.enabled
+    extra = verl_extra_info(row, job.typed.rollout.protocol, dapo_manager=dapo)
     try:
         result = score(
             data_source=row["data_source"], solution_str=str(truth), ground_truth=truth, extra_info=extra
@@ -559,7 +560,7 @@ def check_custom_reward(job: Job, workdir: Path, path: Path | None = None) -> No
             asyncio.run(_await(result))
     except Exception as exc:
         raise TrainingError(
-            f"{where}: {custom['function']}() raised {type(exc).__name__}: {exc} when scoring the first "
+            f"{where}: {custom.function}() raised {type(exc).__name__}: {exc} when scoring the first "
             "training example with its ground truth as the answer (called as verl calls it in training, "
             f"extra_info with keys {sorted(extra)}"
             + (

@@ -12,11 +12,14 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from toolrl_api.crd_schema import SPEC_SCHEMA
 from toolrl_api.defaulting import defaults_when_present, object_defaults
+from toolrl_api.spec_types import Spec
 
 ENGINES = ("vllm", "hf")  # both run without GPUs too (gpusPerWorker 0): vllm as vLLM's CPU build
 # spec.trainer.mode: the CRD's enum. The code names the modes it branches on (each checked against the enum
@@ -61,12 +64,27 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class Job:
-    """The parts of `job.json` the trainer uses."""
+    """The parts of `job.json` the trainer uses: `spec` as data (what translate.py maps, path by path,
+    onto verl's keys) and `typed`, the same spec as the API's classes (what the rest reads)."""
 
     name: str
     namespace: str
     uid: str
     spec: dict[str, Any]
+
+    @cached_property
+    def typed(self) -> Spec:
+        """The (defaulted) spec as `toolrl_api.spec_types.Spec`; a field the CRD lacks is a SpecError."""
+        try:
+            return Spec.model_validate(self.spec)
+        except ValidationError as exc:
+            unknown = "the CRD has no such field; remove it"
+            lines = [
+                f"spec.{'.'.join(str(p) for p in error['loc'])}: "
+                + (unknown if error["type"] == "extra_forbidden" else error["msg"])
+                for error in exc.errors()
+            ]
+            raise SpecError("\n".join(lines)) from None
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -108,6 +126,7 @@ def parse_job(doc: dict[str, Any]) -> Job:
         spec=with_defaults(doc["spec"]),
     )
     check_spec(job.spec)
+    job.typed  # noqa: B018  # the typed spec, checked once here: a field the CRD lacks stops the load
     return job
 
 

@@ -310,7 +310,7 @@ def config_problems(job: Any, config: DictConfig) -> None:
     errors = []
     sampler = config.trainer.v1.sampler.get("custom_sampler")
     filter_groups = config.algorithm.get("filter_groups")
-    dynamic = job.spec["algorithm"]["dynamicSampling"]["enabled"]
+    dynamic = job.typed.algorithm.dynamic_sampling.enabled
     by_extra_args = filter_groups is not None and filter_groups.get("enable") and not dynamic
     if by_extra_args and sampler and sampler.get("path"):
         errors.append(
@@ -349,7 +349,7 @@ def overlong_problems(job: Any, config: DictConfig) -> list[str]:
     buffer = (config.reward.get("reward_kwargs") or {}).get("overlong_buffer_cfg") or {}
     if dapo or not buffer.get("enable"):
         return []
-    if job.spec["reward"]["overlongPenalty"]["enabled"]:
+    if job.typed.reward.overlong_penalty.enabled:
         return [
             f"spec.reward.overlongPenalty needs verl's {DAPO_REWARD_MANAGER} reward manager, the only one "
             f"that applies it, and {EXTRA_ARGS} replaces it (reward.reward_manager: {manager.get('source')} "
