@@ -94,7 +94,9 @@ def machine_state() -> dict:
         "sysctls": sysctls,
         "iptables": no_counters(run("iptables-save")),
         "ip6tables": no_counters(run("ip6tables-save")),
-        "nft": run("nft", "list", "tables").split("\n"),
+        # a set, as the others: the order of the listing changes (an image build's network beside the
+        # module: seen, "nft differs" with nothing gone and nothing new)
+        "nft": sorted(run("nft", "list", "tables").split("\n")),
         "nfacct": sorted(ln.rsplit("=", 1)[1] for ln in run("nfacct", "list").splitlines() if "=" in ln),
         "ipsets": sorted(run("ipset", "list", "-n").split()),
         "links": sorted(Path("/sys/class/net").iterdir()),
