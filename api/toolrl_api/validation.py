@@ -337,7 +337,7 @@ class CompiledRule:
 
 def compile_rules(schema: dict[str, Any]) -> list[CompiledRule]:
     """Every rule of the schema but the transition ones, compiled; a rule cel-python cannot compile is
-    an error here (tests/unit/trainer_entry/test_crd_validation.py compiles the CRD's)."""
+    an error here (tests/unit/api/test_validation.py compiles the CRD's)."""
     env = celpy.Environment()
     out = []
     for rule, at in _rules_with_schemas(schema):
