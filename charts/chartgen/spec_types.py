@@ -123,8 +123,9 @@ class _Renderer:
 
 
 def _module(
-    root: str, path: str, schema: dict[str, Any], what: str, source: str, command: str, config: str = ""
+    root: str, path: str, schema: dict[str, Any], what: str, source: str, command: str, by_name: bool = False
 ) -> str:
+    config = ", validate_by_name=True" if by_name else ""
     renderer = _Renderer()
     renderer.object_class(root, path, schema)
     return (
@@ -154,4 +155,4 @@ def render_status_module(crd_text: str, source: str, command: str) -> str:
     schema = storage_schema(yaml.safe_load(crd_text))["properties"]["status"]
     what = "the CRD's enums and bounds; every field optional, as a writer's fragment has it"
     # a writer builds them by attribute name (StatusProgress(step=...)); a spec is only ever read
-    return _module(STATUS_CLASS, "status", schema, what, source, command, ", validate_by_name=True")
+    return _module(STATUS_CLASS, "status", schema, what, source, command, by_name=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
+from toolrl_api.errors import field_errors
 from toolrl_api.spec_types import Spec
 
 SHOWN_ERRORS = 3  # a message names at most this many fields (then says how many more)
@@ -49,20 +50,13 @@ class Job:
         return namespace
 
 
-def _where(loc: tuple[int | str, ...]) -> str:
-    path = "spec"
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return path
-
-
 def parse_spec(spec: Mapping[str, Any]) -> Spec:
     """`spec` (a job's, CRD defaults applied or not: missing defaults are filled in) as a `Spec`;
     SpecError naming each field that does not fit."""
     try:
         return Spec.model_validate(spec)
     except ValidationError as err:
-        problems = [f"{_where(e['loc'])}: {e['msg']}" for e in err.errors(include_url=False)]
+        problems = field_errors(err)
         more = len(problems) - SHOWN_ERRORS
         shown = "; ".join(problems[:SHOWN_ERRORS]) + (f"; and {more} more" if more > 0 else "")
         raise SpecError(

@@ -113,8 +113,8 @@ def startup_checks(job: Job, reward_file: Path | None) -> None:
         )
         report("check", f"data {', '.join(here)}: readable, columns and protocol: ok")
 
-    custom = job.typed.reward.custom
-    if job.typed.reward.preset != "custom" or custom is None:
+    custom = job.custom_reward
+    if custom is None:
         report("check", f"reward preset {job.typed.reward.preset}: built in")
     else:
         mounted = Path(os.environ.get("TOOLRL_CUSTOM_REWARD_DIR", run.CUSTOM_REWARD_DIR)) / custom.key

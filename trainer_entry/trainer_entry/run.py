@@ -112,8 +112,8 @@ def write_workdir(
     workdir.mkdir(parents=True, exist_ok=True)
     for name, text in generated_files(job, translation).items():
         (workdir / name).write_text(text)
-    custom = job.typed.reward.custom
-    if job.typed.reward.preset == "custom" and custom is not None:
+    custom = job.custom_reward
+    if custom is not None:
         key = custom.key
         source = reward_dir / key
         if not source.is_file():
@@ -540,8 +540,8 @@ def check_custom_reward(job: Job, workdir: Path, path: Path | None = None) -> No
 
     from trainer_entry.rewards import RewardLoadError, load_function
 
-    custom = job.typed.reward.custom
-    if job.typed.reward.preset != "custom" or custom is None:
+    custom = job.custom_reward
+    if custom is None:
         return
     where = f"spec.reward.custom ({custom.key} of ConfigMap {custom.config_map!r})"
     try:

@@ -19,7 +19,8 @@ from typing import Any
 from pydantic import ValidationError
 from toolrl_api.crd_schema import SPEC_SCHEMA
 from toolrl_api.defaulting import defaults_when_present, object_defaults
-from toolrl_api.spec_types import Spec
+from toolrl_api.errors import field_errors
+from toolrl_api.spec_types import RewardCustom, Spec
 
 ENGINES = ("vllm", "hf")  # both run without GPUs too (gpusPerWorker 0): vllm as vLLM's CPU build
 # spec.trainer.mode: the CRD's enum. The code names the modes it branches on (each checked against the enum
@@ -78,13 +79,13 @@ class Job:
         try:
             return Spec.model_validate(self.spec)
         except ValidationError as exc:
-            unknown = "the CRD has no such field; remove it"
-            lines = [
-                f"spec.{'.'.join(str(p) for p in error['loc'])}: "
-                + (unknown if error["type"] == "extra_forbidden" else error["msg"])
-                for error in exc.errors()
-            ]
-            raise SpecError("\n".join(lines)) from None
+            raise SpecError("\n".join(field_errors(exc))) from None
+
+    @property
+    def custom_reward(self) -> RewardCustom | None:
+        """`spec.reward.custom` when the job scores with it (`reward.preset: custom`), else None."""
+        reward = self.typed.reward
+        return reward.custom if reward.preset == "custom" else None
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

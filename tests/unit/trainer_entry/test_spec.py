@@ -197,6 +197,12 @@ def test_missing_tools_names_the_field():
         parse_job(d)
 
 
+def test_a_field_the_crd_lacks_stops_the_load_naming_it():
+    """The apiserver would drop it without a word; a hand-written job.json is told (the typed spec)."""
+    with pytest.raises(SpecError, match=r"spec\.rollout\.temprature: Extra inputs are not permitted"):
+        parse_job(doc(rollout={"temprature": 0.7}))
+
+
 def test_every_engine_runs_on_cpus():
     for engine in ENGINES:
         cpu = parse_job(doc(cluster={"workers": {"gpusPerWorker": 0}}, rollout={"engine": engine}))
