@@ -135,6 +135,18 @@ def _ended(tc: TrainingCluster, name: str) -> bool:
     return tc.job(name).get("status", {}).get("phase") in ("Succeeded", "Failed")
 
 
+def _why_it_ended(tc: TrainingCluster, name: str) -> str:
+    """An ended job's phase, reason and message first (CI's log shows a failure's first line only),
+    then its whole status, its Events and the end of its trainer's log."""
+    status = tc.job(name).get("status", {})
+    events = "\n".join(f"  {e.get('reason')}: {e.get('message')}" for e in tc.events(name))
+    log = "\n".join(tc.trainer_logs(name))[-4000:]
+    return (
+        f"{status.get('phase')} ({status.get('reason')}): {status.get('message')!r}\nstatus: {status}"
+        f"\nevents:\n{events}\ntrainer log (its end):\n{log}"
+    )
+
+
 def _before_it_ends(tc: TrainingCluster, name: str, probe: Callable[[], Any]) -> Callable[[], Any]:
     """`probe` for wait_until, failing at once when job `name` ends before it is met (a fault that
     came too late, a run faster than the test) rather than waiting out the timeout."""
@@ -142,7 +154,7 @@ def _before_it_ends(tc: TrainingCluster, name: str, probe: Callable[[], Any]) ->
     def checked() -> Any:
         found = probe()
         if not found and _ended(tc, name):
-            raise AssertionError(f"{name} ended first: {tc.job(name)['status']}")
+            raise AssertionError(f"{name} ended first: {_why_it_ended(tc, name)}")
         return found
 
     return checked
