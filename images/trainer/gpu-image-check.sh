@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `make gpu-image-check`: build the trainer's GPU variant (images.py's `trainer-gpu`: VARIANT=gpu on the
 # Debian base, CUDA from PyPI's wheels) and run it in a pod on a local cluster's real (CPU) node: vLLM,
-# verl and torch import, and `trainer_entry run --dry-run` of examples/toolrljob.yaml passes.
+# verl and torch import, FlashInfer's JIT compiles one of its kernels for an H100 (sm_90a) with the image's
+# nvcc, and `trainer_entry run --dry-run` of examples/toolrljob.yaml passes.
 # No GPU is needed: nothing here touches CUDA. Not part of `make test` (a cold build downloads ~4 GB of
-# wheels and needs ~55 GB free; images/README.md has the measured size and time).
+# wheels and needs ~40 GB free; images/README.md has the measured size and time).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=.venv/bin/python
@@ -41,6 +42,9 @@ spec:
       args:
         - >-
           python -c "import vllm, verl, torch; print('versions', vllm.__version__, verl.__version__, torch.__version__)"
+          && nvcc --version | tail -1
+          && FLASHINFER_CUDA_ARCH_LIST=9.0a python -c "from flashinfer.jit.norm import gen_norm_module;
+          spec = gen_norm_module(); spec.build(verbose=False); print('flashinfer jit built', spec.jit_library_path)"
           && python -m trainer_entry run --dry-run --workdir /tmp/dry-run
       volumeMounts:
         - {name: job, mountPath: /etc/toolrl}
@@ -63,4 +67,4 @@ if [[ "$phase" != Succeeded ]]; then
   k describe pod "$POD" | tail -20 >&2
   exit 1
 fi
-echo "gpu-image-check: vLLM, verl and torch import and the GPU example's dry run passes in $REF"
+echo "gpu-image-check: vLLM, verl and torch import, FlashInfer's JIT builds for sm_90a and the GPU example's dry run passes in $REF"

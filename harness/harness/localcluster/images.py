@@ -87,13 +87,12 @@ GiB = 1 << 30
 # collecting images (the pause image among them), failing whatever the cluster runs (min_free).
 BUILD_MARGIN = 1 * GiB
 # What a build needs free beyond min_free() before it starts, where it is large. The GPU trainer's venv
-# (9.5 GB: its lock installed on this host; the CPU one's is 6 GB) is at its peak in four copies: the build
-# stage's layer, the runtime stage's copy and its commit, the archive (buildah writes it through a
-# temporary directory); after the archive, NO_LAYER_CACHE leaves one.
-DISK_NEEDED = {"trainer-gpu": 40 * GiB}
+# (9.5 GB: its lock installed on this host; the CPU one's is 6 GB) is at its peak in three copies: the
+# image's layer (one stage: the venv is written once) and the archive, which buildah writes through a
+# temporary directory; after the archive, NO_LAYER_CACHE leaves one.
+DISK_NEEDED = {"trainer-gpu": 34 * GiB}
 # Images whose layers are not kept as cache after their archive is written (a rebuild is cold): the
-# GPU trainer's build stage and runtime stage would hold ~20 GB of buildah's storage for a check
-# that runs rarely.
+# GPU trainer's layers would hold ~11 GB of buildah's storage for a check that runs rarely.
 NO_LAYER_CACHE = {"trainer-gpu"}
 DISK_POLL_S = 5.0
 # uncompressed layers: containerd imports them without gunzip, and the trainer's ~6 GB of torch
