@@ -21,9 +21,10 @@ import textwrap
 from typing import Any, Protocol
 
 
-class CallResult(Protocol):
-    """What of a tool call's result (pool_client.CallResult) the wording reads: this module depends on
-    its shape only, so pool_client, whose results word themselves with it, can import it."""
+class WordedResult(Protocol):
+    """What of a tool call's result (pool_client.CallResult, which satisfies it) the wording reads: this
+    module depends on its shape only, so pool_client, whose results word themselves with it, can import
+    it."""
 
     status: str
     output: str
@@ -69,7 +70,7 @@ def unwrap_fenced_code(code: str) -> str:
     return code
 
 
-def observation(result: CallResult) -> str:
+def observation(result: WordedResult) -> str:
     """The text the model reads back for `result`, in its `observation_format`. A call refused before it
     reached the pool (no code argument) reads the same in every format: no code ran."""
     if result.observation_format == OBSERVATION_SANDBOX_FUSION and result.status != _REFUSED:
@@ -77,7 +78,7 @@ def observation(result: CallResult) -> str:
     return default_observation(result)
 
 
-def ran_to_its_end(result: CallResult) -> bool:
+def ran_to_its_end(result: WordedResult) -> bool:
     """The pool ran the program and it ended by itself, with an exit code (0 or not) or a signal: what
     SandboxFusion reports as run_result.status `Finished` (the pool's own /run_code maps its results the
     same way). Not a timeout, not a sandbox error (a worker lost, a fork refused), not a call the pool
@@ -85,7 +86,7 @@ def ran_to_its_end(result: CallResult) -> bool:
     return bool(result.raw) and result.status in _FINISHED and not result.raw.get("sandboxError")
 
 
-def sandbox_fusion_observation(result: CallResult) -> str:
+def sandbox_fusion_observation(result: WordedResult) -> str:
     """As verl's SandboxFusionTool shows SandboxFusion's answer: stdout directly followed by stderr (no
     separator, whatever the exit code) when the run finished, else `no stdout here`. Nothing is added: a
     stream cut at the tool's maxOutputBytes carries the pool's own marker inside it."""
@@ -94,7 +95,7 @@ def sandbox_fusion_observation(result: CallResult) -> str:
     return SANDBOX_FUSION_UNFINISHED
 
 
-def default_observation(result: CallResult) -> str:
+def default_observation(result: WordedResult) -> str:
     """The output, or a clear account of what failed."""
     if result.status == "ok":
         text = result.output if result.output else result.stdout
