@@ -87,9 +87,10 @@ GiB = 1 << 30
 # collecting images (the pause image among them), failing whatever the cluster runs (min_free).
 BUILD_MARGIN = 1 * GiB
 # What a build needs free beyond min_free() before it starts, where it is large. The GPU trainer's venv
-# (9.5 GB: its lock installed on this host; the CPU one's is 6 GB) is at its peak in three copies: the
-# image's layer (one stage: the venv is written once) and the archive, which buildah writes through a
-# temporary directory; after the archive, NO_LAYER_CACHE leaves one.
+# (9.5 GB: its lock installed on this host; the CPU one's is 6 GB) is written once (one stage), in three
+# layers: buildah holds a layer it commits about four times over (the container's files, two temporary
+# copies, the layer: a 9.5 GB venv layer needed ~38 GB), and the archive is written through a temporary
+# directory too; after the archive, NO_LAYER_CACHE leaves the archive alone.
 DISK_NEEDED = {"trainer-gpu": 34 * GiB}
 # Images whose layers are not kept as cache after their archive is written (a rebuild is cold): the
 # GPU trainer's layers would hold ~11 GB of buildah's storage for a check that runs rarely.
