@@ -1,4 +1,6 @@
-"""`python -m tool_sandbox serve --host H --port P [--config tools.yaml]`."""
+"""`python -m tool_sandbox serve --host H --port P [--config tools.yaml]`; `python -m tool_sandbox
+tool-types [--write api/toolrl_api/tool_types.py]`: the registered tool types as JSON, or the API
+package's copy of them (tool_types.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +14,19 @@ from tool_sandbox.config import ConfigError, ServerSettings, default_tools
 from tool_sandbox.tools import load_tools
 
 
-def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
+def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None] | argparse.Namespace:
+    """`serve`: its settings and the config's path; `tool-types`: its arguments."""
     defaults = ServerSettings()
     parser = argparse.ArgumentParser(prog="tool_sandbox", description="Sandboxed tool server for RL rollouts")
     sub = parser.add_subparsers(dest="command", required=True)
+    types = sub.add_parser(
+        "tool-types", help="the registered tool types (description, input schema, capabilities) as JSON"
+    )
+    types.add_argument(
+        "--write",
+        metavar="PATH",
+        help="write the API package's copy (api/toolrl_api/tool_types.py) to PATH instead",
+    )
     serve = sub.add_parser("serve", help="run the HTTP tool server")
     serve.add_argument("--host", default=defaults.host)
     serve.add_argument("--port", type=int, default=defaults.port)
@@ -80,6 +91,8 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
         help="become ready even without Landlock (children then rely on seccomp, uids and the pod)",
     )
     args = parser.parse_args(argv)
+    if args.command == "tool-types":
+        return args
     for name in (
         "workers",
         "capacity",
@@ -123,7 +136,12 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    settings, config_path = parse_args(sys.argv[1:] if argv is None else argv)
+    parsed = parse_args(sys.argv[1:] if argv is None else argv)
+    if isinstance(parsed, argparse.Namespace):  # tool-types
+        from tool_sandbox import tool_types
+
+        sys.exit(tool_types.main(parsed.write))
+    settings, config_path = parsed
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         tools = load_tools(config_path) if config_path else default_tools()

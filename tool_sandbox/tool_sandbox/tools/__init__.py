@@ -70,7 +70,7 @@ def _parse_tool(entry: dict[str, Any], where: str) -> ToolConfig:
 
 
 def needs_pool(configs: tuple[ToolConfig, ...]) -> bool:
-    return any(TOOL_TYPES[config.type].needs_pool for config in configs)
+    return any(TOOL_TYPES[config.type].runs_code for config in configs)
 
 
 def build_tools(

@@ -58,13 +58,17 @@ class ToolResult:
 class Tool:
     """A configured tool. A tool type is a subclass that declares, once, its `type` (the name in
     tools.yaml), a `description`, the JSON schema of its input object (`input_schema`, served at
-    GET /v1/tools and MCP's tools/list) and implements `execute`; stateful ones also sessions."""
+    GET /v1/tools and MCP's tools/list) and its capabilities, and implements `execute`; stateful ones
+    also sessions. These declarations are the one home of the type: `python -m tool_sandbox tool-types
+    --write api/toolrl_api/tool_types.py` copies them into the API package, where the operator and the
+    trainer read them (tool_sandbox/tool_types.py)."""
 
     type = ""
-    description = ""
+    description = ""  # what the tool does, for a model (an entry's own description replaces it)
     input_schema: dict[str, Any] = {"type": "object"}
     supports_sessions = False  # keeps state between calls: open_session, execute_in_session, close_session
-    needs_pool = False  # runs code in the sandbox workers
+    runs_code = False  # runs code in the sandbox workers (the pool starts them; a share of its disk)
+    needs_egress = False  # its calls leave the pod (the operator opens egress to the address its entry names)
     takes_sample = False  # its calls may carry per-sample data from the trainer (execute_with_sample)
 
     def __init__(self, config: ToolConfig) -> None:

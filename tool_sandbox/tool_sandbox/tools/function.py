@@ -138,7 +138,7 @@ class FunctionResult(ToolResult):
 class FunctionTool(Tool):
     type = "function"
     description = "Call the user's function with JSON arguments."
-    needs_pool = True
+    runs_code = True
     takes_sample = True
 
     @classmethod

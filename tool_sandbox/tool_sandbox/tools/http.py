@@ -57,11 +57,20 @@ def backoff(attempt: int, base: float) -> float:
 class HttpTool(Tool):
     type = "http"
     description = "Call the remote API behind this tool with JSON arguments."
+    # The body the project's http APIs take (a StableToolBench server's): the call's input is POSTed to
+    # the url as it is, never checked against this schema here; a caller may add keys beside `arguments`
+    # (the trainer adds a row's context, the API's routing).
     input_schema = {
         "type": "object",
-        "description": "The JSON body POSTed to the tool's url",
+        "description": (
+            "The JSON body POSTed as is to the tool's url: the API call's arguments under `arguments`;"
+            " a caller may add keys beside it (the trainer adds the row's context)"
+        ),
+        "properties": {"arguments": {"type": "object", "description": "Arguments of the API call"}},
+        "required": ["arguments"],
         "additionalProperties": True,
     }
+    needs_egress = True
 
     def __init__(self, config: ToolConfig) -> None:
         super().__init__(config)

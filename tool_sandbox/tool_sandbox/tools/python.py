@@ -46,7 +46,7 @@ class PythonTool(Tool):
         "required": ["code"],
     }
     supports_sessions = True
-    needs_pool = True
+    runs_code = True
 
     @classmethod
     def create(cls, config: ToolConfig, pool: Pool | None, settings: ServerSettings) -> Tool:

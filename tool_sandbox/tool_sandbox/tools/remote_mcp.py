@@ -130,7 +130,8 @@ class McpServerTool(Tool):
     RemoteMcpTool (see `expand`). Never called itself."""
 
     type = "mcp"
-    description = "A remote MCP server's tools."
+    description = "A tool of a remote MCP server."  # each served tool has its own, from the server
+    needs_egress = True
 
     @classmethod
     def check_config(cls, values: dict[str, Any], where: str) -> None:
