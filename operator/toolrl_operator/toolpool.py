@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from toolrl_api.spec_types import Spec, ToolMcp
+from toolrl_api.spec_types import Spec, Tool, ToolMcp
+from toolrl_api.tool_types import TOOL_TYPES
 
 from .apply import Kube
 from .configmap import TOOLS_KEY, function_source, tools_checksum
@@ -59,15 +60,19 @@ MAX_POOL_TASKS = 16384  # at most, whatever the capacity: well below a node's pi
 # answers the rest as its own failure; the pod's grace period leaves it time to write them.
 DRAIN_SECONDS = 20
 TERMINATION_GRACE_SECONDS = DRAIN_SECONDS + 10
-SANDBOXED = ("python", "function")  # tool types whose calls run code in the pool's sandbox
+
+
+def sandboxed(tool: Tool) -> bool:
+    """The tool's calls run code in the pool's sandbox (its type's `runs_code`, toolrl_api.tool_types)."""
+    return TOOL_TYPES[tool.type].runs_code
 
 
 def tmp_size_mib(spec: Spec) -> int:
-    """The pool's /tmp: every call and session may keep its python tool's diskLimitMiB (the
+    """The pool's /tmp: every call and session may keep its sandboxed tool's diskLimitMiB (the
     server kills it past that), so the volume holds them all and the kubelet never evicts the pod
     for a tool call's files."""
     pool = spec.tool_pool
-    budget = max((t.disk_limit_mib for t in spec.tools if t.type in SANDBOXED), default=0)
+    budget = max((t.disk_limit_mib for t in spec.tools if sandboxed(t)), default=0)
     return budget * (pool.capacity_per_replica + pool.max_sessions_per_replica) + TMP_HEADROOM_MIB
 
 
@@ -315,15 +320,40 @@ def _mcp_egress(server: ToolMcp, namespace: str) -> dict[str, Any]:
     return {"ports": [{"protocol": "TCP", "port": port}], "to": [peer]}
 
 
+# Where a tool whose type needs egress (toolrl_api.tool_types) sends its calls: the field of its entry
+# that holds the address. A `url` is an endpoint (_http_egress), an `mcp` a server (_mcp_egress).
+EGRESS_ADDRESS = {"http": "url", "mcp": "mcp"}
+
+
+def egress_addresses(tools: list[Tool]) -> dict[str, list[Any]]:
+    """The addresses the pool's calls go to, by the field that holds them (EGRESS_ADDRESS's values),
+    in the order of the tools: those of every tool whose type needs egress."""
+    found: dict[str, list[Any]] = {field: [] for field in EGRESS_ADDRESS.values()}
+    for tool in tools:
+        if not TOOL_TYPES[tool.type].needs_egress:
+            continue
+        field = EGRESS_ADDRESS.get(tool.type)
+        if field is None:
+            raise ValueError(
+                f"tool type {tool.type!r} needs egress, but the operator knows no field of its entry that"
+                " holds the address: add it to toolpool.EGRESS_ADDRESS"
+            )
+        address = getattr(tool, field)
+        if address:
+            found[field].append(address)
+    return found
+
+
 def build_network_policy(job: Job, settings: Settings) -> dict[str, Any]:
     """Only this job's Ray pods reach the pool, and, for /metrics, the monitoring namespace and
     the operator's (its autoscaler scrapes the pods without Prometheus); the pool's egress is
-    denied except DNS, the endpoints of `http` tools and the servers of `mcp` tools."""
+    denied except DNS and the addresses of the tools whose type needs egress (the endpoints of
+    `http` tools, the servers of `mcp` tools)."""
     name = job.name
     port = [{"protocol": "TCP", "port": TOOL_POOL_PORT}]
-    tools = job.spec.tools
-    http_urls = sorted({t.url for t in tools if t.type == "http" and t.url})
-    servers = [t.mcp for t in tools if t.type == "mcp" and t.mcp]
+    addresses = egress_addresses(job.spec.tools)
+    http_urls = sorted(set(addresses["url"]))
+    servers: list[ToolMcp] = addresses["mcp"]
     egress: list[dict[str, Any]] = []
     if http_urls or servers:
         egress.append({"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]})
