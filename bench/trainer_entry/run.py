@@ -139,9 +139,9 @@ class DelayedServer:
 
 
 def verl_worker(model: Path, pool_url: str, workdir: Path):
-    from trainer_entry.run import write_workdir
+    from trainer_entry.run import write_tool_config, write_workdir
     from trainer_entry.spec import parse_job
-    from trainer_entry.translate import translate
+    from trainer_entry.translate import tool_config, translate
     from verl.experimental.agent_loop import AgentLoopWorker
 
     from trainer_entry import verl_config
@@ -174,6 +174,7 @@ def verl_worker(model: Path, pool_url: str, workdir: Path):
     )
     translation = translate(job, pool_url)
     write_workdir(job, translation, workdir)
+    write_tool_config(workdir, tool_config(job, pool_url))
     import os
 
     os.chdir(workdir)

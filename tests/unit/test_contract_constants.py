@@ -5,10 +5,12 @@ another) are written once in each; this is where they are checked against each o
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import yaml
 from tool_sandbox.config import ServerSettings
 from tool_sandbox.tools import TOOL_TYPES
+from toolrl_api import spec_types, tool_types
 from toolrl_operator import naming
 
 from trainer_entry import run, spec, translate
@@ -26,14 +28,15 @@ def test_ports_the_operator_opens_are_the_ones_served() -> None:
     assert ServerSettings().port == naming.TOOL_POOL_PORT
 
 
-def test_tool_types_agree_across_the_pool_the_trainer_and_the_crd() -> None:
-    """The pool's registry is the home of the tool types; the trainer and the CRD restate them."""
+def test_tool_types_agree_across_the_pool_the_api_and_the_crd() -> None:
+    """The pool's registry is the home of the tool types; the API package holds its generated copy
+    (tests/unit/test_tool_types.py: the copy is the registry's), and the CRD's enum names them (the API's
+    typed spec and the trainer's spec.TOOL_TYPES are generated from, or read, the CRD)."""
     crd = yaml.safe_load((REPO / "crds" / "toolrl.dev_toolrljobs.yaml").read_text())
     spec_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert set(spec_schema["properties"]["tools"]["items"]["properties"]["type"]["enum"]) == set(TOOL_TYPES)
-    assert set(spec.TOOL_TYPES) == set(TOOL_TYPES) == set(translate.TOOL_DESCRIPTIONS)
-    for kind in ("python", "search"):  # the argument the trainer's schema asks the model for
-        assert translate.TOOL_DESCRIPTIONS[kind][2] == TOOL_TYPES[kind].input_schema["required"]
+    assert set(spec.TOOL_TYPES) == set(TOOL_TYPES) == set(tool_types.TOOL_TYPES)
+    assert set(get_args(spec_types.Tool.model_fields["type"].annotation)) == set(TOOL_TYPES)
 
 
 def test_the_pool_reads_a_function_tool_as_the_operator_writes_it() -> None:

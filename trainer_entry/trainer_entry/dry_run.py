@@ -164,12 +164,13 @@ def dry_run(
     overrides_only: bool = False,
 ) -> int:
     from trainer_entry import run, verl_config
-    from trainer_entry.translate import translate
+    from trainer_entry.translate import tool_config, translate
 
     with contextlib.redirect_stdout(sys.stderr):  # what verl prints as it checks; stdout is the config
         startup_checks(job, reward_file)
         pool_url = os.environ.get("TOOLRL_TOOL_POOL_URL", DRY_RUN_POOL_URL)
         translation = translate(job, pool_url)
+        tools = tool_config(job, pool_url)  # from the copy of the pool's registry: no pool is asked
         config, warnings = verl_config.compose_job(job, translation)
         for warning in warnings:
             report("warning", warning)
@@ -182,14 +183,14 @@ def dry_run(
             report("note", note)
     report("check", "verl's config: composed and checked by verl (validate_config, its dataclasses): ok")
     if overrides_only:
-        print(run.describe(job, translation, spec_path))
+        print(run.describe(job, translation, tools, spec_path))
         return 0
     out = [
         f"# verl config of ToolRLJob {job.namespace}/{job.name} ({spec_path}): verl's ppo_trainer composed",
         f"# with the job's overrides, resolved; the run calls {ENTRYPOINT}",
         composed_yaml(config).rstrip(),
     ]
-    for name, text in run.generated_files(job, translation).items():
+    for name, text in run.generated_files(translation, tools).items():
         out += ["---", f"# {name} (written into the Ray working_dir)", text.rstrip()]
     print("\n".join(out))
     if compare is not None:

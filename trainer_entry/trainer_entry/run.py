@@ -1,8 +1,9 @@
 """`python -m trainer_entry run`: the job spec becomes a verl run on the Ray cluster this pod is in.
 
 Steps: translate the spec, write the generated files into a Ray working_dir (so every node sees
-them), compose and check verl's config, wait for the tool pool, start the metrics hub on this node,
-and hand the config to verl's `run_ppo` with our task runner.
+them), compose and check verl's config, wait for the tool pool, read the tools it serves and write the
+tool config from them, start the metrics hub on this node, and hand the config to verl's `run_ppo` with
+our task runner.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from trainer_entry.translate import (
     mcp_tools,
     ray_gpus,
     ray_nodes,
+    tool_config,
     tool_schema,
     translate,
 )
@@ -97,21 +99,22 @@ def _env_number(name: str, default: float, kind: type, low: float, high: float |
     return value
 
 
-def generated_files(job: Job, translation: Translation) -> dict[str, str]:
-    """Name → text of every file the run writes for verl."""
-    return {
-        TOOL_CONFIG_FILE: yaml.safe_dump(translation.tool_config, sort_keys=False),
-        AGENT_LOOPS_FILE: yaml.safe_dump(translation.agent_loops, sort_keys=False),
-    }
+def generated_files(translation: Translation, tools: dict[str, Any]) -> dict[str, str]:
+    """Name → text of every file the run writes for verl (`tools`: translate.tool_config)."""
+    return {TOOL_CONFIG_FILE: _yaml(tools), AGENT_LOOPS_FILE: _yaml(translation.agent_loops)}
+
+
+def _yaml(data: Any) -> str:
+    return yaml.safe_dump(data, sort_keys=False)
 
 
 def write_workdir(
     job: Job, translation: Translation, workdir: Path, reward_dir: Path = CUSTOM_REWARD_DIR
 ) -> None:
-    """Write the generated files (and the custom reward from its ConfigMap) into `workdir`."""
+    """Write what the spec alone decides into `workdir`: the agent-loop YAML and the custom reward
+    (from its ConfigMap). The tool config follows once the pool's tools are read (write_tool_config)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    for name, text in generated_files(job, translation).items():
-        (workdir / name).write_text(text)
+    (workdir / AGENT_LOOPS_FILE).write_text(_yaml(translation.agent_loops))
     custom = job.custom_reward
     if custom is not None:
         key = custom.key
@@ -124,7 +127,14 @@ def write_workdir(
         shutil.copyfile(source, workdir / CUSTOM_REWARD_FILE)
 
 
-def describe(job: Job, translation: Translation, spec_path: str) -> str:
+def write_tool_config(workdir: Path, tools: dict[str, Any]) -> None:
+    """Write the tool-config YAML (`tools`: translate.tool_config) into `workdir`, where verl's config
+    names it (translate.TOOL_CONFIG_FILE)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / TOOL_CONFIG_FILE).write_text(_yaml(tools))
+
+
+def describe(job: Job, translation: Translation, tools: dict[str, Any], spec_path: str) -> str:
     """The dry-run text: the exact verl call with its overrides, and the generated files."""
     lines = [
         "# entrypoint: verl.trainer.main_ppo.run_ppo(config,"
@@ -134,7 +144,7 @@ def describe(job: Job, translation: Translation, spec_path: str) -> str:
     ]
     lines += [f"  {shlex.quote(o)} \\" for o in translation.overrides[:-1]]
     lines.append(f"  {shlex.quote(translation.overrides[-1])}")
-    for name, text in generated_files(job, translation).items():
+    for name, text in generated_files(translation, tools).items():
         lines += ["", f"# --- {name} (in the Ray working_dir) ---", text.rstrip()]
     lines += ["", f"# spec: {spec_path}; job {job.namespace}/{job.name}"]
     return "\n".join(lines)
@@ -164,13 +174,21 @@ async def read_pool_tools(url: str) -> list[dict[str, Any]]:
         await client.close()
 
 
-def check_mcp_tools(job: Job, pool_tools: list[dict[str, Any]]) -> None:
-    """Each mcp entry serves at least one tool in the pool (the pool lists the server's at start)."""
+def check_pool_tools(job: Job, pool_tools: list[dict[str, Any]]) -> None:
+    """The pool serves the job's tools (GET /v1/tools): each entry under its name and type, and each
+    mcp entry at least one tool of its server (the pool lists the server's at start)."""
+    served = {t["name"]: t.get("type") for t in pool_tools}
     for tool in job.spec["tools"]:
         if tool["type"] == "mcp" and not mcp_tools(tool, pool_tools):
             raise SpecError(
                 f"spec.tools {tool['name']!r}: the tool pool serves no tool of the MCP server"
                 f" {tool['mcp']['url']}; served: {', '.join(t['name'] for t in pool_tools)}"
+            )
+        if tool["type"] != "mcp" and served.get(tool["name"]) != tool["type"]:
+            raise SpecError(
+                f"spec.tools {tool['name']!r}: the tool pool serves no {tool['type']} tool of that name"
+                f" (served: {', '.join(f'{n} ({k})' for n, k in served.items())}); its tools.yaml is not"
+                " this job's spec.tools: check the pool's ConfigMap"
             )
 
 
@@ -283,7 +301,7 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     from trainer_entry.runner import ToolRLTaskRunner
 
     translation = translate(job, env.pool_url, env.pool_wait_seconds)
-    write_workdir(job, translation, workdir, env.custom_reward_dir)
+    write_workdir(job, translation, workdir, env.custom_reward_dir)  # all but the tool config
     config, warnings = verl_config.compose_job(job, translation)
     for warning in warnings:
         print(f"trainer_entry: warning: {warning}", flush=True)
@@ -296,11 +314,10 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
     check_checkpoint_dir(int(config.trainer.save_freq), str(config.trainer.default_local_dir))
     check_custom_reward(job, workdir)
     asyncio.run(wait_for_pool(env.pool_url, env.pool_wait_seconds))
-    if any(tool.type == "mcp" for tool in job.typed.tools):  # their tools: as the ready pool serves them
-        pool_tools = asyncio.run(read_pool_tools(env.pool_url))
-        check_mcp_tools(job, pool_tools)
-        translation = translate(job, env.pool_url, env.pool_wait_seconds, pool_tools)
-        write_workdir(job, translation, workdir, env.custom_reward_dir)
+    # the tools' schemas as the ready pool serves them (an mcp entry's tools are known only there)
+    pool_tools = asyncio.run(read_pool_tools(env.pool_url))
+    check_pool_tools(job, pool_tools)
+    write_tool_config(workdir, tool_config(job, env.pool_url, pool_tools))
 
     runtime_env = dict(get_ppo_ray_runtime_env(config))
     runtime_env["working_dir"] = str(workdir)

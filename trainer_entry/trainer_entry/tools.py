@@ -7,23 +7,33 @@ worker; every rollout of that worker then shares one `PoolClient`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 from uuid import uuid4
 
+from toolrl_api import tool_types
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from trainer_entry.hub import sink
 from trainer_entry.observations import OBSERVATION_DEFAULT, OBSERVATION_SANDBOX_FUSION, unwrap_fenced_code
 from trainer_entry.pool_client import CallResult, PoolClient, shared_client
+from trainer_entry.translate import model_parameters
 
 # What a trajectory's verl `extra_fields` record of its calls: each call's status and whose failure it
 # was (pool_client.classify). runner.infra_tainted and the agent loops read them.
 TOOL_OUTCOMES = "tool_outcomes"
 TOOL_FAULTS = "tool_faults"
 
-# The argument of each tool type the pool needs, as named in the tool schema (translate.TOOL_DESCRIPTIONS).
-REQUIRED_ARGUMENT = {"python": "code", "search": "query", "http": "arguments"}
+# What an argument of a JSON schema type must be (a bool is no number), and how the model is told.
+JSON_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "string": (lambda value: isinstance(value, str), "a string"),
+    "object": (lambda value: isinstance(value, dict), "a JSON object"),
+    "array": (lambda value: isinstance(value, list), "a JSON array"),
+    "boolean": (lambda value: isinstance(value, bool), "true or false"),
+    "integer": (lambda value: isinstance(value, int) and not isinstance(value, bool), "an integer"),
+    "number": (lambda value: isinstance(value, int | float) and not isinstance(value, bool), "a number"),
+}
 
 
 # create_kwargs keys that are ours (data.py's search routes, an http tool's context), never a function's
@@ -34,29 +44,36 @@ def pool_sample(tool_type: str, create_kwargs: dict[str, Any]) -> dict[str, Any]
     """A function tool's per-sample values: the row's `create_kwargs` for it (verl's `tools_kwargs`, e.g.
     the ground truth), sent beside the model's arguments as the call's `sample`; the pool passes them to
     the function's keyword-only parameters, which the model can neither see nor give."""
-    if tool_type != "function":
+    if not tool_types.TOOL_TYPES[tool_type].takes_sample:
         return None
     values = {key: value for key, value in create_kwargs.items() if key not in OWN_CREATE_KWARGS}
     return values or None
 
 
 def pool_input(tool_type: str, parameters: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-    """The `input` of `/v1/execute` for one call; raises ValueError with a message for the model."""
-    if tool_type in ("function", "mcp"):  # keyword arguments; the pool checks them on the tool's schema
+    """The `input` of `/v1/execute` for one call; raises ValueError with a message for the model.
+    A function's or an mcp tool's arguments go as they are (the pool checks them on the tool's schema);
+    another tool's are the required arguments of its type's input schema (the copy of the pool's
+    registry, toolrl_api.tool_types: what the model is offered, translate.model_parameters), each of its
+    JSON type, beside the row's `context` when the schema lets a caller add keys (an http tool's)."""
+    if tool_type in ("function", "mcp"):
         if not isinstance(parameters, dict):
             raise ValueError("the arguments must be a JSON object of the tool's parameters")
         return parameters
-    key = REQUIRED_ARGUMENT[tool_type]
-    if key not in parameters:
-        raise ValueError(f"missing argument '{key}'")
-    value = parameters[key]
-    if tool_type == "http":
-        if not isinstance(value, dict):
-            raise ValueError("'arguments' must be a JSON object")
-        return {**context, "arguments": value}
-    if not isinstance(value, str):
-        raise ValueError(f"'{key}' must be a string")
-    return {key: value}
+    schema = tool_types.TOOL_TYPES[tool_type].input_schema
+    offered = model_parameters(schema)
+    values = {}
+    for key in offered["required"]:
+        if key not in parameters:
+            raise ValueError(f"missing argument '{key}'")
+        value = parameters[key]
+        fits, said = JSON_TYPES.get(offered["properties"][key].get("type"), (lambda _: True, ""))
+        if not fits(value):
+            raise ValueError(f"'{key}' must be {said}")
+        values[key] = value
+    if schema.get("additionalProperties") is True:
+        return {**context, **values}
+    return values
 
 
 class PoolTool(BaseTool):

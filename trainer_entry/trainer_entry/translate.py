@@ -1,4 +1,4 @@
-"""Job spec → verl: Hydra overrides, the tool-config YAML and the agent-loop YAML.
+"""Job spec → verl: Hydra overrides, the agent-loop YAML and the tool-config YAML.
 
 A pure function: no files are read or written here, so the whole mapping is testable against verl's
 own config schema. The table in trainer_entry/README.md documents every line of `_overrides`.
@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from toolrl_api import tool_types
 
 from trainer_entry.observations import OBSERVATION_DEFAULT
 from trainer_entry.spec import COLOCATE_TRAINER_MODE, SEPARATE_TRAINER_MODE, Job, cpu_only, mini_batch_size
@@ -87,8 +89,10 @@ def agent_loop_name(protocol: str) -> str:
 
 @dataclass(frozen=True)
 class Translation:
+    """What the spec alone decides: verl's overrides and the agent-loop YAML. The tool-config YAML
+    also depends on the tools the pool serves (`tool_config`, written once they are read)."""
+
     overrides: list[str]
-    tool_config: dict[str, Any]
     agent_loops: list[dict[str, Any]]
 
 
@@ -114,27 +118,6 @@ def hydra_value(value: Any) -> str:
     raise TypeError(f"cannot render {type(value).__name__} as a Hydra value")
 
 
-TOOL_DESCRIPTIONS = {
-    "python": (
-        "Run Python code in a sandbox and return what it prints.",
-        {"code": {"type": "string", "description": "Python source to execute"}},
-        ["code"],
-    ),
-    "search": (
-        "Search the corpus and return the best matching passages.",
-        {"query": {"type": "string", "description": "What to search for"}},
-        ["query"],
-    ),
-    "http": (
-        "Call the remote API behind this tool with JSON arguments.",
-        {"arguments": {"type": "object", "description": "Arguments of the API call"}},
-        ["arguments"],
-    ),
-    # a function tool's arguments are the user's own schema (spec.tools[].parameters)
-    "function": ("Call the user's function with JSON arguments.", {}, []),
-    # an mcp entry is a server: its tools, names and schemas come from the pool (mcp_tools)
-    "mcp": ("A tool of a remote MCP server.", {}, []),
-}
 MCP_SEPARATOR = "__"  # the pool serves a remote tool as `<entry name>__<remote name>`
 
 
@@ -145,27 +128,42 @@ def mcp_tools(entry: dict[str, Any], pool_tools: list[dict[str, Any]]) -> list[d
     return [t for t in pool_tools if t.get("type") == "mcp" and t["name"].startswith(prefix)]
 
 
-def tool_schema(tool: dict[str, Any]) -> dict[str, Any]:
-    """OpenAI function schema the model sees for one spec.tools entry."""
-    description, properties, required = TOOL_DESCRIPTIONS[tool["type"]]
-    parameters = {"type": "object", "properties": properties, "required": required}
+def model_parameters(input_schema: dict[str, Any]) -> dict[str, Any]:
+    """The parameters a model is offered of a tool that takes its type's input: the input schema's
+    required properties (the rest, such as python's stdin and search's topK, the trainer never sends)."""
+    required = list(input_schema.get("required") or [])
+    properties = input_schema.get("properties") or {}
+    return {"type": "object", "properties": {key: properties[key] for key in required}, "required": required}
+
+
+def tool_schema(tool: dict[str, Any], listed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """OpenAI function schema the model sees for one spec.tools entry (an mcp entry's tools: `_served`).
+    A function tool's parameters are its own; another's are its type's input schema (model_parameters)
+    as the pool serves it: `listed`, the entry's item of the pool's GET /v1/tools, or without one (a dry
+    run, before the pool is asked) the API package's copy of the pool's registry, toolrl_api.tool_types,
+    which says the same (tests/unit/test_tool_types.py)."""
+    kind = tool_types.TOOL_TYPES[tool["type"]]
+    description = tool.get("description") or kind.description
     if tool["type"] == "function":
         parameters = tool["parameters"]
+    elif listed is not None:  # its description is the entry's, or the type's
+        description, parameters = listed["description"], model_parameters(listed["inputSchema"])
+    else:
+        parameters = model_parameters(kind.input_schema)
     return {
         "type": "function",
-        "function": {
-            "name": tool["name"],
-            "description": tool.get("description") or description,
-            "parameters": parameters,
-        },
+        "function": {"name": tool["name"], "description": description, "parameters": parameters},
     }
 
 
-def _served(tool: dict[str, Any], pool_tools: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Any]]:
+def _served(
+    tool: dict[str, Any], pool_tools: list[dict[str, Any]] | None
+) -> list[tuple[dict[str, Any], Any]]:
     """(entry, schema the model sees) of each tool a spec.tools entry serves: itself, or an mcp
     entry's remote tools as the pool lists them (none before the pool has been asked)."""
     if tool["type"] != "mcp":
-        return [(tool, tool_schema(tool))]
+        listed = next((t for t in pool_tools or [] if t["name"] == tool["name"]), None)
+        return [(tool, tool_schema(tool, listed))]
     return [
         (
             tool,
@@ -173,21 +171,23 @@ def _served(tool: dict[str, Any], pool_tools: list[dict[str, Any]]) -> list[tupl
                 "type": "function",
                 "function": {
                     "name": remote["name"],
-                    "description": remote.get("description") or TOOL_DESCRIPTIONS["mcp"][0],
+                    "description": remote.get("description") or tool_types.TOOL_TYPES["mcp"].description,
                     "parameters": remote.get("inputSchema") or {"type": "object", "properties": {}},
                 },
             },
         )
-        for remote in mcp_tools(tool, pool_tools)
+        for remote in mcp_tools(tool, pool_tools or [])
     ]
 
 
 def tool_config(job: Job, pool_url: str, pool_tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """verl tool-config YAML: one PoolTool per tool served, all sharing the spec's call policy; an
-    mcp entry's tools come from `pool_tools` (the pool's GET /v1/tools, read once it is ready)."""
+    """verl tool-config YAML: one PoolTool per tool served, all sharing the spec's call policy; the
+    schemas the model is offered come from `pool_tools` (the pool's GET /v1/tools, read once it is
+    ready: an mcp entry's tools are known only there), or without it from the copy of the pool's
+    registry (toolrl_api.tool_types: a dry run shows what the pool will serve, mcp entries aside)."""
     call = job.spec["rollout"]["toolCall"]
     entries = []
-    for tool, schema in (pair for t in job.spec["tools"] for pair in _served(t, pool_tools or [])):
+    for tool, schema in (pair for t in job.spec["tools"] for pair in _served(t, pool_tools)):
         entries.append(
             {
                 "class_name": TOOL_CLASS,
@@ -545,16 +545,7 @@ def source_of(key: str, translation: Translation, extra_args: list[str]) -> str:
     return f"forced by the job ({reason})"
 
 
-def translate(
-    job: Job,
-    pool_url: str,
-    pool_wait_seconds: float = DEFAULT_POOL_WAIT_SECONDS,
-    pool_tools: list[dict[str, Any]] | None = None,
-) -> Translation:
-    """Everything verl needs for this job; `extraArgs` come last so they win. `pool_tools` (the
-    pool's GET /v1/tools) names the tools of mcp entries; without it they offer none."""
-    return Translation(
-        overrides=_overrides(job, pool_url, pool_wait_seconds),
-        tool_config=tool_config(job, pool_url, pool_tools),
-        agent_loops=agent_loops(),
-    )
+def translate(job: Job, pool_url: str, pool_wait_seconds: float = DEFAULT_POOL_WAIT_SECONDS) -> Translation:
+    """Everything verl needs for this job but the tool config (`tool_config`); `extraArgs` come last so
+    they win."""
+    return Translation(overrides=_overrides(job, pool_url, pool_wait_seconds), agent_loops=agent_loops())

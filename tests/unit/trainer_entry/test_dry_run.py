@@ -10,7 +10,7 @@ from trainer_entry.__main__ import main
 from trainer_entry.dry_run import command_overrides, read_manifest
 from trainer_entry.run import TrainingError, check_columns, check_custom_reward
 from trainer_entry.spec import SpecError, parse_job
-from trainer_entry.translate import translate
+from trainer_entry.translate import tool_config, translate
 
 from trainer_entry import verl_config
 
@@ -452,7 +452,7 @@ def test_prompts_longer_than_the_jobs_prompt_length_are_a_warning_with_the_lengt
     err = capsys.readouterr().err
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     prompt = list(read_rows(data)[0]["prompt"])
-    schemas = translate(job(**spec), POOL).tool_config["tools"][0]["tool_schema"]
+    schemas = tool_config(job(**spec), POOL)["tools"][0]["tool_schema"]
     text = tokenizer.apply_chat_template(prompt, tools=[schemas], add_generation_prompt=True, tokenize=False)
     needed = len(tokenizer.encode(text, add_special_tokens=False))
     assert (limit < needed) == (limit == 40), needed  # the small limit cuts, the large one does not

@@ -8,9 +8,9 @@ import pytest
 from trainer_entry.hub import Sink, use_sink
 from trainer_entry.metrics import TrainerMetrics
 from trainer_entry.rewards import compute_score
-from trainer_entry.run import write_workdir
+from trainer_entry.run import write_tool_config, write_workdir
 from trainer_entry.spec import parse_job
-from trainer_entry.translate import agent_loop_name, translate
+from trainer_entry.translate import agent_loop_name, tool_config, translate
 from verl.protocol import DataProto
 from verl.workers.rollout.replica import TokenOutput
 
@@ -126,6 +126,7 @@ async def rollout(protocol, tiny_model, sandbox, tmp_path, monkeypatch):
     job = job_for(protocol, tiny_model)
     translation = translate(job, sandbox)
     write_workdir(job, translation, tmp_path)
+    write_tool_config(tmp_path, tool_config(job, sandbox))
     monkeypatch.chdir(tmp_path)  # the Ray working_dir of a real run
     config = verl_config.compose([*translation.overrides, "actor_rollout_ref.rollout.agent.num_workers=1"])
     verl_config.check(config)
@@ -262,6 +263,7 @@ async def one_trajectory(
     job = job_for(protocol, tiny_model, tools)
     translation = translate(job, pool_url)
     write_workdir(job, translation, tmp_path)
+    write_tool_config(tmp_path, tool_config(job, pool_url))
     monkeypatch.chdir(tmp_path)
     config = verl_config.compose([*translation.overrides, "actor_rollout_ref.rollout.agent.num_workers=1"])
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
@@ -394,6 +396,7 @@ async def test_the_jobs_protocol_runs_even_when_the_rows_name_another_loop(
     translation = translate(job, sandbox)
     workdir = tmp_path / "workdir"
     write_workdir(job, translation, workdir)
+    write_tool_config(workdir, tool_config(job, sandbox))
     monkeypatch.chdir(workdir)
     config = verl_config.compose([*translation.overrides, "actor_rollout_ref.rollout.agent.num_workers=1"])
     use_sink(Sink(local=TrainerMetrics(trajectories_per_step=1)))

@@ -16,10 +16,11 @@ from trainer_entry.run import (
     describe,
     explain_ray_failure,
     wait_for_pool,
+    write_tool_config,
     write_workdir,
 )
 from trainer_entry.spec import SpecError, parse_job
-from trainer_entry.translate import translate
+from trainer_entry.translate import tool_config, translate
 
 SPEC = {
     "model": {"path": "Qwen/Qwen2.5-3B-Instruct"},
@@ -65,12 +66,14 @@ def test_bad_spec_exits_with_the_field(tmp_path, capsys):
 def test_workdir_holds_what_verl_loads(tmp_path):
     j = job()
     write_workdir(j, translate(j, "http://pool:8080"), tmp_path)
+    assert not (tmp_path / "toolrl_tools.yaml").exists()  # written once the pool's tools are read
+    write_tool_config(tmp_path, tool_config(j, "http://pool:8080"))
     tools = yaml.safe_load((tmp_path / "toolrl_tools.yaml").read_text())
     assert tools["tools"][0]["class_name"] == "trainer_entry.tools.PoolTool"
     loops = yaml.safe_load((tmp_path / "toolrl_agent_loops.yaml").read_text())
     names = {entry["name"] for entry in loops}
     assert names == {"toolrl_tool_tags", "toolrl_python_tags", "toolrl_react", "toolrl_hermes"}
-    text = describe(j, translate(j, "http://pool:8080"), "job.json")
+    text = describe(j, translate(j, "http://pool:8080"), tool_config(j, "http://pool:8080"), "job.json")
     assert text.count("toolrl_tools.yaml") >= 2
 
 
@@ -80,7 +83,7 @@ def test_verl_loads_our_tool_config(tmp_path):
     web = {"name": "web", "type": "http", "url": "http://api.example:80/search"}  # the CRD needs a url
     tools = [{"name": "python", "type": "python", "timeoutSeconds": 3}, web]
     j = job(tools=tools)
-    write_workdir(j, translate(j, "http://pool:8080"), tmp_path)
+    write_tool_config(tmp_path, tool_config(j, "http://pool:8080"))
     loaded = initialize_tools_from_config(str(tmp_path / "toolrl_tools.yaml"))
     assert [(t.name, t.tool_type, t.timeout) for t in loaded] == [
         ("python", "python", 3.0),
@@ -496,13 +499,27 @@ def test_a_checkpoint_that_cannot_be_written_stops_the_run_saying_so(monkeypatch
 
 
 def test_an_mcp_entry_the_pool_serves_no_tool_of_stops_the_start():
-    from trainer_entry.run import check_mcp_tools
+    from trainer_entry.run import check_pool_tools
 
     entry = {"name": "remote", "type": "mcp", "mcp": {"url": "http://my-mcp.tools.svc:8000/mcp"}}
     j = job(tools=[{"name": "python", "type": "python"}, entry])
-    check_mcp_tools(j, [{"name": "python", "type": "python"}, {"name": "remote__add", "type": "mcp"}])
+    check_pool_tools(j, [{"name": "python", "type": "python"}, {"name": "remote__add", "type": "mcp"}])
     with pytest.raises(SpecError, match=r"serves no tool of the MCP server http://my-mcp.tools.svc:8000/mcp"):
-        check_mcp_tools(j, [{"name": "python", "type": "python"}])
+        check_pool_tools(j, [{"name": "python", "type": "python"}])
+
+
+def test_a_pool_that_does_not_serve_the_jobs_tools_stops_the_start():
+    """The schemas the model is offered are the pool's (GET /v1/tools): a pool whose tools.yaml is not
+    the job's, which would answer none of its calls, stops the run before training."""
+    from trainer_entry.run import check_pool_tools
+
+    j = job(tools=[{"name": "python", "type": "python"}, {"name": "find", "type": "search", "corpus": "/c"}])
+    check_pool_tools(j, [{"name": "python", "type": "python"}, {"name": "find", "type": "search"}])
+    with pytest.raises(SpecError, match=r"'find': the tool pool serves no search tool of that name"):
+        check_pool_tools(j, [{"name": "python", "type": "python"}])
+    served = r"\(served: python \(python\), find \(http\)\)"
+    with pytest.raises(SpecError, match=rf"serves no search tool of that name {served}"):
+        check_pool_tools(j, [{"name": "python", "type": "python"}, {"name": "find", "type": "http"}])
 
 
 async def test_the_pools_tools_are_read_from_the_ready_pool(sandbox):

@@ -10,6 +10,7 @@ from trainer_entry.translate import (
     LOGICAL_GPUS_PER_CPU_WORKER,
     TOOL_CONFIG_FILE,
     hydra_value,
+    tool_config,
     translate,
 )
 from trainer_entry.verl_entry_points import COLOCATE_ASYNC_TRAINER_MODE, TRAINER_MODE, TRAINER_MODES
@@ -217,7 +218,7 @@ def test_tool_config_carries_the_call_policy():
             }
         }
     )
-    tools = translate(j, POOL).tool_config["tools"]
+    tools = tool_config(j, POOL)["tools"]
     assert [t["tool_schema"]["function"]["name"] for t in tools] == ["python", "search"]
     python = tools[0]["config"]
     assert python == {
@@ -236,7 +237,7 @@ def test_tool_config_carries_the_call_policy():
 
 def test_tool_config_carries_the_observation_format():
     tools = [{"name": "python", "type": "python", "observationFormat": "sandbox-fusion"}]
-    (python,) = translate(job(tools=tools), POOL).tool_config["tools"]
+    (python,) = tool_config(job(tools=tools), POOL)["tools"]
     assert python["config"]["observation_format"] == "sandbox-fusion"
 
 
@@ -472,9 +473,9 @@ def test_an_mcp_entry_offers_the_remote_tools_the_pool_serves_with_their_schemas
         {"name": "remote__add", "type": "mcp", "description": "Add two integers.", "inputSchema": add_schema},
         {"name": "remote__fail", "type": "mcp", "description": "", "inputSchema": {"type": "object"}},
     ]
-    before = translate(j, POOL).tool_config["tools"]  # the pool not asked yet: no remote tool
+    before = tool_config(j, POOL)["tools"]  # the pool not asked yet: no remote tool
     assert [t["tool_schema"]["function"]["name"] for t in before] == ["python"]
-    tools = translate(j, POOL, pool_tools=pool_tools).tool_config["tools"]
+    tools = tool_config(j, POOL, pool_tools)["tools"]
     assert [t["tool_schema"]["function"]["name"] for t in tools] == ["python", "remote__add", "remote__fail"]
     add = tools[1]
     assert add["config"]["tool_type"] == "mcp" and add["config"]["timeout_seconds"] == 10.0
