@@ -13,6 +13,7 @@ from typing import Any
 from toolrl_api import tool_types
 
 from trainer_entry.observations import OBSERVATION_DEFAULT
+from trainer_entry.protocols import PROTOCOLS
 from trainer_entry.spec import COLOCATE_TRAINER_MODE, SEPARATE_TRAINER_MODE, Job, cpu_only, mini_batch_size
 
 # Our classes as verl's extension points name them (the table of every door: verl_entry_points)
@@ -210,11 +211,11 @@ def tool_config(job: Job, pool_url: str, pool_tools: list[dict[str, Any]] | None
 
 
 def agent_loops() -> list[dict[str, Any]]:
-    """Our loops: one per tag protocol, and hermes (verl's own `tool_agent` that excludes infra failures)."""
-    return [
-        {"name": agent_loop_name(p), "_target_": AGENT_LOOP_CLASS, "protocol": p}
-        for p in ("tool-tags", "python-tags", "react")
-    ] + [{"name": agent_loop_name("hermes"), "_target_": HERMES_LOOP_CLASS}]
+    """Our loops: one per text protocol (protocols.PROTOCOLS), and hermes (verl's own `tool_agent` that
+    excludes infra failures)."""
+    return [{"name": agent_loop_name(p), "_target_": AGENT_LOOP_CLASS, "protocol": p} for p in PROTOCOLS] + [
+        {"name": agent_loop_name("hermes"), "_target_": HERMES_LOOP_CLASS}
+    ]
 
 
 def breaker_overrides(job: Job, pool_url: str, pool_wait_seconds: float) -> list[str]:
