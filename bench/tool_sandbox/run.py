@@ -9,7 +9,12 @@ dialect); a call counts as an error unless its output (snippets) or its pass/fai
 SandboxFusion's official client against the pool's /run_code: each canonical solution must pass
 and each broken one fail, else the benchmark fails.
 
-Usage: python bench/tool_sandbox/run.py [--seconds 8] [--workloads ...]
+Then the pool against the ceiling alone, paired: at concurrency 8, `--rounds` rounds in which the two
+run one after the other (the order alternating between rounds), each round's ratio of the pool's
+calls/s and p99 to the ceiling's, and their median and range: a host that drifts by +-15 % between
+cells moves both sides of a pair alike, which one cell of each measured minutes apart does not.
+
+Usage: python bench/tool_sandbox/run.py [--seconds 8] [--workloads ...] [--rounds 7]
        [--out bench/results/tool_sandbox.json]
 Prints a markdown table; writes the figures as JSON."""
 
@@ -245,9 +250,13 @@ def systems(
     }
 
 
-async def bench(seconds: float, workloads: list[str]) -> tuple[list[dict], dict[str, list[str]]]:
-    """The measured rows, and what the HumanEval check found wrong on each server."""
+async def bench(
+    seconds: float, workloads: list[str], rounds: int
+) -> tuple[list[dict], list[dict], dict[str, list[str]]]:
+    """The measured rows, the paired rounds against the ceiling, and what the HumanEval check found wrong
+    on each server."""
     rows = []
+    rounds_found: list[dict] = []
     wrong: dict[str, list[str]] = {}
     sandbox_port, baseline_port = free_port(), free_port()
     sandbox = subprocess.Popen(
@@ -297,6 +306,8 @@ async def bench(seconds: float, workloads: list[str]) -> tuple[list[dict], dict[
                             }
                         )
                         print(f"  {label:10s} {system:32s} c={concurrency:2d} {result}", file=sys.stderr)
+        if rounds:
+            rounds_found = await paired(sandbox_url, ceiling_path, workloads, rounds)
     finally:
         os.killpg(ceiling.pid, signal.SIGTERM)  # its servers, one per CPU, and their spares
         for process in (sandbox, baseline):
@@ -304,7 +315,71 @@ async def bench(seconds: float, workloads: list[str]) -> tuple[list[dict], dict[
         for process in (ceiling, sandbox, baseline):
             process.wait(20)
         sockets.cleanup()
-    return rows, wrong
+    return rows, rounds_found, wrong
+
+
+PAIRED_CONCURRENCY = 8  # where the issue's target is set, and where the ceiling is a fair reference
+PAIRED_PASSES = 3  # HumanEval: three passes a cell (984 calls: its p99 is then about the tenth slowest)
+PAIRED_SECONDS = 4.0  # a snippet's cell
+
+
+async def paired(sandbox_url: str, ceiling_path: str, workloads: list[str], rounds: int) -> list[dict]:
+    """The pool and the ceiling measured in turn, `rounds` times per workload (the pool first in even
+    rounds, the ceiling first in odd ones): each round's calls/s and p99 of both and their ratios."""
+    found = []
+    connector = aiohttp.TCPConnector(limit=64)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        for label in workloads:
+            calls = systems(session, label, sandbox_url, "", CeilingClient(ceiling_path))
+            pool = next(call for system, call in calls.items() if system.startswith("tool_sandbox"))
+            pair = {"pool": pool, "ceiling": calls[CEILING]}
+            passes = PAIRED_PASSES * len(humaneval.cases()) if label == HUMANEVAL else 0
+            for round_ in range(rounds):
+                order = ("pool", "ceiling") if round_ % 2 == 0 else ("ceiling", "pool")
+                cells = {}
+                for side in order:
+                    cells[side] = await measure(pair[side], PAIRED_CONCURRENCY, PAIRED_SECONDS, passes)
+                pool_cell, top = cells["pool"], cells["ceiling"]
+                row = {
+                    "snippet": label,
+                    "round": round_,
+                    "first": order[0],
+                    "pool": pool_cell,
+                    "ceiling": top,
+                    "calls_ratio": round(pool_cell["calls_per_second"] / top["calls_per_second"], 3),
+                    "p99_ratio": round(pool_cell["p99_ms"] / top["p99_ms"], 3),
+                }
+                found.append(row)
+                print(
+                    f"  paired {label:10s} round {round_} ({order[0]} first): pool"
+                    f" {pool_cell['calls_per_second']} calls/s p99 {pool_cell['p99_ms']} ms, ceiling"
+                    f" {top['calls_per_second']} p99 {top['p99_ms']}: {row['calls_ratio']:.2f}x,"
+                    f" p99 {row['p99_ratio']:.2f}x",
+                    file=sys.stderr,
+                )
+    return found
+
+
+def paired_summary(rows: list[dict]) -> str:
+    """Per workload: the median and range of the rounds' ratios, and whether issue 35's target holds on
+    the median (calls/s >= 90 % of the ceiling's, p99 <= 1.1x its)."""
+    lines = [
+        f"| workload (c={PAIRED_CONCURRENCY}, paired rounds) | rounds | pool/ceiling calls/s: median (range)"
+        " | pool/ceiling p99: median (range) | errors | >= 0.90 and <= 1.10 |",
+        "|---|---:|---|---|---:|---|",
+    ]
+    for label in dict.fromkeys(r["snippet"] for r in rows):
+        mine = [r for r in rows if r["snippet"] == label]
+        calls = sorted(r["calls_ratio"] for r in mine)
+        p99 = sorted(r["p99_ratio"] for r in mine)
+        errors = sum(r["pool"]["errors"] + r["ceiling"]["errors"] for r in mine)
+        mid_calls, mid_p99 = calls[len(calls) // 2], p99[len(p99) // 2]
+        held = "yes" if mid_calls >= 0.9 and mid_p99 <= 1.1 else "no"
+        lines.append(
+            f"| {label} | {len(mine)} | {mid_calls:.2f} ({calls[0]:.2f}-{calls[-1]:.2f}) |"
+            f" {mid_p99:.2f} ({p99[0]:.2f}-{p99[-1]:.2f}) | {errors} | {held} |"
+        )
+    return "\n".join(lines)
 
 
 def machine() -> dict:
@@ -374,13 +449,16 @@ def main() -> None:
     parser.add_argument(
         "--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS), help="what to measure (all)"
     )
+    parser.add_argument(
+        "--rounds", type=int, default=7, help="paired rounds of the pool against the ceiling (0: none)"
+    )
     parser.add_argument("--out", default=str(HERE.parent / "results" / "tool_sandbox.json"))
     args = parser.parse_args()
     info = machine()
-    rows, wrong = asyncio.run(bench(args.seconds, args.workloads))
+    rows, rounds, wrong = asyncio.run(bench(args.seconds, args.workloads, args.rounds))
     info["loadavg_end"] = os.getloadavg()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    report = {"machine": info, "results": rows, "humaneval_wrong_verdicts": wrong}
+    report = {"machine": info, "results": rows, "paired_rounds": rounds, "humaneval_wrong_verdicts": wrong}
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(
         f"Machine: {info['cpus']} CPUs ({info['cpu_model']}), Linux {info['kernel']}, "
@@ -390,6 +468,9 @@ def main() -> None:
     print(table(rows))
     print()
     print(ratios(rows))
+    if rounds:
+        print()
+        print(paired_summary(rounds))
     for name, found in wrong.items():
         print(f"\nHumanEval via the sandbox-fusion client against {name}: {328 - len(found)}/328 right")
         for line in found[:20]:

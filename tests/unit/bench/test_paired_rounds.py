@@ -1,0 +1,49 @@
+"""bench/tool_sandbox/run.py's paired rounds of the pool against the ceiling: the summary takes each
+workload's median and range of the rounds' ratios, and says issue 35's target held only where the
+median calls/s ratio is at least 0.90 and the median p99 ratio at most 1.10."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[3] / "bench" / "tool_sandbox"
+
+
+@pytest.fixture(scope="module")
+def run():
+    sys.path.insert(0, str(BENCH))  # run.py imports its sibling humaneval.py by name
+    try:
+        import run as module
+
+        yield module
+    finally:
+        sys.path.remove(str(BENCH))
+        sys.modules.pop("run", None)
+
+
+def rounds(label: str, pairs: list[tuple[float, float]]) -> list[dict]:
+    """One row a round: (pool's calls/s, pool's p99 ms) against a ceiling of 100 calls/s and 50 ms."""
+    return [
+        {
+            "snippet": label,
+            "pool": {"calls_per_second": rate, "p99_ms": p99, "errors": 0},
+            "ceiling": {"calls_per_second": 100.0, "p99_ms": 50.0, "errors": 0},
+            "calls_ratio": rate / 100.0,
+            "p99_ratio": p99 / 50.0,
+        }
+        for rate, p99 in pairs
+    ]
+
+
+def test_the_median_round_decides_and_the_range_is_shown(run) -> None:
+    # one round far off each way (a stray load): the median is the middle round, not the mean
+    held = rounds("held", [(92.0, 52.0), (60.0, 90.0), (95.0, 50.0), (130.0, 40.0), (91.0, 54.0)])
+    missed = rounds("missed", [(88.0, 50.0), (89.0, 50.0), (95.0, 50.0)])
+    slow_tail = rounds("slow tail", [(95.0, 56.0), (96.0, 57.0), (97.0, 40.0)])
+    lines = run.paired_summary(held + missed + slow_tail).splitlines()
+    assert lines[2] == "| held | 5 | 0.92 (0.60-1.30) | 1.04 (0.80-1.80) | 0 | yes |"
+    assert lines[3] == "| missed | 3 | 0.89 (0.88-0.95) | 1.00 (1.00-1.00) | 0 | no |"
+    assert lines[4] == "| slow tail | 3 | 0.96 (0.95-0.97) | 1.12 (0.80-1.14) | 0 | no |"
