@@ -7,10 +7,8 @@ as from the pool's listing, and a new type's declarations reach them with no oth
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -27,12 +25,12 @@ from trainer_entry.translate import tool_config, tool_schema
 from tool_sandbox import tool_types as generator
 
 REPO = Path(__file__).resolve().parents[2]
-COPY_FILE = REPO / "api" / "toolrl_api" / "tool_types.py"
+COPY_FILE = REPO / "api" / "toolrl_api" / "tool_types.json"
 POOL = "http://pool:8080"
 
 
 def _written(tmp_path: Path) -> str:
-    target = tmp_path / "tool_types.py"
+    target = tmp_path / "tool_types.json"
     with pytest.raises(SystemExit) as ended:
         pool_main(["tool-types", "--write", str(target)])
     assert ended.value.code == 0
@@ -47,18 +45,10 @@ def _printed(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     return result
 
 
-def _module(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("generated_tool_types", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_apis_copy_is_the_registrys(tmp_path: Path) -> None:
     """Regenerate it: the API package's copy must be what `tool-types --write` writes today."""
     assert _written(tmp_path) == COPY_FILE.read_text(), (
-        "api/toolrl_api/tool_types.py differs from the pool's registry: run "
+        "api/toolrl_api/tool_types.json differs from the pool's registry: run "
         f"`{generator.COMMAND}` (with PYTHONPATH naming the worktree's packages)"
     )
 
@@ -208,8 +198,7 @@ def test_a_new_types_declarations_reach_the_copy_the_trainer_and_the_pool(
         "sessions": False,
         "takes_sample": True,
     }
-    _written(tmp_path)
-    generated = _module(tmp_path / "tool_types.py").TOOL_TYPES["calc"]
+    generated = ToolType(**json.loads(_written(tmp_path))["calc"])  # as toolrl_api.tool_types loads it
     assert dataclasses.asdict(generated) == printed
     monkeypatch.setitem(COPY, "calc", ToolType(**dataclasses.asdict(generated)))  # the regenerated copy
     calc = {"name": "calc", "type": "calc"}

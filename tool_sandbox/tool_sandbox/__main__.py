@@ -1,6 +1,6 @@
 """`python -m tool_sandbox serve --host H --port P [--config tools.yaml]`; `python -m tool_sandbox
-tool-types [--write api/toolrl_api/tool_types.py]`: the registered tool types as JSON, or the API
-package's copy of them (tool_types.py)."""
+tool-types [--write api/toolrl_api/tool_types.json]`: the registered tool types as JSON, or the API
+package's copy of them (toolrl_api/tool_types.json)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None] | argparse.
     types.add_argument(
         "--write",
         metavar="PATH",
-        help="write the API package's copy (api/toolrl_api/tool_types.py) to PATH instead",
+        help="write the API package's copy (api/toolrl_api/tool_types.json) to PATH instead",
     )
     serve = sub.add_parser("serve", help="run the HTTP tool server")
     serve.add_argument("--host", default=defaults.host)

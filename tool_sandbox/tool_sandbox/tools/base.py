@@ -60,7 +60,7 @@ class Tool:
     tools.yaml), a `description`, the JSON schema of its input object (`input_schema`, served at
     GET /v1/tools and MCP's tools/list) and its capabilities, and implements `execute`; stateful ones
     also sessions. These declarations are the one home of the type: `python -m tool_sandbox tool-types
-    --write api/toolrl_api/tool_types.py` copies them into the API package, where the operator and the
+    --write api/toolrl_api/tool_types.json` copies them into the API package, where the operator and the
     trainer read them (tool_sandbox/tool_types.py)."""
 
     type = ""
