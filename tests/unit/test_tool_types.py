@@ -166,19 +166,17 @@ def test_a_calls_input_is_checked_on_its_types_schema() -> None:
         assert str(raised.value) == said
 
 
+EXPRESSION = {"type": "string", "description": "Like 2 * (3 + 4)"}  # required: offered to the model
+DIGITS = {"type": "integer", "minimum": 0, "description": "Digits after the point"}  # optional: not offered
+
+
 class CalcTool(Tool):
     """A new tool type, declared as every type is: its own module's Tool subclass."""
 
     type = "calc"
     description = "Evaluate an arithmetic expression."
-    input_schema = {
-        "type": "object",
-        "properties": {
-            "expression": {"type": "string", "description": "Like 2 * (3 + 4)"},
-            "digits": {"type": "integer", "minimum": 0, "description": "Digits after the point"},
-        },
-        "required": ["expression"],
-    }
+    input_schema = {"type": "object", "properties": {"expression": EXPRESSION, "digits": DIGITS}}
+    input_schema["required"] = ["expression"]
     runs_code = True
     takes_sample = True
 
@@ -207,7 +205,7 @@ def test_a_new_types_declarations_reach_the_copy_the_trainer_and_the_pool(
         "description": "Evaluate an arithmetic expression.",
         "parameters": {
             "type": "object",
-            "properties": {"expression": {"type": "string", "description": "Like 2 * (3 + 4)"}},
+            "properties": {"expression": EXPRESSION},
             "required": ["expression"],
         },
     }
