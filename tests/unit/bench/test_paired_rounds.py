@@ -4,24 +4,30 @@ median calls/s ratio is at least 0.90 and the median p99 ratio at most 1.10."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 BENCH = Path(__file__).resolve().parents[3] / "bench" / "tool_sandbox"
 
 
-@pytest.fixture(scope="module")
-def run():
-    sys.path.insert(0, str(BENCH))  # run.py imports its sibling humaneval.py by name
-    try:
-        import run as module
+def _load(name: str, path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """The script at `path` as module `name`, in sys.modules for the test (its dataclasses look it up)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return module
 
-        yield module
-    finally:
-        sys.path.remove(str(BENCH))
-        sys.modules.pop("run", None)
+
+@pytest.fixture
+def run(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    _load("humaneval", BENCH / "humaneval.py", monkeypatch)  # run.py, a script, imports it by name
+    return _load("tool_sandbox_bench_run", BENCH / "run.py", monkeypatch)
 
 
 def rounds(label: str, pairs: list[tuple[float, float]]) -> list[dict]:
