@@ -14,8 +14,8 @@ from tool_sandbox.config import ConfigError, ServerSettings, default_tools
 from tool_sandbox.tools import load_tools
 
 
-def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None] | argparse.Namespace:
-    """`serve`: its settings and the config's path; `tool-types`: its arguments."""
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command and its arguments; `serve`'s are checked here (serve_settings reads them)."""
     defaults = ServerSettings()
     parser = argparse.ArgumentParser(prog="tool_sandbox", description="Sandboxed tool server for RL rollouts")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -91,7 +91,7 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None] | argparse.
         help="become ready even without Landlock (children then rely on seccomp, uids and the pod)",
     )
     args = parser.parse_args(argv)
-    if args.command == "tool-types":
+    if args.command != "serve":
         return args
     for name in (
         "workers",
@@ -109,8 +109,13 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None] | argparse.
     ):
         if not getattr(args, name) >= 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
+
+
+def serve_settings(args: argparse.Namespace) -> tuple[ServerSettings, str | None]:
+    """`serve`'s settings and the config's path."""
     settings = dataclasses.replace(
-        defaults,
+        ServerSettings(),
         host=args.host,
         port=args.port,
         workers=args.workers,
@@ -136,12 +141,12 @@ def parse_args(argv: list[str]) -> tuple[ServerSettings, str | None] | argparse.
 
 
 def main(argv: list[str] | None = None) -> None:
-    parsed = parse_args(sys.argv[1:] if argv is None else argv)
-    if isinstance(parsed, argparse.Namespace):  # tool-types
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "tool-types":
         from tool_sandbox import tool_types
 
-        sys.exit(tool_types.main(parsed.write))
-    settings, config_path = parsed
+        sys.exit(tool_types.main(args.write))
+    settings, config_path = serve_settings(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         tools = load_tools(config_path) if config_path else default_tools()
