@@ -32,11 +32,18 @@ NORMAL, WARNING = "Normal", "Warning"
 MAX_MESSAGE = 1024  # longer messages are cut in the middle, as kopf does
 
 
+def once_name(obj: Mapping[str, Any], reason: str) -> str:
+    """The name of the one Event of `reason` about `obj` in its life: posted twice (by a sync cut
+    short and its retry), the second is refused as a conflict."""
+    meta = obj["metadata"]
+    return f"{meta['name']}.{meta['uid']}.{reason.lower()}"
+
+
 def event_manifest(
-    obj: Mapping[str, Any], type_: str, reason: str, message: str, now: dt.datetime
+    obj: Mapping[str, Any], type_: str, reason: str, message: str, now: dt.datetime, once: bool = False
 ) -> dict[str, Any]:
     """A core/v1 Event about `obj` (a namespaced object with metadata.uid); `type_` is Normal or
-    Warning."""
+    Warning. `once`: named by once_name, otherwise a generated name."""
     if type_ not in ("Normal", "Warning"):
         raise ValueError(f"event type {type_!r}: use Normal or Warning")
     meta = obj["metadata"]
@@ -47,7 +54,10 @@ def event_manifest(
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "metadata": {
+            **({"name": once_name(obj, reason)} if once else {"generateName": f"{meta['name']}."}),
+            "namespace": meta["namespace"],
+        },
         "type": type_,
         "reason": reason,
         "message": message,

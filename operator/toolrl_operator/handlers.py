@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
 
+from . import leader
 from .apply import Kube, load_api_client, owns
 from .children import CHILD_KINDS
+from .leader import LeaderElector
 from .naming import (
     AUTOSCALER_FIELD_MANAGER,
     COMPONENT_TOOL_POOL,
@@ -68,8 +72,9 @@ class Runtime:
         jobs: Mapping[Key, Iterable[dict[str, Any]]],
         rayjobs: Mapping[Key, Iterable[dict[str, Any]]],
         deployments: Mapping[Key, Iterable[dict[str, Any]]],
+        elector: LeaderElector | None = None,
     ) -> None:
-        self.settings, self.kube = settings, kube
+        self.settings, self.kube, self.elector = settings, kube, elector
         self.threads = ThreadPoolExecutor(THREADS, thread_name_prefix="toolrl")
         self.reconciler = Reconciler(settings, kube, self.threads, jobs, rayjobs, deployments)
         workers = self.reconciler.workers
@@ -78,20 +83,67 @@ class Runtime:
         self.autoscaler = Autoscaler(
             settings, kube, self.threads, jobs, deployments, self.reconciler.ready_pods
         )
-        self.tasks: list[asyncio.Task[None]] = []
+        self.tasks: list[asyncio.Task[None]] = []  # the leader election's
+        self.work: list[asyncio.Task[None]] = []  # the reconciler's and the autoscaler's
 
     def start(self) -> None:
-        """Start the reconciler's workers and resync, and the autoscaler's loop."""
-        self.tasks = [
+        """Start the work (the reconciler's workers and resync, the autoscaler's loop): at once, or
+        with leader election, once this process holds the Lease (leader.py)."""
+        if self.elector is None:
+            self._start_work()
+        else:
+            self.tasks = [asyncio.create_task(self._lead(self.elector), name="toolrl leader election")]
+
+    def _start_work(self) -> None:
+        self.work = [
             asyncio.create_task(self.reconciler.run(self.settings.resync_seconds), name="toolrl reconciler"),
             asyncio.create_task(self.autoscaler.run(), name="toolrl autoscaler"),
         ]
 
+    async def _stop_work(self) -> None:
+        for task in self.work:
+            task.cancel()
+        await asyncio.gather(*self.work, return_exceptions=True)
+        self.work = []
+
+    async def _lead(self, elector: LeaderElector) -> None:
+        """Acquire the Lease, start the work, renew; when the Lease is lost (another holder seen, or no
+        renewal within the deadline), stop the work and the operator: its pod starts again as a
+        candidate, as client-go's OnStoppedLeading exits."""
+        loop = asyncio.get_running_loop()
+        log.info("leader election: %s waits for the Lease %s/%s", elector.identity, *elector.lease_key)
+        while True:
+            try:
+                round_ = loop.run_in_executor(self.threads, elector.try_acquire_or_renew)
+                held = await asyncio.wait_for(round_, leader.RENEW_DEADLINE_SECONDS)
+            except Exception as err:  # an API error or a hung call: the next round tries again
+                log.warning("leader election: the Lease was not read or written: %s", err)
+                held = False
+            if held and not self.work:
+                self._start_work()
+            elif self.work and not elector.held_for_sure():
+                log.error(
+                    "leader election: lost the Lease %s/%s (holder now %r); stopping the operator",
+                    *elector.lease_key, elector.holder,
+                )
+                await self._stop_work()
+                os.kill(os.getpid(), signal.SIGTERM)  # kopf stops gracefully; the pod restarts it
+                return
+            await asyncio.sleep(leader.RETRY_SECONDS)
+
     async def stop(self) -> None:
-        """Cancel both and wait for them to end; then the pool's threads go."""
+        """Cancel the work and the election and wait for them to end, give the Lease up; then the
+        pool's threads go."""
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self._stop_work()
+        if self.elector is not None:
+            release = asyncio.get_running_loop().run_in_executor(self.threads, self.elector.release)
+            try:
+                await asyncio.wait_for(release, leader.RENEW_DEADLINE_SECONDS)
+            except Exception as err:  # the Lease then expires by itself
+                log.warning("leader election: the Lease was not released: %s", err)
         self.threads.shutdown(wait=False, cancel_futures=True)
 
 
@@ -165,8 +217,11 @@ def watch_only_owned(settings: kopf.OperatorSettings) -> None:
 async def start(memo: kopf.Memo, **kwargs: Any) -> None:
     """Make the runtime, keep it in the memo and start it; the indexes fill as kopf's watches come in."""
     kube = Kube(load_api_client(THREADS), FIELD_MANAGER)
-    indexes = (index(kwargs, name) for name in ("jobs", "rayjobs", "deployments"))
-    rt = Runtime(Settings.from_env(), kube, *indexes)
+    settings = Settings.from_env()
+    lease = settings.leader_election_lease
+    elector = leader.LeaderElector(kube, lease, leader.identity()) if lease else None
+    jobs, rayjobs, deployments = (index(kwargs, name) for name in ("jobs", "rayjobs", "deployments"))
+    rt = Runtime(settings, kube, jobs, rayjobs, deployments, elector)
     rt.start()
     memo.runtime = rt
 

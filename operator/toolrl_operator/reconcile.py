@@ -374,7 +374,11 @@ class Reconciler:
                 state.permanent, state.refused = None, 0
                 observed = int(parsed.status.get("observedGeneration") or 0)
                 if not observed:
-                    announcements.insert(0, (events.NORMAL, events.CREATED, "created the job's children"))
+                    # posted before the status that marks the job created, under a name of the job's
+                    # own: a sync cut short in between (the operator killed) posts it again, and the
+                    # API server keeps one
+                    created = "created the job's children"
+                    self._post(key, events.NORMAL, events.CREATED, created, job, once=True)
                 elif generation > observed:
                     message = f"applied generation {generation} of the spec"
                     announcements.insert(0, (events.NORMAL, events.SPEC_APPLIED, message))
@@ -545,14 +549,25 @@ class Reconciler:
             self._post(key, type_, reason, message, job.body)
 
     def _post(
-        self, key: Key, type_: str, reason: str, message: str, job: Mapping[str, Any] | None = None
+        self,
+        key: Key,
+        type_: str,
+        reason: str,
+        message: str,
+        job: Mapping[str, Any] | None = None,
+        once: bool = False,
     ) -> None:
-        """An Event on the job; best effort, as kopf's own are."""
+        """An Event on the job; best effort, as kopf's own are. `once`: at most one of this reason
+        in the job's life (events.once_name)."""
         job = job or first(self.jobs.get(key))
         if job is None:
             return
+        manifest = events.event_manifest(job, type_, reason, message, dt.datetime.now(dt.UTC), once=once)
         try:
-            self.kube.create(events.event_manifest(job, type_, reason, message, dt.datetime.now(dt.UTC)))
+            self.kube.create(manifest)
+        except ApiError as err:
+            if not (once and err.status == HTTPStatus.CONFLICT):  # a conflict: posted before
+                log.warning("event %s on %s/%s not posted: %s", reason, *key, err)
         except Exception as err:
             log.warning("event %s on %s/%s not posted: %s", reason, *key, err)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from .leader import LeaseName
 from .scale_decision import Policy
 
 
@@ -29,6 +30,9 @@ class Settings:
     # Where KubeRay runs: Ray NetworkPolicies admit it to the dashboard. Empty: namespaces
     # labelled RAY_DASHBOARD_ACCESS_LABEL instead.
     kuberay_namespace: str = ""
+    # The Lease of leader election (namespace/name; the chart sets it): the operator works only
+    # while it holds it. None: no election (one operator run by hand).
+    leader_election_lease: LeaseName | None = None
 
     def metrics_namespaces(self) -> list[str]:
         """Namespaces whose pods may read the jobs' /metrics: Prometheus's and the operator's."""
@@ -38,8 +42,8 @@ class Settings:
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
         """Read TOOLRL_TRAINER_IMAGE, TOOLRL_TOOL_SANDBOX_IMAGE, TOOLRL_MONITORING_NAMESPACE,
         TOOLRL_PROMETHEUS_URL, TOOLRL_AUTOSCALER_INTERVAL_SECONDS,
-        TOOLRL_AUTOSCALER_STABLE_WINDOW_SECONDS, TOOLRL_RESYNC_SECONDS, TOOLRL_KUBERAY_NAMESPACE and
-        POD_NAMESPACE (the operator's own, set by the chart)."""
+        TOOLRL_AUTOSCALER_STABLE_WINDOW_SECONDS, TOOLRL_RESYNC_SECONDS, TOOLRL_KUBERAY_NAMESPACE,
+        TOOLRL_LEADER_ELECTION_LEASE and POD_NAMESPACE (the operator's own, set by the chart)."""
         env = dict(os.environ) if env is None else env
         defaults = cls()
         seconds = _seconds(env, "TOOLRL_AUTOSCALER_INTERVAL_SECONDS", defaults.autoscaler_interval_seconds)
@@ -50,6 +54,11 @@ class Settings:
                 f"{window_name}={env[window_name]!r}: use at least the panic window, "
                 f"{Policy.panic_window_seconds:g} seconds"
             )
+        lease = env.get("TOOLRL_LEADER_ELECTION_LEASE", "")
+        try:
+            leader_election_lease = LeaseName.parse(lease) if lease else None
+        except ValueError as err:
+            raise SettingsError(f"TOOLRL_LEADER_ELECTION_LEASE={err}") from None
         return cls(
             trainer_image=env.get("TOOLRL_TRAINER_IMAGE") or defaults.trainer_image,
             tool_sandbox_image=env.get("TOOLRL_TOOL_SANDBOX_IMAGE") or defaults.tool_sandbox_image,
@@ -60,6 +69,7 @@ class Settings:
             resync_seconds=_seconds(env, "TOOLRL_RESYNC_SECONDS", defaults.resync_seconds),
             operator_namespace=env.get("POD_NAMESPACE", ""),
             kuberay_namespace=env.get("TOOLRL_KUBERAY_NAMESPACE", ""),
+            leader_election_lease=leader_election_lease,
         )
 
 

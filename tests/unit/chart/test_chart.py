@@ -58,8 +58,31 @@ def test_rendered_objects_are_valid(render: Render, values: dict[str, Any] | Non
 
 def test_defaults_render_only_the_core_objects(render: Render) -> None:
     assert _kinds(render()) == sorted([
-        "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment", "Service",
-        "ServiceAccount"])
+        "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment", "Role", "RoleBinding",
+        "Service", "ServiceAccount"])
+
+
+def test_the_operator_holds_its_lease_with_a_role_of_its_own(render: Render) -> None:
+    """The Lease of leader election lives in the release's namespace, named after the release, and
+    the operator's ServiceAccount may create it and read and renew that one Lease only."""
+    objs = render(namespace="toolrl")
+    deploy = _one(objs, "Deployment")
+    env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    namespace, name = env["TOOLRL_LEADER_ELECTION_LEASE"].split("/")
+    assert (namespace, name) == ("toolrl", deploy["metadata"]["name"])
+    role = _one(objs, "Role")
+    assert role["metadata"]["namespace"] == namespace
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [name],
+         "verbs": ["get", "update"]},
+    ]
+    binding = _one(objs, "RoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": _one(objs, "ServiceAccount")["metadata"]["name"],
+         "namespace": namespace}
+    ]
 
 
 def test_all_features_add_monitoring_dashboard_and_alerts(render: Render) -> None:
@@ -168,14 +191,18 @@ def test_standard_labels_on_every_object(render: Render) -> None:
 
 
 def test_cluster_wide_by_default_namespaced_roles_with_watch_namespaces(render: Render) -> None:
+    def the_jobs(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+        """Roles or RoleBindings of the jobs' namespaces (not the leader election's)."""
+        election = "-leader-election"
+        return [o for o in objs if o["kind"] == kind and not o["metadata"]["name"].endswith(election)]
+
     cluster = render()
     role = _one(cluster, "ClusterRole")
     assert any("toolrljobs" in r["resources"] for r in role["rules"])
-    assert not [o for o in cluster if o["kind"] in ("Role", "RoleBinding")]
+    assert not the_jobs(cluster, "Role") + the_jobs(cluster, "RoleBinding")
 
     namespaced = render({"watchNamespaces": ["rl-a", "rl-b"]})
-    roles = [o for o in namespaced if o["kind"] == "Role"]
-    bindings = [o for o in namespaced if o["kind"] == "RoleBinding"]
+    roles, bindings = the_jobs(namespaced, "Role"), the_jobs(namespaced, "RoleBinding")
     assert sorted(o["metadata"]["namespace"] for o in roles) == ["rl-a", "rl-b"]
     assert sorted(o["metadata"]["namespace"] for o in bindings) == ["rl-a", "rl-b"]
     cluster_rules = _one(namespaced, "ClusterRole")["rules"]

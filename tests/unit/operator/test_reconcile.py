@@ -32,6 +32,7 @@ class FakeKube:
         self.events: list[tuple[str, str, str]] = []
         self.scaled: list[tuple[str, int, str]] = []  # (name, replicas, field manager)
         self.fail: dict[str, Exception] = {}
+        self.named: set[str | None] = set()  # Events posted under a name of their own
         self.version = 100
 
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -61,10 +62,16 @@ class FakeKube:
         return {"kind": "Scale", "spec": {"replicas": replicas}}
 
     def apply_status(self, *args: Any) -> dict[str, Any]:
+        if "Status" in self.fail:
+            raise self.fail["Status"]
         self.statuses.append(args[-1])
         return {"status": args[-1]}
 
     def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        name = manifest["metadata"].get("name")
+        if name and name in self.named:
+            raise ApiError(409, "AlreadyExists", f'events "{name}" already exists')
+        self.named.add(name)
         self.events.append((manifest["type"], manifest["reason"], manifest["message"]))
         return manifest
 
@@ -126,6 +133,20 @@ def test_a_sync_applies_every_child_writes_the_status_and_a_second_one_does_noth
     kube.applied.clear()
     rec.sync(KEY)  # e.g. the watch events of its own applies
     assert kube.applied == [] and len(kube.statuses) == 1 and len(kube.events) == 2
+
+
+def test_a_sync_cut_short_after_created_posts_it_once_on_its_retry(world) -> None:
+    """The operator killed (or its status write refused) between the Created Event and the status
+    that marks the job created: the next sync announces Created again, and the API server keeps one."""
+    rec, kube, _ = world
+    kube.fail["Status"] = ApiError(500, "InternalError", "etcd timed out")
+    with pytest.raises(ApiError):
+        rec.sync(KEY)
+    assert reasons(kube) == [events.CREATED] and kube.statuses == []
+    del kube.fail["Status"]
+    rec.sync(KEY)
+    assert reasons(kube) == [events.CREATED, "PhasePending"]
+    assert len(kube.statuses) == 1
 
 
 def test_drift_of_a_child_is_reverted_and_only_that_child_is_applied(world) -> None:
