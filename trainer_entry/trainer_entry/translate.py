@@ -62,9 +62,9 @@ CPU_VLLM_OVERRIDES = (
     f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={CPU_VLLM_KV_CACHE_BYTES}",
 )
 # Every job's actor and critic attend with PyTorch's SDPA: verl defaults to flash_attention_2, which
-# PyPI has no wheel of and the trainer image does not build by default (images/trainer/Dockerfile,
-# FLASH_ATTN). Remove-padding packs sequences for flash-attn's varlen kernels, so it is off with SDPA.
-# An image built with flash-attn takes it back through trainer.extraArgs (images/README.md).
+# PyPI has no wheel of and the trainer image does not contain. Remove-padding packs sequences for
+# flash-attn's varlen kernels, so it is off with SDPA. An image of the user's own with flash-attn takes
+# both back through trainer.extraArgs (images/README.md).
 ATTENTION_OVERRIDES = (
     "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
     "+critic.model.override_config.attn_implementation=sdpa",
