@@ -1,6 +1,6 @@
 """bench/tool_sandbox/run.py's paired rounds of the pool against the ceiling: the summary takes each
 workload's median and range of the rounds' ratios, and says issue 35's target held only where the
-median calls/s ratio is at least 0.90 and the median p99 ratio at most 1.10."""
+median calls/s ratio is at least 0.90 and the median p99 ratio at most 1.10; and its light HTTP client."""
 
 from __future__ import annotations
 
@@ -53,3 +53,43 @@ def test_the_median_round_decides_and_the_range_is_shown(run) -> None:
     assert lines[2] == "| held | 5 | 0.92 (0.60-1.30) | 1.04 (0.80-1.80) | 0 | yes |"
     assert lines[3] == "| missed | 3 | 0.89 (0.88-0.95) | 1.00 (1.00-1.00) | 0 | no |"
     assert lines[4] == "| slow tail | 3 | 0.96 (0.95-0.97) | 1.12 (0.80-1.14) | 0 | no |"
+
+
+async def test_the_light_client_posts_json_over_one_kept_alive_connection(run: ModuleType) -> None:
+    """The benchmark's HTTP client (the same for the pool and the baseline server): a caller's calls
+    reuse its connection, the JSON answer comes back whatever the status, and an answer it cannot
+    frame (no Content-Length) is an error, not a hang."""
+    from aiohttp import web
+
+    peers: set[int] = set()
+
+    async def echo(request: web.Request) -> web.StreamResponse:
+        assert request.transport is not None
+        peers.add(request.transport.get_extra_info("peername")[1])
+        body = await request.json()
+        if body.get("chunked"):
+            response = web.StreamResponse()
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            await response.write(b"{}")
+            return response
+        return web.json_response({"got": body}, status=429 if body.get("busy") else 200)
+
+    app = web.Application()
+    app.router.add_post("/v1/execute", echo)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    client = run.LightHttp(f"http://127.0.0.1:{port}")
+    try:
+        for i in range(3):
+            assert await client.post("/v1/execute", b'{"n": %d}' % i) == {"got": {"n": i}}
+        assert await client.post("/v1/execute", b'{"busy": true}') == {"got": {"busy": True}}
+        assert len(peers) == 1, "each call opened a connection of its own"
+        with pytest.raises(RuntimeError, match="without Content-Length"):
+            await client.post("/v1/execute", b'{"chunked": true}')
+    finally:
+        await client.close()
+        await runner.cleanup()
