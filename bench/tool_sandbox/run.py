@@ -157,15 +157,25 @@ class LightHttp:
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
     async def post(self, path: str, body: bytes) -> dict:
-        if not self.idle:
-            self.idle.append(await asyncio.open_connection(self.host, self.port))
-        reader, writer = self.idle.pop()
-        head = (
+        request = (
             f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
-        )
-        writer.write(head.encode() + body)
-        status_line, *lines = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        ).encode() + body
+        reused = bool(self.idle)
+        reader, writer = self.idle.pop() if reused else await asyncio.open_connection(self.host, self.port)
+        writer.write(request)
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionResetError) as exc:
+            if not reused or (isinstance(exc, asyncio.IncompleteReadError) and exc.partial):
+                raise
+            # the server closed the connection while it idled (its keep-alive timeout, between
+            # cells): nothing of the request was answered; send it once more on a new one
+            writer.close()
+            reader, writer = await asyncio.open_connection(self.host, self.port)
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+        status_line, *lines = head.decode("latin-1").split("\r\n")
         fields = (line.partition(":") for line in lines if line)
         headers = {name.strip().lower(): value.strip() for name, _, value in fields}
         if "content-length" not in headers:

@@ -39,7 +39,7 @@ from .rayjob import worker_groups
 from .reconcile import Reconciler
 from .scale_loop import Autoscaler
 from .settings import Settings
-from .status import lost_trainer, pod_ready, pod_waiting_cause
+from .status import lost_trainer, node_condition, pod_ready, pod_waiting_cause
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
@@ -331,4 +331,12 @@ async def pod_event(
         ready=pod_ready(body),
         ip=(body.get("status") or {}).get("podIP") or "",
         head=labels.get(LABEL_RAY_NODE_TYPE) == "head",
+        node=(body.get("spec") or {}).get("nodeName") or "",
     )
+
+
+@kopf.on.event("", "v1", "nodes")
+async def node_event(type: str, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A node's readiness: a job whose pods are bound to a node that is not Ready names it in its
+    status (a lost machine: its pods stay Running in the API until they are evicted)."""
+    runtime(memo).reconciler.node_seen(name, None if type == "DELETED" else node_condition(body))

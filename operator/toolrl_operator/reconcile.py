@@ -68,10 +68,12 @@ from .naming import (
 from .settings import Settings
 from .status import (
     FAILED,
+    NODE_NOT_READY,
     RECONCILED,
     RECOVERING,
     RESUMED,
     TRAINER_RESTARTED,
+    LostNode,
     LostTrainer,
     Problems,
     compute_status,
@@ -188,6 +190,7 @@ class PodSeen:
     ready: bool = False  # pod_ready
     ip: str = ""  # its IP while it is ready (the autoscaler scrapes it: ready_pods)
     head: bool = False  # a Ray head (KubeRay's ray.io/node-type label), where the trainer serves metrics
+    node: str = ""  # the node it is bound to (spec.nodeName)
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,9 @@ class Reconciler:
         self.workers = workers
         self.queue: WorkQueue[Key] = WorkQueue()
         self.state: dict[Key, JobState] = {}
+        # nodes that are not Ready -> their Ready condition as the status names it (node_seen); the
+        # dict is replaced, never changed in place, as the sync threads read it
+        self.unready_nodes: dict[str, str] = {}
 
     # ---- what the watches report (called on the event loop) --------------------------------
 
@@ -247,6 +253,21 @@ class Reconciler:
             PHASES.record(key[0], key[1], None)
         else:
             self.queue.add(key)
+
+    def node_seen(self, name: str, condition: str | None) -> None:
+        """A node's readiness (status.node_condition: None while Ready, or once deleted): when it
+        changes, the jobs with pods bound to it are synced (their status names a lost node)."""
+        if self.unready_nodes.get(name) == condition:
+            return
+        unready = {k: v for k, v in self.unready_nodes.items() if k != name}
+        if condition is not None:
+            unready[name] = condition
+        self.unready_nodes = unready
+        for key, state in list(self.state.items()):
+            with state.lock:
+                bound = any(pod.node == name for pod in state.pods.values())
+            if bound:
+                self.queue.add(key)
 
     def child_seen(self, key: Key, kind: str, name: str, resource_version: str, deleted: bool) -> None:
         if first(self.jobs.get(key)) is None:
@@ -268,16 +289,19 @@ class Reconciler:
         ready: bool = False,
         ip: str = "",
         head: bool = False,
+        node: str = "",
     ) -> None:
-        """A pod of the job: only a change of why it waits, of whether it shows a lost trainer, or
-        of whether it is a Ready pod of its Ray group matters to the status (the IP of a ready pod
-        is kept for the autoscaler)."""
+        """A pod of the job: only a change of why it waits, of whether it shows a lost trainer, of
+        whether it is a Ready pod of its Ray group, or of its node matters to the status (the IP of
+        a ready pod is kept for the autoscaler)."""
         state = self.state.get(key)
         if state is None:
             if deleted:
                 return
             state = self.state.setdefault(key, JobState())  # pruned by resync if the job is gone
-        seen = None if deleted else PodSeen(component, cause, lost, group, ready, ip if ready else "", head)
+        seen = None
+        if not deleted:
+            seen = PodSeen(component, cause, lost, group, ready, ip if ready else "", head, node)
         with state.lock:
             before = state.pods.pop(name, None)
             if seen is not None:
@@ -404,6 +428,7 @@ class Reconciler:
             trainer_waiting=_first_cause(state, COMPONENT_TRAINER),
             pool_waiting=_first_cause(state, COMPONENT_TOOL_POOL),
             lost_trainers=_lost_trainers(state),
+            lost_nodes=_lost_nodes(state, self.unready_nodes),
         )
         try:
             self._write_status(key, parsed, state, generation, problems, _ready_workers(state), announcements)
@@ -623,14 +648,30 @@ def _first_cause(state: JobState, component: str) -> tuple[str, str] | None:
     return causes[0][1] if causes else None
 
 
-def _shown(pod: PodSeen | None) -> tuple[Any, Any, str]:
-    return (pod.cause, pod.lost, pod.group if pod.ready else "") if pod else (None, None, "")
+def _shown(pod: PodSeen | None) -> tuple[Any, Any, str, str]:
+    return (pod.cause, pod.lost, pod.group if pod.ready else "", pod.node) if pod else (None, None, "", "")
 
 
 def _ready_workers(state: JobState) -> Counter[str]:
     """The job's Ready Ray pods by group."""
     with state.lock:
         return Counter(pod.group for pod in state.pods.values() if pod.group and pod.ready)
+
+
+def _lost_nodes(state: JobState, unready: Mapping[str, str]) -> tuple[LostNode, ...]:
+    """The nodes not Ready that hold pods of the job, by name, with those pods by component."""
+    with state.lock:
+        pods = sorted((p.node, name, p.component) for name, p in state.pods.items() if p.node in unready)
+    nodes = sorted({node for node, _, _ in pods})
+    return tuple(
+        LostNode(
+            node,
+            unready[node],
+            tuple(name for n, name, c in pods if n == node and c != COMPONENT_TOOL_POOL),
+            tuple(name for n, name, c in pods if n == node and c == COMPONENT_TOOL_POOL),
+        )
+        for node in nodes
+    )
 
 
 def _lost_trainers(state: JobState) -> tuple[LostTrainer, ...]:
@@ -652,10 +693,15 @@ def status_announcements(old: Mapping[str, Any], new: Mapping[str, Any]) -> list
         else:
             out.append((events.NORMAL, f"{events.PHASE_PREFIX}{new['phase']}", message))
     before = {c["type"]: c["status"] for c in old.get("conditions", [])}
+    reasons_before = {c["type"]: c.get("reason") for c in old.get("conditions", [])}
     for cond in new["conditions"]:
         flipped = before.get(cond["type"]) != cond["status"]
         announce = cond["status"] == "True" or cond["type"] in before
-        if cond["type"] in ("ToolPoolReady", "ClusterReady") and flipped and announce:
+        ready_kind = cond["type"] in ("ToolPoolReady", "ClusterReady")
+        node_lost = cond["reason"] == NODE_NOT_READY != reasons_before.get(cond["type"])
+        if ready_kind and node_lost:
+            out.append((events.WARNING, NODE_NOT_READY, cond["message"]))  # whatever it said before
+        elif ready_kind and flipped and announce:
             out.append((events.NORMAL, cond["reason"], cond["message"]))
         if cond["type"] == RECONCILED and flipped and cond["status"] == "True" and cond["type"] in before:
             out.append((events.NORMAL, cond["reason"], cond["message"]))

@@ -93,6 +93,46 @@ class Phase:
 
 
 @dataclass(frozen=True, order=True)
+class LostNode:
+    """A node that is not Ready (its kubelet stopped posting status: a crashed or partitioned
+    machine, or one reporting itself unhealthy) and the job's pods bound to it, by component."""
+
+    node: str
+    condition: str  # its Ready condition: "Unknown (NodeStatusUnknown: Kubelet stopped posting ...)"
+    trainer_pods: tuple[str, ...] = ()
+    pool_pods: tuple[str, ...] = ()
+
+
+NODE_NOT_READY = "NodeNotReady"  # the reason of ClusterReady/ToolPoolReady while a node of theirs is lost
+
+
+def node_condition(node: Mapping[str, Any]) -> str | None:
+    """A node's Ready condition as the status names it, or None while it is Ready."""
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    if ready is None or ready.get("status") == "True":
+        return None
+    detail = ": ".join(x for x in (ready.get("reason"), ready.get("message")) if x)
+    since = f" since {ready['lastTransitionTime']}" if ready.get("lastTransitionTime") else ""
+    return f"{ready.get('status', 'Unknown')}{since}" + (f" ({detail})" if detail else "")
+
+
+def lost_nodes_message(lost: tuple[LostNode, ...], trainer: bool) -> str:
+    """What the job's Ray pods (trainer=True) or pool pods lose to nodes that are not Ready."""
+    parts = []
+    for node in lost:
+        pods = node.trainer_pods if trainer else node.pool_pods
+        if pods:
+            parts.append(f"node {node.node} is not Ready ({node.condition}) with pods {', '.join(pods)}")
+    if not parts:
+        return ""
+    return (
+        "; ".join(parts) + ": they run again when it comes back, or elsewhere once Kubernetes evicts them"
+        " (their toleration of node.kubernetes.io/unreachable: 300 s by default)"
+    )
+
+
+@dataclass(frozen=True, order=True)
 class LostTrainer:
     """A pod of KubeRay's submitter Job that failed while its attempt went on: the trainer it
     submitted and followed was lost (seen: the Ray head pod deleted or its process killed; the
@@ -129,6 +169,7 @@ class Problems:
     trainer_waiting: tuple[str, str] | None = None
     pool_waiting: tuple[str, str] | None = None
     lost_trainers: tuple[LostTrainer, ...] = ()
+    lost_nodes: tuple[LostNode, ...] = ()  # nodes not Ready that hold pods of the job
 
 
 def pod_waiting_cause(pod: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -404,6 +445,13 @@ def compute_status(
     cl_ok, cl_reason, cl_message = cluster_ready(rayjob, phase.phase, queue)
     if not cl_ok and waiting and problems.trainer_waiting:
         cl_reason, cl_message = problems.trainer_waiting[0], f"{cl_message}; {problems.trainer_waiting[1]}"
+    live = phase.phase not in (*TERMINAL_PHASES, SUSPENDED)
+    lost_trainer_pods = lost_nodes_message(problems.lost_nodes, trainer=True)
+    if lost_trainer_pods and live:  # KubeRay still counts them: their node stopped saying otherwise
+        cl_ok, cl_reason, cl_message = False, NODE_NOT_READY, lost_trainer_pods
+    lost_pool_pods = lost_nodes_message(problems.lost_nodes, trainer=False)
+    if lost_pool_pods and live:
+        pool_ok, pool_reason, pool_message = False, NODE_NOT_READY, f"{pool_message}; {lost_pool_pods}"
     groups = worker_group_status(rayjob, ready_workers or {})
     if len(groups) > 1 and rj.get("rayClusterName") and phase.phase not in (*TERMINAL_PHASES, SUSPENDED):
         # separate-async: which group the cluster waits for (its trainer or its rollout workers)

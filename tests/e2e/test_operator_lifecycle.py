@@ -413,3 +413,37 @@ def pool_replicas(cluster, namespace: str, name: str = JOB) -> int:
 
 def trj_names(cluster, namespace: str) -> list[str]:
     return [j["metadata"]["name"] for j in get_json(cluster, "trj", "-n", namespace)["items"]]
+
+
+def test_a_lost_node_is_named_in_the_status_until_it_is_back(cluster, namespace, operator) -> None:
+    """The machines of the fake nodes stop reporting (kwok, their kubelets, is stopped: no node lease
+    renewed, as when a VM crashes): the Ray worker's pod stays Running in the API until it is
+    evicted, so only its node tells, Unknown once the node controller's grace period is over. The
+    job's ClusterReady names the node and the pod (a NodeNotReady Warning) and the phase stays; when
+    kwok is back, so is ClusterReady."""
+    apply(cluster, namespace, small_job(JOB))
+    wait_phase(cluster, namespace, "Running")
+    workers = f"toolrl.dev/job={JOB},ray.io/node-type=worker"
+    [worker] = get_json(cluster, "pods", "-n", namespace, "-l", workers)["items"]
+    node, pod = worker["spec"]["nodeName"], worker["metadata"]["name"]
+
+    def cluster_condition(reason: str) -> dict[str, Any] | None:
+        status = trj(cluster, namespace).get("status") or {}
+        found = {c["type"]: c for c in status.get("conditions", [])}.get("ClusterReady")
+        return found if found and found["reason"] == reason else None
+
+    cluster.stop_component("kwok")
+    try:
+        # the node controller marks it Unknown after its grace period (50 s), the operator follows
+        lost = wait_until(lambda: cluster_condition("NodeNotReady"), 240, f"ClusterReady to name {node}")
+        assert lost["status"] == "False"
+        assert f"node {node} is not Ready (Unknown" in lost["message"] and pod in lost["message"], lost
+        assert trj(cluster, namespace)["status"]["phase"] == "Running"  # it is not failed for it
+        # one as ClusterReady turned NodeNotReady (naming the nodes lost by then: the fake nodes go
+        # within a second or two of each other), one for the pool's if its node is a fake one too
+        warnings = job_events(cluster, namespace, JOB, "NodeNotReady")
+        assert warnings and {e["type"] for e in warnings} == {"Warning"}, warnings
+        assert all("is not Ready (Unknown" in e["message"] for e in warnings), warnings
+    finally:
+        cluster.start_component("kwok")
+    wait_until(lambda: cluster_condition("RayClusterReady"), 240, f"ClusterReady once {node} is back")

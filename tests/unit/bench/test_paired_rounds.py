@@ -4,6 +4,7 @@ median calls/s ratio is at least 0.90 and the median p99 ratio at most 1.10; and
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import sys
 from pathlib import Path
@@ -77,7 +78,7 @@ async def test_the_light_client_posts_json_over_one_kept_alive_connection(run: M
 
     app = web.Application()
     app.router.add_post("/v1/execute", echo)
-    runner = web.AppRunner(app)
+    runner = web.AppRunner(app, keepalive_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -88,6 +89,9 @@ async def test_the_light_client_posts_json_over_one_kept_alive_connection(run: M
             assert await client.post("/v1/execute", b'{"n": %d}' % i) == {"got": {"n": i}}
         assert await client.post("/v1/execute", b'{"busy": true}') == {"got": {"busy": True}}
         assert len(peers) == 1, "each call opened a connection of its own"
+        await asyncio.sleep(2.5)  # the server closes the idle connection (its keep-alive timeout)
+        assert await client.post("/v1/execute", b'{"n": 9}') == {"got": {"n": 9}}
+        assert len(peers) == 2, "sent again on a new connection"
         with pytest.raises(RuntimeError, match="without Content-Length"):
             await client.post("/v1/execute", b'{"chunked": true}')
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
@@ -788,3 +789,35 @@ def test_the_pod_watch_keeps_the_ready_pool_pods_and_ray_heads_for_the_autoscale
     pod("tools-a", "tool-pool", False)  # no longer ready
     assert rec.ready_pods(KEY)[0] == [("tools-b", "127.65.0.2")]
     assert rec.ready_pods(("rl", "other")) == ([], [])
+
+
+def test_a_node_that_stops_being_ready_syncs_the_jobs_bound_to_it_and_their_status_names_it(world) -> None:
+    rec, kube, _ = world
+    rec.pod_seen(KEY, "gsm8k-python-worker-a", "trainer", None, deleted=False, node="gpu-node-3")
+    rec.pod_seen(KEY, "gsm8k-python-tools-b", "tool-pool", None, deleted=False, node="cpu-node-1")
+    rec.sync(KEY)
+    drain(rec)
+    rec.node_seen("cpu-node-9", "Unknown")  # holds nothing of the job
+    assert len(rec.queue) == 0
+    rec.node_seen("gpu-node-3", "Unknown since 2026-01-01T00:01:00Z (NodeStatusUnknown)")
+    assert len(rec.queue) == 1
+    rec.sync(KEY)
+    cluster = {c["type"]: c for c in kube.statuses[-1]["conditions"]}["ClusterReady"]
+    assert (cluster["status"], cluster["reason"]) == ("False", "NodeNotReady")
+    assert "node gpu-node-3 is not Ready" in cluster["message"]
+    assert "gsm8k-python-worker-a" in cluster["message"]
+    assert "NodeNotReady" in reasons(kube)  # the flip is an Event too
+    drain(rec)
+    rec.node_seen("gpu-node-3", "Unknown since 2026-01-01T00:01:00Z (NodeStatusUnknown)")  # no change
+    assert len(rec.queue) == 0
+    rec.node_seen("gpu-node-3", None)  # back
+    assert len(rec.queue) == 1 and rec.unready_nodes == {"cpu-node-9": "Unknown"}
+    rec.sync(KEY)
+    cluster = {c["type"]: c for c in kube.statuses[-1]["conditions"]}["ClusterReady"]
+    assert cluster["reason"] != "NodeNotReady"
+
+
+def drain(rec: Reconciler) -> None:
+    """Take every queued key off the work queue (as the workers would once synced)."""
+    while len(rec.queue):
+        rec.queue.done(asyncio.run(rec.queue.get()))

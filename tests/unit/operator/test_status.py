@@ -6,9 +6,12 @@ from typing import Any
 
 import pytest
 from toolrl_operator.status import (
+    NODE_NOT_READY,
     RAYJOB_PHASES,
+    LostNode,
     Problems,
     compute_status,
+    node_condition,
     pod_ready,
     pod_waiting_cause,
     rayjob_phase,
@@ -447,3 +450,54 @@ def test_a_pod_is_ready_by_its_ready_condition_until_it_is_being_deleted() -> No
     assert not pod_ready({**READY_POD, "status": {"phase": "Pending"}})
     deleting = {**READY_POD, "metadata": {**READY_POD["metadata"], "deletionTimestamp": NOW}}
     assert not pod_ready(deleting), "a terminating pod of an old cluster is no ready replica"
+
+
+LOST = {
+    "status": {
+        "conditions": [
+            {"type": "MemoryPressure", "status": "Unknown"},
+            {
+                "type": "Ready",
+                "status": "Unknown",
+                "reason": "NodeStatusUnknown",
+                "message": "Kubelet stopped posting node status.",
+                "lastTransitionTime": "2026-01-01T00:01:00Z",
+            },
+        ]
+    }
+}
+
+
+def test_a_nodes_ready_condition_is_named_only_while_it_is_not_ready() -> None:
+    assert node_condition(LOST) == (
+        "Unknown since 2026-01-01T00:01:00Z (NodeStatusUnknown: Kubelet stopped posting node status.)"
+    )
+    assert node_condition({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}) is None
+    assert node_condition({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}) == "False"
+    assert node_condition({}) is None  # no word from it yet: not lost
+
+
+def test_a_running_jobs_pods_on_a_node_that_is_not_ready_are_named_in_its_conditions(make_job) -> None:
+    """KubeRay and the Deployment still count the pods of a lost machine (nothing reports them
+    otherwise until they are evicted): the status says which node holds which of them."""
+    rj = rayjob("Running", "RUNNING", rayClusterName="gsm8k-python-abcde")
+    condition = node_condition(LOST)
+    assert condition is not None
+    lost = (
+        LostNode("gpu-node-3", condition, trainer_pods=("gsm8k-python-abcde-gpu-worker-x7k2p",)),
+        LostNode("cpu-node-1", "False", pool_pods=("gsm8k-python-tools-5d9f-abcde",)),
+    )
+    status = compute_status(make_job(), rj, deployment(), 3, NOW, Problems(lost_nodes=lost))
+    conditions = {c["type"]: c for c in status["conditions"]}
+    cluster, pool = conditions["ClusterReady"], conditions["ToolPoolReady"]
+    assert (cluster["status"], cluster["reason"]) == ("False", NODE_NOT_READY)
+    assert "node gpu-node-3 is not Ready (Unknown since 2026-01-01T00:01:00Z" in cluster["message"]
+    assert "gsm8k-python-abcde-gpu-worker-x7k2p" in cluster["message"]
+    assert "cpu-node-1" not in cluster["message"]
+    assert (pool["status"], pool["reason"]) == ("False", NODE_NOT_READY)
+    assert "node cpu-node-1 is not Ready (False) with pods gsm8k-python-tools-5d9f-abcde" in pool["message"]
+    assert status["phase"] == "Running"  # the job goes on where it can; it is not failed for it
+    # once finished, a lost node is nobody's concern
+    done = compute_status(make_job(status=DONE), rayjob("Complete", "SUCCEEDED"), deployment(), 3, NOW,
+                          Problems(lost_nodes=lost))
+    assert _conditions(done)["ClusterReady"][1] != NODE_NOT_READY
