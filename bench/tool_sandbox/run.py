@@ -163,24 +163,28 @@ class LightHttp:
         ).encode() + body
         reused = bool(self.idle)
         reader, writer = self.idle.pop() if reused else await asyncio.open_connection(self.host, self.port)
-        writer.write(request)
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except (asyncio.IncompleteReadError, ConnectionResetError) as exc:
-            if not reused or (isinstance(exc, asyncio.IncompleteReadError) and exc.partial):
-                raise
-            # the server closed the connection while it idled (its keep-alive timeout, between
-            # cells): nothing of the request was answered; send it once more on a new one
-            writer.close()
-            reader, writer = await asyncio.open_connection(self.host, self.port)
             writer.write(request)
-            head = await reader.readuntil(b"\r\n\r\n")
-        status_line, *lines = head.decode("latin-1").split("\r\n")
-        fields = (line.partition(":") for line in lines if line)
-        headers = {name.strip().lower(): value.strip() for name, _, value in fields}
-        if "content-length" not in headers:
-            raise RuntimeError(f"{path}: an answer without Content-Length ({status_line})")
-        answer = json.loads(await reader.readexactly(int(headers["content-length"])))
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionResetError) as exc:
+                if not reused or (isinstance(exc, asyncio.IncompleteReadError) and exc.partial):
+                    raise
+                # the server closed the connection while it idled (its keep-alive timeout, between
+                # cells) before it read the request: send it once more, on a new connection
+                writer.close()
+                reader, writer = await asyncio.open_connection(self.host, self.port)
+                writer.write(request)
+                head = await reader.readuntil(b"\r\n\r\n")
+            status_line, *lines = head.decode("latin-1").split("\r\n")
+            fields = (line.partition(":") for line in lines if line)
+            headers = {name.strip().lower(): value.strip() for name, _, value in fields}
+            if "content-length" not in headers:
+                raise RuntimeError(f"{path}: an answer without Content-Length ({status_line})")
+            answer = json.loads(await reader.readexactly(int(headers["content-length"])))
+        except BaseException:
+            writer.close()  # in an unknown state: never reused
+            raise
         if headers.get("connection", "").lower() == "close":
             writer.close()
         else:

@@ -99,6 +99,7 @@ class Kube:
         body: Any = None,
         content_type: str = "application/json",
         query: dict[str, str] | None = None,
+        timeout: tuple[float, float] = REQUEST_TIMEOUT,
     ) -> dict[str, Any]:
         """One API call, not retried here: retries have one home per caller, the reconciler's work
         queue (which backs off per job) and the autoscaler's next tick. Retrying inside as well
@@ -117,7 +118,7 @@ class Kube:
             auth_settings=["BearerToken"],
         )
         response = self.api_client.call_api(
-            method_, url, header_params=headers, body=body_, _request_timeout=REQUEST_TIMEOUT
+            method_, url, header_params=headers, body=body_, _request_timeout=timeout
         )
         response.read()
         if 200 <= response.status < 300:

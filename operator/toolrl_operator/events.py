@@ -23,8 +23,9 @@ RESUMED = "Resumed"
 CHILD_DELETED = "ChildDeleted"  # a deleted child was re-created
 RECONCILE_ERROR = "ReconcileError"  # Warning: once per error (permanent) or per streak (transient)
 PHASE_PREFIX = "Phase"  # Phase<phase>, on each phase change; a failure is posted with its reason
-# ClusterReady/ToolPoolReady changes are posted with the condition's reason (status.py), NodeNotReady
-# (a node holding the job's pods is not Ready) as a Warning
+# ClusterReady/ToolPoolReady changes are posted with the condition's reason (status.py); this one, the
+# reason of either while a node holding the job's pods is not Ready, as a Warning
+NODE_NOT_READY = "NodeNotReady"
 # The autoscaler (scale_loop.py)
 TOOL_POOL_SCALED = "ToolPoolScaled"
 AUTOSCALER_HOLDING = "AutoscalerHolding"

@@ -13,6 +13,7 @@ import os
 import signal
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import kopf
@@ -39,7 +40,7 @@ from .rayjob import worker_groups
 from .reconcile import Reconciler
 from .scale_loop import Autoscaler
 from .settings import Settings
-from .status import lost_trainer, node_condition, pod_ready, pod_waiting_cause
+from .status import lost_trainer, node_condition, pod_node, pod_ready, pod_waiting_cause
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
@@ -51,6 +52,8 @@ ViewIndex = kopf.Index[Key, dict[str, Any]]
 # Blocking calls at once: the threads of the runtime's pool, and as many connections of the API
 # client (a call on a thread never waits for one). More than the sync workers (Reconciler.workers).
 THREADS = 32
+# How long a stopping operator waits for the syncs under way before it gives its Lease up
+DRAIN_SECONDS = 20.0  # within the pod's 30 s of grace
 
 
 class Runtime:
@@ -84,6 +87,8 @@ class Runtime:
             settings, kube, self.threads, jobs, deployments, self.reconciler.ready_pods
         )
         self.tasks: list[asyncio.Task[None]] = []  # the leader election's
+        # the election's calls on a thread of their own: a burst of syncs never delays a renewal
+        self.election_thread = ThreadPoolExecutor(1, thread_name_prefix="toolrl-election")
         self.work: list[asyncio.Task[None]] = []  # the reconciler's and the autoscaler's
 
     def start(self) -> None:
@@ -114,7 +119,7 @@ class Runtime:
         log.info("leader election: %s waits for the Lease %s/%s", elector.identity, *elector.lease_key)
         while True:
             try:
-                round_ = loop.run_in_executor(self.threads, elector.try_acquire_or_renew)
+                round_ = loop.run_in_executor(self.election_thread, elector.try_acquire_or_renew)
                 held = await asyncio.wait_for(round_, leader.RENEW_DEADLINE_SECONDS)
             except Exception as err:  # an API error or a hung call: the next round tries again
                 log.warning("leader election: the Lease was not read or written: %s", err)
@@ -132,19 +137,27 @@ class Runtime:
             await asyncio.sleep(leader.RETRY_SECONDS)
 
     async def stop(self) -> None:
-        """Cancel the work and the election and wait for them to end, give the Lease up; then the
-        pool's threads go."""
+        """Cancel the work and the election and wait for them to end; once the syncs under way
+        have ended (their calls are bounded), give the Lease up, so that the next operator never
+        acts beside them (if they outlast the bound, the Lease expires instead)."""
+        loop = asyncio.get_running_loop()
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await self._stop_work()
-        if self.elector is not None:
-            release = asyncio.get_running_loop().run_in_executor(self.threads, self.elector.release)
-            try:
-                await asyncio.wait_for(release, leader.RENEW_DEADLINE_SECONDS)
-            except Exception as err:  # the Lease then expires by itself
-                log.warning("leader election: the Lease was not released: %s", err)
-        self.threads.shutdown(wait=False, cancel_futures=True)
+        drained = loop.run_in_executor(None, partial(self.threads.shutdown, wait=True, cancel_futures=True))
+        try:
+            await asyncio.wait_for(drained, DRAIN_SECONDS)
+        except TimeoutError:
+            log.warning("syncs still under way after %.0f s: the Lease is left to expire", DRAIN_SECONDS)
+        else:
+            if self.elector is not None:
+                try:
+                    release = loop.run_in_executor(self.election_thread, self.elector.release)
+                    await asyncio.wait_for(release, leader.RENEW_DEADLINE_SECONDS)
+                except Exception as err:  # the Lease then expires by itself
+                    log.warning("leader election: the Lease was not released: %s", err)
+        self.election_thread.shutdown(wait=False, cancel_futures=True)
 
 
 def runtime(memo: kopf.Memo) -> Runtime:
@@ -331,7 +344,7 @@ async def pod_event(
         ready=pod_ready(body),
         ip=(body.get("status") or {}).get("podIP") or "",
         head=labels.get(LABEL_RAY_NODE_TYPE) == "head",
-        node=(body.get("spec") or {}).get("nodeName") or "",
+        node=pod_node(body),
     )
 
 

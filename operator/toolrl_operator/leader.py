@@ -37,6 +37,9 @@ API_VERSION, KIND = "coordination.k8s.io/v1", "Lease"
 LEASE_SECONDS = 15
 RENEW_DEADLINE_SECONDS = 10.0
 RETRY_SECONDS = 2.0
+# (connect, read) seconds of each Lease call: a round fits well within the renew deadline
+REQUEST_TIMEOUT = (2.0, 4.0)
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # a namespace
 DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
@@ -49,8 +52,8 @@ class LeaseName:
     def parse(cls, value: str) -> LeaseName:
         """`namespace/name` (the chart's TOOLRL_LEADER_ELECTION_LEASE)."""
         namespace, _, name = value.partition("/")
-        if not (DNS_NAME.fullmatch(namespace) and DNS_NAME.fullmatch(name)):
-            raise ValueError(f"{value!r}: use namespace/name of a Lease, both lower-case DNS names")
+        if not (DNS_LABEL.fullmatch(namespace) and DNS_NAME.fullmatch(name)):
+            raise ValueError(f"{value!r}: use namespace/name of a Lease (lower-case DNS label/name)")
         return cls(namespace, name)
 
 
@@ -79,7 +82,7 @@ def lease_spec(
         spec["acquireTime"] = previous["acquireTime"]
     else:
         spec["acquireTime"] = micro_time(at)
-        if previous.get("holderIdentity") and holder:
+        if previous and holder:  # a new holder of an existing Lease, released or not (as client-go)
             spec["leaseTransitions"] += 1
     return spec
 
@@ -107,20 +110,22 @@ class LeaderElector:
         return resource_path(API_VERSION, KIND, self.lease.namespace, self.lease.name)
 
     def try_acquire_or_renew(self) -> bool:
-        """One round: True when this process holds the Lease after it."""
+        """One round: True when this process holds the Lease after it. A renewal counts from the
+        round's start; another holder's record from when its read returned (a slow read never makes
+        it look older than it is)."""
         now = self.clock()
         try:
-            live = self.kube.request("GET", self.path)
+            live = self.kube.request("GET", self.path, timeout=REQUEST_TIMEOUT)
         except ApiError as err:
             if err.status != 404:
                 raise
             return self._write("POST", None, {}, now)
         spec = live.get("spec") or {}
         if spec != self.observed:
-            self.observed, self.observed_at = spec, now
+            self.observed, self.observed_at = spec, self.clock()
         holder = spec.get("holderIdentity") or ""
         duration = int(spec.get("leaseDurationSeconds") or LEASE_SECONDS)
-        if holder and holder != self.identity and now < self.observed_at + duration:
+        if holder and holder != self.identity and self.clock() < self.observed_at + duration:
             return False  # another candidate holds it and renewed it within its duration
         return self._write("PUT", live["metadata"]["resourceVersion"], spec, now)
 
@@ -145,12 +150,13 @@ class LeaderElector:
             return
         self.renewed_at = None
         try:
-            live = self.kube.request("GET", self.path)
+            live = self.kube.request("GET", self.path, timeout=REQUEST_TIMEOUT)
             spec = live.get("spec") or {}
             if spec.get("holderIdentity") != self.identity:
                 return
             released = {**lease_spec("", spec, self.wall()), "leaseDurationSeconds": 1}
-            self.kube.request("PUT", self.path, self._manifest(live["metadata"]["resourceVersion"], released))
+            manifest = self._manifest(live["metadata"]["resourceVersion"], released)
+            self.kube.request("PUT", self.path, manifest, timeout=REQUEST_TIMEOUT)
         except ApiError as err:
             log.warning("leader election: the Lease %s/%s was not released: %s", *self.lease_key, err)
 
@@ -161,7 +167,7 @@ class LeaderElector:
         spec = lease_spec(self.identity, previous, self.wall())
         path = self.path if method == "PUT" else resource_path(API_VERSION, KIND, self.lease.namespace)
         try:
-            self.kube.request(method, path, self._manifest(resource_version, spec))
+            self.kube.request(method, path, self._manifest(resource_version, spec), timeout=REQUEST_TIMEOUT)
         except ApiError as err:
             if err.status == 409:  # another candidate wrote first (or created it): it holds the Lease
                 return False

@@ -68,7 +68,6 @@ from .naming import (
 from .settings import Settings
 from .status import (
     FAILED,
-    NODE_NOT_READY,
     RECONCILED,
     RECOVERING,
     RESUMED,
@@ -384,6 +383,7 @@ class Reconciler:
         error: tuple[str, str] | None = None
         transient: ChildError | None = None  # reported in the status, then raised for the backoff
         announcements: list[tuple[str, str, str]] = []
+        created = False  # this sync applied a new job's children
         waiting_on_spec = (
             state.permanent is not None
             and state.permanent[0] == generation
@@ -397,13 +397,8 @@ class Reconciler:
                 announcements = self._apply_children(parsed, rayjob, state)
                 state.permanent, state.refused = None, 0
                 observed = int(parsed.status.get("observedGeneration") or 0)
-                if not observed:
-                    # posted before the status that marks the job created, under a name of the job's
-                    # own: a sync cut short in between (the operator killed) posts it again, and the
-                    # API server keeps one
-                    created = "created the job's children"
-                    self._post(key, events.NORMAL, events.CREATED, created, job, once=True)
-                elif generation > observed:
+                created = not observed
+                if observed and generation > observed:
                     message = f"applied generation {generation} of the spec"
                     announcements.insert(0, (events.NORMAL, events.SPEC_APPLIED, message))
             except Exception as err:
@@ -423,6 +418,11 @@ class Reconciler:
                         RECONCILE_ERRORS.labels(permanent.reason).inc()
                         announcements = [(events.WARNING, events.RECONCILE_ERROR, permanent.message)]
                     state.permanent = (generation, *error, time.monotonic())
+        if created:
+            # posted before the status that marks the job created, under a name of the job's own: a
+            # sync cut short in between (the operator killed, the post refused) posts it again, and the
+            # API server keeps one
+            self._post(key, events.NORMAL, events.CREATED, "created the job's children", job, once=True)
         problems = Problems(
             reconcile_error=error,
             trainer_waiting=_first_cause(state, COMPONENT_TRAINER),
@@ -582,8 +582,9 @@ class Reconciler:
         job: Mapping[str, Any] | None = None,
         once: bool = False,
     ) -> None:
-        """An Event on the job; best effort, as kopf's own are. `once`: at most one of this reason
-        in the job's life (events.once_name)."""
+        """An Event on the job; best effort, as kopf's own are. `once`: exactly one of this reason
+        in the job's life (events.once_name): a refusal other than its conflict raises, and the
+        work queue retries the sync that posts it."""
         job = job or first(self.jobs.get(key))
         if job is None:
             return
@@ -591,9 +592,14 @@ class Reconciler:
         try:
             self.kube.create(manifest)
         except ApiError as err:
-            if not (once and err.status == HTTPStatus.CONFLICT):  # a conflict: posted before
-                log.warning("event %s on %s/%s not posted: %s", reason, *key, err)
+            if once and err.status == HTTPStatus.CONFLICT:  # posted before
+                return
+            if once:
+                raise
+            log.warning("event %s on %s/%s not posted: %s", reason, *key, err)
         except Exception as err:
+            if once:
+                raise
             log.warning("event %s on %s/%s not posted: %s", reason, *key, err)
 
 
@@ -698,9 +704,9 @@ def status_announcements(old: Mapping[str, Any], new: Mapping[str, Any]) -> list
         flipped = before.get(cond["type"]) != cond["status"]
         announce = cond["status"] == "True" or cond["type"] in before
         ready_kind = cond["type"] in ("ToolPoolReady", "ClusterReady")
-        node_lost = cond["reason"] == NODE_NOT_READY != reasons_before.get(cond["type"])
-        if ready_kind and node_lost:
-            out.append((events.WARNING, NODE_NOT_READY, cond["message"]))  # whatever it said before
+        reason_changed = reasons_before.get(cond["type"]) != cond["reason"]
+        if ready_kind and cond["reason"] == events.NODE_NOT_READY and reason_changed:  # whatever it was
+            out.append((events.WARNING, events.NODE_NOT_READY, cond["message"]))
         elif ready_kind and flipped and announce:
             out.append((events.NORMAL, cond["reason"], cond["message"]))
         if cond["type"] == RECONCILED and flipped and cond["status"] == "True" and cond["type"] in before:

@@ -9,6 +9,7 @@ from typing import Any
 
 from toolrl_api.status_types import Status
 
+from .events import NODE_NOT_READY
 from .job import Job
 from .naming import SUBMITTER_CONTAINER, tool_pool_url
 
@@ -103,18 +104,25 @@ class LostNode:
     pool_pods: tuple[str, ...] = ()
 
 
-NODE_NOT_READY = "NodeNotReady"  # the reason of ClusterReady/ToolPoolReady while a node of theirs is lost
-
-
 def node_condition(node: Mapping[str, Any]) -> str | None:
-    """A node's Ready condition as the status names it, or None while it is Ready."""
+    """A node's Ready condition as the status names it, or None while it is Ready: its status,
+    since when and its reason (not its message, which some kubelets rewrite at every update)."""
     conditions = (node.get("status") or {}).get("conditions") or []
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
     if ready is None or ready.get("status") == "True":
         return None
-    detail = ": ".join(x for x in (ready.get("reason"), ready.get("message")) if x)
     since = f" since {ready['lastTransitionTime']}" if ready.get("lastTransitionTime") else ""
-    return f"{ready.get('status', 'Unknown')}{since}" + (f" ({detail})" if detail else "")
+    reason = f" ({ready['reason']})" if ready.get("reason") else ""
+    return f"{ready.get('status', 'Unknown')}{since}{reason}"
+
+
+def pod_node(pod: Mapping[str, Any]) -> str:
+    """The node a pod holds a place on: '' once it is being deleted or has ended (an evicted pod
+    stays Terminating while its node is unreachable, and its replacement runs elsewhere)."""
+    ended = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+    if pod["metadata"].get("deletionTimestamp") or ended:
+        return ""
+    return str((pod.get("spec") or {}).get("nodeName") or "")
 
 
 def lost_nodes_message(lost: tuple[LostNode, ...], trainer: bool) -> str:
@@ -453,7 +461,7 @@ def compute_status(
     if lost_pool_pods and live:
         pool_ok, pool_reason, pool_message = False, NODE_NOT_READY, f"{pool_message}; {lost_pool_pods}"
     groups = worker_group_status(rayjob, ready_workers or {})
-    if len(groups) > 1 and rj.get("rayClusterName") and phase.phase not in (*TERMINAL_PHASES, SUSPENDED):
+    if len(groups) > 1 and rj.get("rayClusterName") and live:
         # separate-async: which group the cluster waits for (its trainer or its rollout workers)
         cl_message = f"{cl_message}; workers: {worker_groups_summary(groups)}"
     applied_ok, applied_reason, applied_message = (

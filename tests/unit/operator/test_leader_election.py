@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime as dt
+import signal
 from typing import Any
 
 import pytest
@@ -115,6 +116,25 @@ def test_of_two_candidates_writing_the_same_version_one_wins() -> None:
     assert api.lease and api.lease["spec"]["holderIdentity"] == "b"
 
 
+def test_a_slow_read_never_makes_the_holders_record_look_older_than_it_is() -> None:
+    """The candidate's wait for a record starts when its read returned, not when it was sent."""
+    api, clock = LeaseApi(), Clock()
+    a, b = candidate(api, "a", clock), candidate(api, "b", clock)
+    assert a.try_acquire_or_renew()
+    read = api.request
+
+    def slow_read(method: str, path: str, body: Any = None, **kwargs: Any) -> dict[str, Any]:
+        if method == "GET":
+            clock.now += leader.LEASE_SECONDS  # the read took the Lease's whole duration
+        return read(method, path, body, **kwargs)
+
+    api.request = slow_read  # type: ignore[method-assign]
+    assert not b.try_acquire_or_renew() and b.holder == "a"
+    api.request = read  # type: ignore[method-assign]
+    clock.now += leader.RETRY_SECONDS  # its next round, a moment after it saw a's record
+    assert not b.try_acquire_or_renew(), "took over a Lease it saw renewed a moment ago"
+
+
 def test_a_holder_that_cannot_renew_stops_acting_before_anyone_may_take_over() -> None:
     api, clock = LeaseApi(), Clock()
     a = candidate(api, "a", clock)
@@ -166,7 +186,7 @@ def test_the_runtime_works_only_while_it_holds_the_lease(monkeypatch) -> None:
             if signals:
                 break
             await asyncio.sleep(0.01)
-        assert signals and not rt.work
+        assert signal.SIGTERM in signals and not rt.work
         await rt.stop()
 
     try:

@@ -69,6 +69,8 @@ class FakeKube:
         return {"status": args[-1]}
 
     def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        if "Event" in self.fail:
+            raise self.fail["Event"]
         name = manifest["metadata"].get("name")
         if name and name in self.named:
             raise ApiError(409, "AlreadyExists", f'events "{name}" already exists')
@@ -148,6 +150,19 @@ def test_a_sync_cut_short_after_created_posts_it_once_on_its_retry(world) -> Non
     rec.sync(KEY)
     assert reasons(kube) == [events.CREATED, "PhasePending"]
     assert len(kube.statuses) == 1
+
+
+def test_a_created_event_the_api_server_refuses_is_posted_by_the_retried_sync(world) -> None:
+    """Created is the one Event a job has once: its post refused, the sync fails before the status
+    marks the job created, and its retry posts it."""
+    rec, kube, _ = world
+    kube.fail["Event"] = ApiError(503, "ServiceUnavailable", "etcd leader changed")
+    with pytest.raises(ApiError):
+        rec.sync(KEY)
+    assert kube.statuses == [] and reasons(kube) == []
+    del kube.fail["Event"]
+    rec.sync(KEY)
+    assert reasons(kube) == [events.CREATED, "PhasePending"] and len(kube.statuses) == 1
 
 
 def test_drift_of_a_child_is_reverted_and_only_that_child_is_applied(world) -> None:

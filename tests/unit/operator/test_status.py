@@ -12,6 +12,7 @@ from toolrl_operator.status import (
     Problems,
     compute_status,
     node_condition,
+    pod_node,
     pod_ready,
     pod_waiting_cause,
     rayjob_phase,
@@ -469,12 +470,20 @@ LOST = {
 
 
 def test_a_nodes_ready_condition_is_named_only_while_it_is_not_ready() -> None:
-    assert node_condition(LOST) == (
-        "Unknown since 2026-01-01T00:01:00Z (NodeStatusUnknown: Kubelet stopped posting node status.)"
-    )
+    assert node_condition(LOST) == "Unknown since 2026-01-01T00:01:00Z (NodeStatusUnknown)"
     assert node_condition({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}) is None
     assert node_condition({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}) == "False"
     assert node_condition({}) is None  # no word from it yet: not lost
+
+
+def test_a_pod_holds_its_node_until_it_is_being_deleted_or_has_ended() -> None:
+    """An evicted pod of an unreachable node stays Terminating, a finished submitter stays Failed:
+    neither is the job's any more, so neither ties the job to its node."""
+    pod = {"metadata": {"name": "w"}, "spec": {"nodeName": "gpu-node-3"}, "status": {"phase": "Running"}}
+    assert pod_node(pod) == "gpu-node-3"
+    assert pod_node({**pod, "metadata": {"name": "w", "deletionTimestamp": "2026-01-01T00:06:00Z"}}) == ""
+    assert pod_node({**pod, "status": {"phase": "Failed"}}) == ""
+    assert pod_node({"metadata": {"name": "w"}, "spec": {}}) == ""  # not scheduled yet
 
 
 def test_a_running_jobs_pods_on_a_node_that_is_not_ready_are_named_in_its_conditions(make_job) -> None:
