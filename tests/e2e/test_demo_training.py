@@ -450,8 +450,10 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun], milestone: Milest
         milestone(name, applied, "both worker groups Ready\n" + pod_waits(tc, name, applied))
 
         def past_a_checkpoint() -> int | None:
-            step, saved = tc.state(name).step, newest_checkpoint(job_dir)
-            return saved if saved and step and step > saved else None
+            # a complete checkpoint (verl writes its marker last); not the job's shown step, which lags
+            # the trainer by a varying number of these short steps (ci8: shown past a checkpoint only
+            # at checkpoint 8 of 12, too late for the faults after it)
+            return newest_checkpoint(job_dir) or None
 
         wait_until(
             _before_it_ends(tc, name, past_a_checkpoint),
