@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import platform
@@ -284,6 +285,7 @@ def pool_and_ceiling(workload: str, pool: LightHttp, ceiling: CeilingClient) -> 
     }
 
 
+@functools.cache  # the pool's, the ceiling's and the baselines' callers share them
 def humaneval_calls() -> tuple[list[str], list[bool], list[dict], list[Check]]:
     """HumanEval's programs, whether each should pass, and their /run_code bodies and checks."""
     cases = humaneval.cases()

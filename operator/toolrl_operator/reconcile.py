@@ -591,13 +591,9 @@ class Reconciler:
         manifest = events.event_manifest(job, type_, reason, message, dt.datetime.now(dt.UTC), once=once)
         try:
             self.kube.create(manifest)
-        except ApiError as err:
-            if once and err.status == HTTPStatus.CONFLICT:  # posted before
-                return
-            if once:
-                raise
-            log.warning("event %s on %s/%s not posted: %s", reason, *key, err)
         except Exception as err:
+            if once and isinstance(err, ApiError) and err.status == HTTPStatus.CONFLICT:
+                return  # posted before
             if once:
                 raise
             log.warning("event %s on %s/%s not posted: %s", reason, *key, err)
@@ -698,13 +694,13 @@ def status_announcements(old: Mapping[str, Any], new: Mapping[str, Any]) -> list
             out.append((events.WARNING, new["reason"], message))
         else:
             out.append((events.NORMAL, f"{events.PHASE_PREFIX}{new['phase']}", message))
-    before = {c["type"]: c["status"] for c in old.get("conditions", [])}
-    reasons_before = {c["type"]: c.get("reason") for c in old.get("conditions", [])}
+    before = {c["type"]: c for c in old.get("conditions", [])}
     for cond in new["conditions"]:
-        flipped = before.get(cond["type"]) != cond["status"]
+        was = before.get(cond["type"], {})
+        flipped = was.get("status") != cond["status"]
         announce = cond["status"] == "True" or cond["type"] in before
         ready_kind = cond["type"] in ("ToolPoolReady", "ClusterReady")
-        reason_changed = reasons_before.get(cond["type"]) != cond["reason"]
+        reason_changed = was.get("reason") != cond["reason"]
         if ready_kind and cond["reason"] == events.NODE_NOT_READY and reason_changed:  # whatever it was
             out.append((events.WARNING, events.NODE_NOT_READY, cond["message"]))
         elif ready_kind and flipped and announce:

@@ -99,7 +99,7 @@ class LostNode:
     machine, or one reporting itself unhealthy) and the job's pods bound to it, by component."""
 
     node: str
-    condition: str  # its Ready condition: "Unknown (NodeStatusUnknown: Kubelet stopped posting ...)"
+    condition: str  # its Ready condition (node_condition): "Unknown since <time> (NodeStatusUnknown)"
     trainer_pods: tuple[str, ...] = ()
     pool_pods: tuple[str, ...] = ()
 
