@@ -1,10 +1,14 @@
-"""The local cluster's real node (localcluster/node.py) runs the project's own images: real pods
-beside kwok's fake GPU nodes, the API and cluster DNS reachable from pods, `kubectl logs/exec`,
-the operator's hardened tool pool under Pod Security `restricted` (Landlock and seccomp active,
-hostile code contained), the operator's NetworkPolicies enforced by packets (the node runs
-kube-router's firewall), the egress guard, and a host put back as it was by `down`.
+"""The local cluster's two real nodes (localcluster/node.py; the second in a network namespace of its
+own, routed to the first) run the project's own images: real pods beside kwok's fake GPU nodes, the
+API and cluster DNS reachable from pods on either node, pods on the two nodes reaching each other
+directly and through Services, `kubectl logs/exec`, the operator's hardened tool pool under Pod
+Security `restricted` (Landlock and seccomp active, hostile code contained), the operator's
+NetworkPolicies enforced by packets within and between the nodes (each node runs kube-router's
+firewall), a node that crashes under a job's pool (named in the job's status, the pool back on the
+other node, the node used again once it is back), the egress guard, and a host put back as it was by
+`down`.
 
-One real node runs per machine, so the tests share one cluster (module scope), in any order; the
+One cluster with real nodes runs per machine, so the tests share one (module scope), in any order; the
 fixture's teardown stops it and fails the module's last test if a packet left the machine or the
 host differs from what it was before `up`.
 """
@@ -15,6 +19,8 @@ import json
 import re
 import socket
 import subprocess
+import sys
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -26,15 +32,24 @@ import yaml
 from chartgen.helm import helm
 from harness import REPO
 from harness.localcluster import LocalCluster
-from harness.localcluster.addresses import BRIDGE_IP, kubernetes_service_ip
+from harness.localcluster.addresses import BRIDGE_IP, kubernetes_service_ip, node_ip
 from harness.localcluster.cluster import real_node_cluster
 from harness.localcluster.images import Image, ensure_image
-from harness.localcluster.node import BRIDGE, GUARD_CHAIN, NODE_LABEL, NODE_NAME
+from harness.localcluster.node import (
+    BRIDGE,
+    GUARD_CHAIN,
+    LINK_PREFIX,
+    NETNS_DIR,
+    NODE_LABEL,
+    NODE_NAME,
+    in_netns,
+)
 from harness.operator_process import (
     OperatorProcess,
     delete_jobs,
     get_json,
     install_crd,
+    job_events,
     small_job,
     wait_until,
 )
@@ -54,6 +69,9 @@ from toolrl_operator.naming import (
 from toolrl_operator.rayjob import build_ray_network_policy
 from toolrl_operator.settings import Settings
 from toolrl_operator.toolpool import build_network_policy
+
+SECOND = "cpu-real-1"  # the second real node, in its own network namespace
+REAL_NODES = (NODE_NAME, SECOND)
 
 # counters and ids that change by themselves (measured: two `sysctl -a` 5 s apart)
 VOLATILE_SYSCTLS = re.compile(
@@ -120,9 +138,12 @@ def real(tmp_path_factory: pytest.TempPathFactory, images: dict[str, Image]) -> 
 
     # with the NetworkPolicy enforcer (kube-router's firewall): the operator's policies hold in every test
     root = tmp_path_factory.mktemp("real")
-    with real_node_cluster(root, claimed=snapshot, network_policy=True) as cluster:
-        for image in images.values():
-            cluster.node.import_image(image.archive, image.ref)
+    with real_node_cluster(
+        root, claimed=snapshot, network_policy=True, real_nodes=len(REAL_NODES)
+    ) as cluster:
+        for node in cluster.nodes:
+            for image in images.values():
+                node.import_image(image.archive, image.ref)
         yield cluster
         # every packet from or to 198.18.0.0/15 that tried another interface than the bridge or
         # loopback was dropped and counted by the guard, over all of the module's tests
@@ -145,14 +166,14 @@ def host_differences(before: dict, after: dict) -> list[str]:
     return differences
 
 
-def pod(name: str, image: Image, command: list[str], **spec: object) -> dict:
-    """A pod pinned to the real node that passes Pod Security `restricted`."""
+def pod(name: str, image: Image, command: list[str], node: str | None = None, **spec: object) -> dict:
+    """A pod on a real node (`node`, or either) that passes Pod Security `restricted`."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name},
         "spec": {
-            "nodeSelector": {NODE_LABEL: "true"},
+            "nodeSelector": {"kubernetes.io/hostname": node} if node else {NODE_LABEL: "true"},
             "restartPolicy": "Never",
             "securityContext": {
                 "runAsNonRoot": True,
@@ -188,21 +209,36 @@ def pod_phase(cluster: LocalCluster, ns: str, name: str) -> str:
     return get_json(cluster, "pod", name, "-n", ns)["status"].get("phase", "")
 
 
-def test_real_node_is_ready_beside_the_fake_gpu_nodes(real: LocalCluster) -> None:
+def test_real_nodes_are_ready_beside_the_fake_gpu_nodes(real: LocalCluster) -> None:
     nodes = {n["metadata"]["name"]: n for n in get_json(real, "nodes")["items"]}
-    node = nodes[NODE_NAME]
-    assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.36.3"
-    assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://1.")
-    assert node["status"]["addresses"][0] == {"type": "InternalIP", "address": BRIDGE_IP}
+    for index, name in enumerate(REAL_NODES):
+        node = nodes[name]
+        assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.36.3"
+        assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://1.")
+        assert node["status"]["addresses"][0] == {"type": "InternalIP", "address": node_ip(index)}
+        assert "nvidia.com/gpu" not in node["status"]["allocatable"]
+    assert node_ip(0) == BRIDGE_IP
     gpu = [n for n in nodes.values() if "nvidia.com/gpu" in n["status"]["allocatable"]]
     assert len(gpu) == 4 and all(n["spec"]["taints"][0]["key"] == "nvidia.com/gpu" for n in gpu)
-    assert "nvidia.com/gpu" not in node["status"]["allocatable"]
-    # the egress guard is hooked where every leaving packet passes
+    # the egress guard is hooked where every leaving packet passes: the second node's packets leave its
+    # namespace only by its link, into the host
     save = subprocess.run(["iptables-save", "-t", "mangle"], capture_output=True, text=True).stdout
     assert f"-A POSTROUTING -j {GUARD_CHAIN}" in save and f"-A {GUARD_CHAIN} -o {BRIDGE} -j RETURN" in save
+    assert f"-A {GUARD_CHAIN} -o {LINK_PREFIX}+ -j RETURN" in save
+    netns = real.nodes[1].netns
+    assert netns and (NETNS_DIR / netns).exists()
+    routes = subprocess.run(
+        ["ip", "netns", "exec", netns, "ip", "-4", "route"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "default" not in routes, routes  # nothing but 198.18.0.0/15, by the host
 
 
-def test_a_pod_reaches_the_api_server_and_cluster_dns(real: LocalCluster, images: dict[str, Image]) -> None:
+@pytest.mark.parametrize("node", REAL_NODES)
+def test_a_pod_reaches_the_api_server_and_cluster_dns(
+    real: LocalCluster, images: dict[str, Image], node: str
+) -> None:
+    """On either node: the second reaches both through its link (the API server and CoreDNS listen on
+    the first node's address; the `kubernetes` Service's ClusterIP is its own kube-proxy's)."""
     ns = restricted_namespace(real)
     script = (
         "import json, socket, ssl, urllib.request\n"
@@ -214,7 +250,7 @@ def test_a_pod_reaches_the_api_server_and_cluster_dns(real: LocalCluster, images
         "version = json.load(urllib.request.urlopen(req, context=ctx, timeout=30))['gitVersion']\n"
         "print(json.dumps({'dns': addr, 'version': version}))\n"
     )
-    real.apply(pod("api", images["tool-sandbox"], ["python", "-c", script]), "-n", ns)
+    real.apply(pod("api", images["tool-sandbox"], ["python", "-c", script], node=node), "-n", ns)
     wait_until(lambda: pod_phase(real, ns, "api") in ("Succeeded", "Failed"), 180, "the pod to finish")
     out = real.kubectl("logs", "api", "-n", ns).stdout
     assert pod_phase(real, ns, "api") == "Succeeded", out
@@ -222,6 +258,49 @@ def test_a_pod_reaches_the_api_server_and_cluster_dns(real: LocalCluster, images
     assert seen == {"dns": kubernetes_service_ip(), "version": "v1.36.3"}
     slices = get_json(real, "endpointslices", "-n", "default", "-l", "kubernetes.io/service-name=kubernetes")
     assert slices["items"][0]["endpoints"][0]["addresses"] == [BRIDGE_IP]
+    assert get_json(real, "pod", "api", "-n", ns)["spec"]["nodeName"] == node
+    real.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+def test_pods_on_the_two_nodes_reach_each_other_directly_through_services_and_by_name(
+    real: LocalCluster, images: dict[str, Image]
+) -> None:
+    """Traffic between the nodes: a pod on each serves; from each, the other node's pod answers by its
+    IP, through its Service's ClusterIP (DNAT by the client's node's kube-proxy) and by the Service's
+    DNS name (the first node's CoreDNS); and the pod on the first node reaches the pod on the second
+    through the host's own Service rules (from the host)."""
+    ns = restricted_namespace(real)
+    port = 8081
+    for index, node in enumerate(REAL_NODES):
+        manifest = pod(
+            f"serve-{index}", images["tool-sandbox"], ["python", "-c", SERVE, str(port)], node=node
+        )
+        manifest["metadata"]["labels"] = {"serve": str(index)}
+        real.apply(manifest, "-n", ns)
+        real.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": f"serve-{index}"},
+                "spec": {"selector": {"serve": str(index)}, "ports": [{"port": 80, "targetPort": port}]},
+            },
+            "-n",
+            ns,
+        )
+    pods = {f"serve-{i}": (ns, {}, [port]) for i in range(len(REAL_NODES))}
+    ip = wait_until(lambda: running_ips(real, pods), 180, "a serving pod Running on each node")
+    assert [get_json(real, "pod", p, "-n", ns)["spec"]["nodeName"] for p in pods] == list(REAL_NODES)
+    service_ip = {p: get_json(real, "service", p, "-n", ns)["spec"]["clusterIP"] for p in pods}
+    for here, there in (("serve-0", "serve-1"), ("serve-1", "serve-0")):
+        targets = [(ip[there], port), (service_ip[there], 80), (f"{there}.{ns}.svc.cluster.local", 80)]
+        # the Service's endpoints reach each node's kube-proxy a moment after the pod is Running
+        wait_until(
+            lambda h=here, t=targets: dial_from(real, ns, h, t) == ["open"] * 3,  # type: ignore[misc]
+            60,
+            f"{here} to reach {there}, on the other node",
+        )
+    socket.create_connection((ip["serve-1"], port), timeout=5).close()  # the host routes to the second node
+    real.kubectl("delete", "namespace", ns, "--wait=false")
 
 
 def test_kubectl_exec_runs_in_a_pod(real: LocalCluster, images: dict[str, Image]) -> None:
@@ -267,7 +346,11 @@ def pool(real: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     ns = restricted_namespace(real)
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     with OperatorProcess(real.kubeconfig, namespaces=[ns], log_path=log) as op:
-        real.apply(pool_job("pool"), "-n", ns)
+        job = pool_job("pool")
+        # on the first node, whose namespace is the host's: the tests call the pool from the host, which
+        # the pool's policy admits only on its own node (kubelet's probes)
+        job["spec"]["toolPool"]["nodeSelector"] = {"kubernetes.io/hostname": NODE_NAME}
+        real.apply(job, "-n", ns)
         try:
             found = wait_until(lambda: ready_pool_pod(real, ns), 300, "the tool pool's pod Ready")
         except AssertionError:
@@ -290,7 +373,7 @@ def _http(url: str, body: dict | None = None, timeout: float = 60) -> tuple[int,
 
 def test_hardened_tool_pool_pod_is_ready_with_landlock_and_seccomp(real: LocalCluster, pool: dict) -> None:
     spec = pool["pod"]["spec"]
-    assert spec["nodeName"] == NODE_NAME
+    assert spec["nodeName"] in REAL_NODES
     assert spec["automountServiceAccountToken"] is False
     container = spec["containers"][0]["securityContext"]
     assert container["readOnlyRootFilesystem"] and container["capabilities"] == {"drop": ["ALL"]}
@@ -356,7 +439,7 @@ def test_helm_chart_runs_the_operator_in_a_pod_that_reconciles_a_job(
     real: LocalCluster, images: dict[str, Image]
 ) -> None:
     """The chart from the repository, its image imported (pulling nothing), only its RBAC: the
-    operator pod reconciles a job whose pool pod runs on the real node."""
+    operator pod (on either real node) reconciles a job whose pool pod runs on a real node."""
     install_crd(real)  # as the chart's crds/ would; helm leaves an existing CRD alone
     op_ns, job_ns = restricted_namespace(real), restricted_namespace(real)
     chart = REPO / "charts" / "toolrl-operator"  # as a user installs it, from the repository
@@ -376,7 +459,7 @@ def test_helm_chart_runs_the_operator_in_a_pod_that_reconciles_a_job(
         except AssertionError:
             print(real.kubectl("describe", "pods", "-n", op_ns).stdout[-4000:])
             raise
-        assert op_pod["spec"]["nodeName"] == NODE_NAME
+        assert op_pod["spec"]["nodeName"] in REAL_NODES
         assert op_pod["spec"]["serviceAccountName"] == deployment
         assert (
             op_pod["spec"]["containers"][0]["image"]
@@ -391,7 +474,7 @@ def test_helm_chart_runs_the_operator_in_a_pod_that_reconciles_a_job(
         except AssertionError:
             print(real.kubectl("logs", "-n", op_ns, f"deployment/{deployment}", "--tail", "60").stdout)
             raise
-        assert found["spec"]["nodeName"] == NODE_NAME
+        assert found["spec"]["nodeName"] in REAL_NODES
 
         def pool_status_written() -> dict | None:
             status = get_json(real, "toolrljob", "helm-job", "-n", job_ns).get("status", {})
@@ -491,6 +574,13 @@ def dial_from(
     return json.loads(out.strip().splitlines()[-1])
 
 
+def dial_from_node(cluster: LocalCluster, index: int, targets: list[tuple[str, int]]) -> list[str]:
+    """What each connection from real node `index`'s own network namespace gave (as `dial_from`)."""
+    argv = in_netns(cluster.nodes[index].netns, sys.executable, "-c", DIAL, json.dumps(targets))
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def running_ips(cluster: LocalCluster, pods: dict[str, tuple[str, dict, list[int]]]) -> dict[str, str] | None:
     """Each pod's IP once all of them are Running, else None."""
     ips = {}
@@ -522,14 +612,17 @@ def readme_policies(marker: str, namespaces: dict[str, str]) -> list[dict]:
 def test_the_operators_network_policies_hold_by_packets(real: LocalCluster, images: dict[str, Image]) -> None:
     """The tool pool's and the Ray pods' NetworkPolicies as the operator builds them (its own builders,
     for a job with an `http` tool and an `mcp` tool whose server runs in another namespace), on pods that
-    carry the job's labels, enforced by kube-router on the real node: without the policies every
+    carry the job's labels, spread over the two real nodes (the pool on the second, the job's Ray pod,
+    the http tool's endpoint and the mcp server on the first) and enforced by each node's kube-router
+    (egress where the client runs, ingress where the server does): without the policies every
     connection below opens; with them, the pool reaches only the http tool's endpoint and the mcp
     server's port on the server's pods (not those pods' other ports, not another pod of the server's
     namespace, not another namespace, not another job's pool, not the job's own Ray pods' GCS, client or
-    dashboard ports, not the API server or the node's kubelet), only the job's Ray pods reach the pool,
+    dashboard ports, not the API server or either node's kubelet), only the job's Ray pods reach the pool,
     only a namespace labelled for it reaches the Ray dashboard and nothing else reaches GCS or the Ray
-    client port, and the host still reaches the pool (kubelet's probes). The README's example policies
-    for the mcp server's namespace (deny all ingress, admit the tool pools of the job's namespace) then
+    client port, and the pool's own node still reaches it (kubelet's probes) but not the other node. The
+    README's example policies for the mcp server's namespace (deny all ingress, admit the tool pools of the
+    job's namespace) then
     close the server to a pod of no job and to another namespace while the pool still reaches it.
     Deleted, the denied connections open again."""
     ns, dashboards = restricted_namespace(real), restricted_namespace(real)
@@ -549,8 +642,11 @@ def test_the_operators_network_policies_hold_by_packets(real: LocalCluster, imag
         "elsewhere": (elsewhere, {}, [8081]),  # a pod of another namespace
         "other-pool": (ns, selector_labels("other", COMPONENT_TOOL_POOL), [TOOL_POOL_PORT]),  # another job's
     }
+    # the pool's node and the pods it must not reach beside it there; every admitted path crosses nodes
+    on_second = {"pool", "stranger", "kuberay", "mcp-neighbour"}
     for name, (where, labels, ports) in pods.items():
-        manifest = pod(name, images["tool-sandbox"], ["python", "-c", SERVE, *map(str, ports)])
+        node = SECOND if name in on_second else NODE_NAME
+        manifest = pod(name, images["tool-sandbox"], ["python", "-c", SERVE, *map(str, ports)], node=node)
         manifest["metadata"]["labels"] = labels
         real.apply(manifest, "-n", where)
     ip = wait_until(lambda: running_ips(real, pods), 180, "the pods Running with their IPs")
@@ -571,7 +667,8 @@ def test_the_operators_network_policies_hold_by_packets(real: LocalCluster, imag
                 for p in (RAY_DASHBOARD_PORT, *RAY_CODE_PORTS)
             ),
             ("the API server", BRIDGE_IP, real.ports["apiserver"], False),
-            ("the node's kubelet", BRIDGE_IP, real.ports["kubelet"], False),
+            ("the first node's kubelet", BRIDGE_IP, real.ports["kubelet"], False),
+            ("its own node's kubelet", node_ip(1), real.ports[real.nodes[1].suffixed("kubelet")], False),
         ],
         "ray": [("the pool, from the job's Ray pod", ip["pool"], TOOL_POOL_PORT, True)],
         "stranger": [
@@ -627,7 +724,9 @@ def test_the_operators_network_policies_hold_by_packets(real: LocalCluster, imag
         policy["metadata"].pop("ownerReferences")  # no such job: the garbage collector would delete them
     real.apply(policies)
     expect(enforced, "the policies enforced")
-    socket.create_connection((ip["pool"], TOOL_POOL_PORT), timeout=5).close()  # host -> pod: probes work
+    # kubelet's probes: the pool's own node reaches it, the other node (the host) does not
+    assert dial_from_node(real, 1, [(ip["pool"], TOOL_POOL_PORT)]) == ["open"]
+    assert dial_from_node(real, 0, [(ip["pool"], TOOL_POOL_PORT)]) == ["closed"]
 
     examples = readme_policies("mcp-server-namespace", {"tools": tools_ns, "rl-team": ns})
     real.apply(examples)
@@ -655,3 +754,116 @@ def test_the_operators_own_pool_policy_denies_its_pool_pod_the_api_server(
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"] and "egress" not in policy["spec"]
     targets = [(BRIDGE_IP, real.ports["apiserver"]), (kubernetes_service_ip(), 443), (BRIDGE_IP, 53)]
     assert dial_from(real, ns, name, targets) == ["closed"] * 3
+
+
+# how long the lost node's pool pods tolerate it before they are evicted (the test's job sets it; the
+# default, 300 s, is what the status message names)
+EVICT_AFTER_SECONDS = 5
+
+
+def pool_pods_by_node(cluster: LocalCluster, ns: str) -> dict[str, list[str]]:
+    """The job's pool pods that are Ready and not being deleted, by node."""
+    found: dict[str, list[str]] = {}
+    pods = get_json(cluster, "pods", "-n", ns, "-l", f"app.kubernetes.io/component={COMPONENT_TOOL_POOL}")
+    for p in pods["items"]:
+        conditions = {c["type"]: c["status"] for c in p["status"].get("conditions", [])}
+        if conditions.get("Ready") == "True" and not p["metadata"].get("deletionTimestamp"):
+            found.setdefault(p["spec"]["nodeName"], []).append(p["metadata"]["name"])
+    return found
+
+
+def node_ready(cluster: LocalCluster, name: str) -> bool:
+    conditions = get_json(cluster, "node", name)["status"].get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def pool_condition(cluster: LocalCluster, ns: str, job: str) -> dict:
+    status = get_json(cluster, "toolrljob", job, "-n", ns).get("status") or {}
+    return {c["type"]: c for c in status.get("conditions", [])}.get("ToolPoolReady") or {}
+
+
+def test_a_crashed_node_is_named_its_pool_comes_back_on_the_other_and_it_is_used_again(
+    real: LocalCluster, tmp_path: Path
+) -> None:
+    """A job's two pool pods, one on each real node (a topology spread that honours taints), under the
+    real operator. The second node crashes (its kubelet, kube-proxy, containerd, firewall and every
+    process of its pods SIGKILLed, as a VM that stops): once the node controller marks it Unknown, the
+    job's ToolPoolReady is False, reason NodeNotReady, naming the node and the pod, with a NodeNotReady
+    Warning; after the pods' toleration (the job's, 5 s) the lost pod is evicted and its replacement
+    runs on the first node, ToolPoolReady is True again and the pool answers a call, while the node is
+    still down. The node boots: Ready again, and a pool pod deleted on the first node comes back on it
+    (the spread puts it there). Deleted, the job leaves no pod behind."""
+    ns = restricted_namespace(real)
+    job = pool_job("lost")
+    spread = {
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "nodeTaintsPolicy": "Honor",  # a lost node (tainted unreachable) counts for nothing
+        "labelSelector": {"matchLabels": selector_labels("lost", COMPONENT_TOOL_POOL)},
+    }
+    tolerations = [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": EVICT_AFTER_SECONDS}
+        for key in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+    ]
+    job["spec"]["toolPool"].update(
+        replicas={"min": 2, "max": 2}, topologySpreadConstraints=[spread], tolerations=tolerations
+    )
+
+    def placed(counts: dict[str, int]) -> dict[str, list[str]] | None:
+        """The pool's Ready pods by node, once there are `counts` of them on each node named."""
+        by_node = pool_pods_by_node(real, ns)
+        return by_node if {node: len(pods) for node, pods in by_node.items()} == counts else None
+
+    def tool_pool_ready(reason: str) -> dict | None:
+        condition = pool_condition(real, ns, "lost")
+        return condition if condition.get("reason") == reason else None
+
+    install_crd(real)
+    with OperatorProcess(real.kubeconfig, namespaces=[ns], log_path=tmp_path / "operator.log") as op:
+        real.apply(job, "-n", ns)
+        try:
+            first = wait_until(
+                lambda: placed({NODE_NAME: 1, SECOND: 1}), 300, "a pool pod Ready on each node"
+            )
+        except AssertionError:
+            print(op.log_tail(60))
+            raise
+        [lost_pod] = first[SECOND]
+        real.crash_node(1)
+        crashed = time.monotonic()
+        try:
+            # the node controller's grace period (50 s) first, then the operator's next sync
+            lost = wait_until(lambda: tool_pool_ready("NodeNotReady"), 240, "ToolPoolReady to name the node")
+            named = time.monotonic() - crashed
+            assert lost["status"] == "False", lost
+            assert (
+                f"node {SECOND} is not Ready (Unknown" in lost["message"] and lost_pod in lost["message"]
+            ), lost
+            warnings = job_events(real, ns, "lost", "NodeNotReady")
+            assert warnings and {e["type"] for e in warnings} == {"Warning"}, warnings
+            assert all(SECOND in e["message"] for e in warnings), warnings
+            # evicted after the pods' toleration: its replacement runs beside the other pod, the pool whole
+            moved = wait_until(lambda: placed({NODE_NAME: 2}), 240, "the lost pod replaced on the first node")
+            wait_until(lambda: pool_condition(real, ns, "lost").get("status") == "True", 120, "ToolPoolReady")
+            back = time.monotonic() - crashed
+            pod_ip = get_json(real, "pod", moved[NODE_NAME][0], "-n", ns)["status"]["podIP"]
+            status, result = _http(
+                f"http://{pod_ip}:8080/v1/execute", {"tool": "python", "input": "print(6 * 7)"}
+            )
+            assert status == 200 and result["stdout"].strip() == "42", result
+            assert real.kubectl("get", "node", SECOND, "-o", "jsonpath={.spec.taints[*].key}").stdout
+        finally:
+            real.boot_node(1)
+        print(f"lost node named after {named:.0f}s, the pool whole again after {back:.0f}s")
+        wait_until(lambda: node_ready(real, SECOND), 120, f"{SECOND} Ready again")
+        # the node is used again: a pool pod deleted on the first node comes back on the second
+        real.kubectl("delete", "pod", moved[NODE_NAME][0], "-n", ns)
+        wait_until(
+            lambda: placed({NODE_NAME: 1, SECOND: 1}), 240, "a pool pod Ready on the second node again"
+        )
+        delete_jobs(real, ns)
+        wait_until(
+            lambda: not get_json(real, "pods", "-n", ns)["items"], 180, "no pod of the deleted job left"
+        )
+    real.kubectl("delete", "namespace", ns, "--wait=false")

@@ -42,6 +42,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="`up` with the real node's NetworkPolicy enforcer (kube-router's firewall; test-only)",
     )
+    parser.add_argument(
+        "--real-nodes",
+        type=int,
+        default=1,
+        help="`up` with this many real nodes (node 0 in the host's network namespace, each other in one of "
+        "its own; at most 3)",
+    )
     args = parser.parse_args(argv)
     if args.network_policy and not args.real_node:
         parser.error("--network-policy needs the real node (kwok's fake pods send no packets)")
@@ -57,19 +64,21 @@ def main(argv: list[str] | None = None) -> int:
                 image = ensure_image(name)
                 print(f"{image.ref}: {image.archive} ({image.archive.stat().st_size >> 20} MiB)")
                 running = LocalCluster.recorded(args.root)
-                if running and running.real_node and running.is_running():
-                    running.node.import_image(image.archive, image.ref)
-                    print(f"  imported into the real node of {args.root}")
+                for node in running.nodes if running and running.is_running() else []:
+                    node.import_image(image.archive, image.ref)
+                    print(f"  imported into {node.name} of {args.root}")
             return 0
         recorded = LocalCluster.recorded(args.root)
         running = recorded if recorded and recorded.is_running() else None
         if args.command == "up":
-            kind = (args.real_node, args.network_policy)
-            if running and (running.real_node, running.network_policy) != kind:
-                have = "with" if running.real_node else "without"
+            kind = (args.real_node, args.network_policy, args.real_nodes if args.real_node else 0)
+            if running and (running.real_node, running.network_policy, len(running.nodes)) != kind:
+                have = (
+                    f"with {len(running.nodes)} real node(s)" if running.real_node else "without a real node"
+                )
                 enforcer = " and NetworkPolicy enforcer" if running.network_policy else ""
                 print(
-                    f"localcluster: a cluster {have} a real node{enforcer} is up at {args.root}; "
+                    f"localcluster: a cluster {have}{enforcer} is up at {args.root}; "
                     "`make cluster-down` first to start the other kind",
                     file=sys.stderr,
                 )
@@ -79,13 +88,18 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             if recorded:
                 recorded.down()
-            cluster = LocalCluster(args.root, real_node=args.real_node, network_policy=args.network_policy)
+            cluster = LocalCluster(
+                args.root,
+                real_node=args.real_node,
+                network_policy=args.network_policy,
+                real_nodes=args.real_nodes,
+            )
             cluster.up()
-            if args.real_node:  # what the operator's pods run, so the node is of use at once
-                for name in NODE_IMAGES:
-                    image = ensure_image(name)
-                    cluster.node.import_image(image.archive, image.ref)
-                    print(f"localcluster: {image.ref} imported into the real node")
+            for name in NODE_IMAGES if args.real_node else []:  # what the operator's pods run, at once
+                image = ensure_image(name)
+                for node in cluster.nodes:
+                    node.import_image(image.archive, image.ref)
+                    print(f"localcluster: {image.ref} imported into {node.name}")
         elif args.command == "down":
             if recorded is None:
                 if os.geteuid() == 0 and claim_owner() is None:  # no node of any cluster runs here

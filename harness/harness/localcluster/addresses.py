@@ -7,10 +7,13 @@ than the bridge or loopback. The range is cut in two halves:
 
 - `NETWORK` 198.18.0.0/15: all pods and Services use; the egress guard (node.py) and each pod's only
   route (CNI) read it.
-- `NODE_POD_CIDR` 198.18.0.0/16: the real node's pods, on the bridge; CNI host-local's subnet, the
-  bridge's address (the host routes the range to the bridge), kube-proxy's clusterCIDR.
-- `BRIDGE_IP` 198.18.0.1: the host on the bridge, where the apiserver (with a real node), kubelet and
-  CoreDNS (kubelet's clusterDNS; the cluster has no DNS Service) listen.
+- `POD_NETWORK` 198.18.0.0/16: the real nodes' pods (kube-proxy's clusterCIDR); node i's pods take its
+  i-th /18 (`node_pod_cidr`), on node i's bridge, whose address (`node_ip`, the range's first) is the
+  node's own: its kubelet, kube-proxy and the pods' gateway. Node 0 lives in the host's network
+  namespace; node i >= 1 in a namespace of its own, joined to the host by a point-to-point link from
+  `NODE_LINKS` (`node_link`; the host routes node i's pods over it).
+- `BRIDGE_IP` 198.18.0.1: node 0's address, the host's: the apiserver (with a real node) and CoreDNS
+  (every kubelet's clusterDNS; the cluster has no DNS Service) listen there.
 - `SERVICE_CIDR` 198.19.0.0/16: Service ClusterIPs; kube-apiserver's --service-cluster-ip-range, and
   its first address, the `kubernetes` Service's, in the apiserver's serving certificate.
 - `FAKE_POD_CIDR` 127.65.0.0/16 and `FAKE_NODE_IP`: kwok's fake pods and nodes, on loopback (a dial to
@@ -28,8 +31,11 @@ from __future__ import annotations
 import ipaddress
 
 NETWORK = "198.18.0.0/15"
-NODE_POD_CIDR = "198.18.0.0/16"
-BRIDGE_IP = "198.18.0.1"
+POD_NETWORK = "198.18.0.0/16"
+NODE_POD_PREFIX = 18  # each real node's pod range: a /18 of POD_NETWORK
+MAX_REAL_NODES = 3  # the first three /18s; the fourth holds NODE_LINKS
+NODE_LINKS = "198.18.255.0/24"
+BRIDGE_IP = "198.18.0.1"  # node_ip(0); a unit test checks they agree
 SERVICE_CIDR = "198.19.0.0/16"
 FAKE_POD_CIDR = "127.65.0.0/16"
 FAKE_NODE_IP = "127.0.0.1"
@@ -47,15 +53,35 @@ def kubernetes_service_ip() -> str:
     return str(next(ipaddress.ip_network(SERVICE_CIDR).hosts()))
 
 
-def node_pod_range_start() -> str:
-    """The first address CNI hands a pod on the real node (the first few are left for the host)."""
-    return str(ipaddress.ip_network(NODE_POD_CIDR).network_address + 10)
+def node_pod_cidr(index: int) -> str:
+    """Real node `index`'s pod range (its bridge's subnet, CNI host-local's)."""
+    if not 0 <= index < MAX_REAL_NODES:
+        raise ValueError(f"real node {index}: the address plan holds nodes 0-{MAX_REAL_NODES - 1}")
+    return str(list(ipaddress.ip_network(POD_NETWORK).subnets(new_prefix=NODE_POD_PREFIX))[index])
 
 
-def bridge_address() -> str:
-    """The bridge's address with the node pod range's prefix (`ip addr add`): the host routes that
-    range to the bridge."""
-    return f"{BRIDGE_IP}/{ipaddress.ip_network(NODE_POD_CIDR).prefixlen}"
+def node_ip(index: int) -> str:
+    """Real node `index`'s address: its bridge's, the first of its pod range."""
+    return str(ipaddress.ip_network(node_pod_cidr(index)).network_address + 1)
+
+
+def node_link(index: int) -> tuple[str, str]:
+    """The host's and node `index`'s (>= 1) ends of their point-to-point link, each with the /30's prefix."""
+    if not 1 <= index < MAX_REAL_NODES:
+        raise ValueError(f"real node {index} has no link: node 0 is the host's own namespace")
+    base = ipaddress.ip_network(NODE_LINKS).network_address + 4 * index
+    return f"{base + 1}/30", f"{base + 2}/30"
+
+
+def node_pod_range_start(index: int = 0) -> str:
+    """The first address CNI hands a pod on real node `index` (the first few are left for the node)."""
+    return str(ipaddress.ip_network(node_pod_cidr(index)).network_address + 10)
+
+
+def bridge_address(index: int = 0) -> str:
+    """Node `index`'s bridge address with its pod range's prefix (`ip addr add`): the node's namespace
+    routes that range to the bridge."""
+    return f"{node_ip(index)}/{NODE_POD_PREFIX}"
 
 
 def usable(cidr: str) -> int:

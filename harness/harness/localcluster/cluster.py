@@ -1,7 +1,7 @@
 """Start, reuse and stop a real local control plane: etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler, kwok (fake GPU/CPU nodes) and the KubeRay operator;
-with `real_node=True` also one real CPU node (node.py) in place of kwok's fake CPU nodes, and
-with `network_policy=True` kube-router's firewall on it, which enforces NetworkPolicies.
+with `real_node=True` also `real_nodes` real CPU nodes (node.py) in place of kwok's fake CPU nodes,
+and with `network_policy=True` kube-router's firewall on each, which enforces NetworkPolicies.
 
 Every process listens on 127.0.0.1 on a free port, so two clusters on one machine never
 collide. (With a real node the apiserver listens on the node's bridge address instead, so pods
@@ -29,15 +29,15 @@ from typing import ClassVar, NamedTuple
 
 import yaml
 
-from .addresses import BRIDGE_IP, FAKE_NODE_IP, FAKE_POD_CIDR, SERVICE_CIDR
+from .addresses import BRIDGE_IP, FAKE_NODE_IP, FAKE_POD_CIDR, MAX_REAL_NODES, SERVICE_CIDR
 from .build import Toolchain, ensure_built, ensure_kube_router_built, ensure_node_built
 from .certs import write_pki
 from .node import (
-    NODE_NAME,
     PAUSE_IMAGE,
     NodeError,
     RealNode,
     firewall_synced,
+    in_netns,
     kube_router_argv,
     missing_requirements,
 )
@@ -46,7 +46,10 @@ GPU_NODES = 4
 GPUS_PER_NODE = 8
 CPU_NODES = 2
 START_ORDER = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kuberay"]
+# each real node's, in order; node i >= 1's are named `<name>-<i>` (RealNode.suffixed); the cluster's DNS
+# runs on node 0 only
 NODE_ORDER = ["containerd", "kubelet", "kube-proxy", "coredns"]
+CLUSTER_DNS = "coredns"
 # the NetworkPolicy enforcer, last: it reads its node's object (kubelet registers it)
 KUBE_ROUTER = "kube-router"
 # fake GPU nodes carry this taint when a real node runs beside them, so only pods asking for a
@@ -128,6 +131,8 @@ class LocalCluster:
     pids: dict[str, int] = field(default_factory=dict)
     real_node: bool = False
     node_bin_dir: Path | None = None
+    # how many, with real_node: node 0 in the host's network namespace, the others each in one of its own
+    real_nodes: int = 1
     network_policy: bool = False  # kube-router's firewall on the real node (node.kube_router_argv)
     kube_router: Path | None = None  # its binary
 
@@ -136,11 +141,27 @@ class LocalCluster:
             self.cpu_nodes = 0  # the real node is the CPU node
         if self.network_policy and not self.real_node:
             raise ClusterError("network_policy needs the real node: kwok's fake pods send no packets")
+        if self.real_node and not 1 <= self.real_nodes <= MAX_REAL_NODES:
+            raise ClusterError(f"real_nodes={self.real_nodes}: the address plan holds 1 to {MAX_REAL_NODES}")
 
     @property
     def components(self) -> list[str]:
-        node = NODE_ORDER + ([KUBE_ROUTER] if self.network_policy else [])
-        return START_ORDER + (node if self.real_node else [])
+        return START_ORDER + [name for node in self.nodes for name in self.node_components(node)]
+
+    def node_components(self, node: RealNode) -> list[str]:
+        """`node`'s components, in start order, by the names the cluster gives them."""
+        names = [n for n in NODE_ORDER if n != CLUSTER_DNS or node.index == 0]
+        return [node.suffixed(n) for n in names + ([KUBE_ROUTER] if self.network_policy else [])]
+
+    def split_component(self, name: str) -> tuple[str, RealNode | None]:
+        """A component's name -> its kind (a key of COMPONENTS or NODE_COMPONENTS) and its real node
+        (None: the control plane's)."""
+        base, _, index = name.rpartition("-")
+        if index.isdigit() and base in NODE_COMPONENTS and self.real_node and int(index) < self.real_nodes:
+            return base, self.nodes[int(index)]
+        if name in NODE_COMPONENTS:
+            return name, self.node
+        return name, None
 
     @property
     def api_host(self) -> str:
@@ -152,9 +173,18 @@ class LocalCluster:
         return f"https://{self.api_host}:{self.ports['apiserver']}"
 
     @property
+    def nodes(self) -> list[RealNode]:
+        if not self.real_node:
+            return []
+        assert self.node_bin_dir is not None, "no node binaries; call up()"
+        bin_dir = self.node_bin_dir
+        return [RealNode(self.root, bin_dir, self.network_policy, i) for i in range(self.real_nodes)]
+
+    @property
     def node(self) -> RealNode:
-        assert self.real_node and self.node_bin_dir is not None, "this cluster has no real node"
-        return RealNode(self.root, self.node_bin_dir, self.network_policy)
+        """Node 0: the host's namespace, the cluster's DNS."""
+        assert self.real_node, "this cluster has no real node"
+        return self.nodes[0]
 
     @property
     def kubeconfig(self) -> Path:
@@ -188,6 +218,7 @@ class LocalCluster:
             state["pids"],
             real_node=node_bin is not None,
             node_bin_dir=Path(node_bin) if node_bin else None,
+            real_nodes=state.get("realNodes", 1),
             network_policy=bool(state.get("kubeRouter")),
             kube_router=Path(state["kubeRouter"]) if state.get("kubeRouter") else None,
         )
@@ -222,14 +253,11 @@ class LocalCluster:
             "kuberay-metrics",
             "kuberay-health",
         ]
+        for node in self.nodes:
+            ports += [node.suffixed(n) for n in ("kubelet", "kubelet-healthz", "kube-proxy-healthz")]
+            ports.append(node.suffixed("kube-proxy-metrics"))
         if self.real_node:
-            ports += [
-                "kubelet",
-                "kubelet-healthz",
-                "kube-proxy-healthz",
-                "kube-proxy-metrics",
-                "coredns-ready",
-            ]
+            ports.append("coredns-ready")
         self.ports = {n: free_port() for n in ports}
         started = time.monotonic()
         if self.real_node:
@@ -239,6 +267,8 @@ class LocalCluster:
             self._save_state()
             try:
                 self.node.prepare_host()
+                for node in self.nodes[1:]:
+                    node.prepare_namespace()
             except BaseException:
                 self.down(remove=False)
                 raise
@@ -248,13 +278,13 @@ class LocalCluster:
         (self.root / "kwok-stages.yaml").write_text(fake_node_stages(stock))
         self._link_binaries()
         try:
-            if self.real_node:
-                self.node.write_configs(self.kubeconfig, pki["ca.crt"], self.ports)
+            for node in self.nodes:
+                node.write_configs(self.kubeconfig, pki["ca.crt"], self.ports)
             for name in self.components:
                 self.start_component(name, timeout=timeout)
                 log(f"localcluster: {name} ready ({time.monotonic() - started:.1f}s)")
             self._create_nodes()
-            want = self.gpu_nodes + self.cpu_nodes + (1 if self.real_node else 0)
+            want = self.gpu_nodes + self.cpu_nodes + len(self.nodes)
             self._wait(lambda: self._ready_nodes() == want, "kwok", timeout, f"{want} nodes Ready")
             self._wait(
                 self._default_sa_exists,
@@ -268,14 +298,16 @@ class LocalCluster:
         log(f"localcluster: all ready in {time.monotonic() - started:.1f}s; KUBECONFIG={self.kubeconfig}")
 
     def down(self, remove: bool = True) -> None:
-        """Stop every process this cluster started (by pid), newest first; with a real node,
-        kill its pods and put the host back as it was (node.RealNode.teardown); remove its data."""
+        """Stop every process this cluster started (by pid), newest first; with real nodes,
+        kill their pods and put the host back as it was (node.RealNode.teardown, node 0's last); remove
+        its data."""
         for name in reversed(self.components):
-            if name == "containerd":
-                self.node.stop_workloads()  # kubelet is stopped: nothing restarts them now
-            self.stop_component(name, grace=10.0 if name in NODE_ORDER else 3.0)
-        if self.real_node:
-            self.node.teardown()
+            kind, node = self.split_component(name)
+            if kind == "containerd" and node is not None:
+                node.stop_workloads()  # kubelet is stopped: nothing restarts them now
+            self.stop_component(name, grace=10.0 if kind in NODE_ORDER else 3.0)
+        for node in reversed(self.nodes):
+            node.teardown()
         if remove and self.root.exists():
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -283,8 +315,9 @@ class LocalCluster:
         argv, check, what = self._component(name)
         logf = (self.root / "logs" / f"{name}.log").open("ab")
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
-        if name in NODE_ORDER:
-            env.update(self.node.env(name))
+        kind, node = self.split_component(name)
+        if node is not None:
+            env.update(node.env(kind))
         proc = subprocess.Popen(
             argv,
             stdout=logf,
@@ -299,13 +332,14 @@ class LocalCluster:
         self._save_state()
         self._wait(check, name, timeout, what, proc)
 
-    def stop_component(self, name: str, grace: float = 3.0) -> None:
+    def stop_component(self, name: str, grace: float = 3.0, first: signal.Signals = signal.SIGTERM) -> None:
+        """`first` to the component's process, then SIGKILL if it still runs after `grace` seconds."""
         pid = self.pids.pop(name, None)
         if pid is None or not self._pid_is(name, pid):
             self._save_state()
             return
         try:
-            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, first)
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline and self._pid_is(name, pid):
                 _reap(pid)
@@ -317,23 +351,46 @@ class LocalCluster:
             pass
         self._save_state()
 
-    def restart_node_runtime(self, timeout: float = 300.0) -> None:
-        """Restart the real node's kubelet and containerd processes, as after a node agent's crash or
-        upgrade (the containers live on in their shims). A kubelet started before containerd's CRI
-        has initialized exits ("server is not initialized yet"); like a service manager's restart
-        policy, it is started again until it stays."""
+    def restart_node_runtime(self, timeout: float = 300.0, index: int = 0) -> None:
+        """Restart real node `index`'s kubelet and containerd processes, as after a node agent's crash or
+        upgrade (the containers live on in their shims)."""
+        node = self.nodes[index]
         for name in ("kubelet", "containerd"):
-            self.stop_component(name, grace=10.0)
-        self.start_component("containerd", timeout)
+            self.stop_component(node.suffixed(name), grace=10.0)
+        self.start_component(node.suffixed("containerd"), timeout)
+        self._start_kubelet(node, timeout)
+
+    def _start_kubelet(self, node: RealNode, timeout: float) -> None:
+        """A kubelet started before containerd's CRI has initialized exits ("server is not initialized
+        yet"); like a service manager's restart policy, it is started again until it stays."""
         deadline = time.monotonic() + timeout
         while True:
             try:
-                self.start_component("kubelet", timeout)
+                self.start_component(node.suffixed("kubelet"), timeout)
                 return
             except ClusterError as exc:
                 if "exited" not in str(exc) or time.monotonic() > deadline:
                     raise
                 time.sleep(1.0)
+
+    def crash_node(self, index: int) -> None:
+        """Real node `index` stops as a crashed machine does: every one of its processes (its agents,
+        its pods' processes and their shims) SIGKILLed at once, nothing told. Its namespace and link
+        stay, as a machine's cable does; `boot_node` starts it again."""
+        node = self.nodes[index]
+        for name in reversed(self.node_components(node)):
+            self.stop_component(name, grace=0.0, first=signal.SIGKILL)
+        node.stop_workloads()
+
+    def boot_node(self, index: int, timeout: float = 300.0) -> None:
+        """Start real node `index`'s components again after `crash_node` (containerd finds its pods'
+        containers dead; kubelet starts them again or the controllers have replaced them)."""
+        node = self.nodes[index]
+        for name in self.node_components(node):
+            if self.split_component(name)[0] == "kubelet":
+                self._start_kubelet(node, timeout)
+            else:
+                self.start_component(name, timeout)
 
     # ----- clients ---------------------------------------------------------------------
 
@@ -353,13 +410,14 @@ class LocalCluster:
     # ----- internals -------------------------------------------------------------------
 
     def _component(self, name: str) -> Component:
-        """How to start `name` and know it is ready (COMPONENTS). A component's side effects (KubeRay's
-        CRDs, containerd's pause image) happen when it is started, not here in the table."""
-        make = self.COMPONENTS.get(name)
-        # kube-router is a component only of a cluster with network_policy
-        if make is None or (name == KUBE_ROUTER and not self.network_policy):
+        """How to start `name` and know it is ready (COMPONENTS, NODE_COMPONENTS). A component's side
+        effects (KubeRay's CRDs, containerd's pause image) happen when it is started, not in the table."""
+        if name not in self.components:
             raise KeyError(f"unknown component {name!r}; known: {self.components}")
-        return make(self)
+        kind, node = self.split_component(name)
+        if node is None:
+            return self.COMPONENTS[kind](self)
+        return NODE_COMPONENTS[kind](self, node)
 
     def _etcd(self) -> Component:
         p = self.ports
@@ -529,61 +587,7 @@ class LocalCluster:
             "GET /readyz",
         )
 
-    # the real node's (node.RealNode.argv); self.node asserts the cluster has one
-
-    def _containerd(self) -> Component:
-        node = self.node
-
-        def containerd_ready() -> bool:
-            try:
-                node.ctr("version")
-            except NodeError:
-                return False  # not listening yet
-            node.import_image(node.pause_archive(), PAUSE_IMAGE)
-            return True
-
-        return Component(
-            node.argv("containerd", self.kubeconfig),
-            containerd_ready,
-            "its socket, and the pause image imported",
-        )
-
-    def _kubelet(self) -> Component:
-        # its own /healthz first: after a restart the node is still Ready in the API (its last
-        # heartbeat is up to 40 s old) while the new kubelet may be exiting (a CRI not initialised
-        # yet): seen in a whole run, the node NotReady for good and the job's pods stuck Terminating
-        healthz = f"http://127.0.0.1:{self.ports['kubelet-healthz']}/healthz"
-        return Component(
-            self.node.argv("kubelet", self.kubeconfig),
-            lambda: _get(healthz) == b"ok" and self._ready_nodes(NODE_NAME) == 1,
-            f"GET /healthz and node {NODE_NAME} Ready",
-        )
-
-    def _kube_proxy(self) -> Component:
-        p = self.ports
-        return Component(
-            self.node.argv("kube-proxy", self.kubeconfig),
-            lambda: _get(f"http://127.0.0.1:{p['kube-proxy-healthz']}/healthz").startswith(b"{"),
-            "GET /healthz",
-        )
-
-    def _coredns(self) -> Component:
-        p = self.ports
-        return Component(
-            self.node.argv("coredns", self.kubeconfig),
-            lambda: _get(f"http://127.0.0.1:{p['coredns-ready']}/ready") == b"OK",
-            "GET /ready",
-        )
-
-    def _kube_router(self) -> Component:
-        assert self.kube_router is not None, "no kube-router binary; call up()"
-        return Component(
-            kube_router_argv(self.kube_router, self.kubeconfig),
-            firewall_synced,
-            "its first sync in the filter table (FORWARD -> KUBE-ROUTER-FORWARD, its ACCEPT rule)",
-        )
-
-    # name -> how to start it (the order they start in is START_ORDER, NODE_ORDER: `components`)
+    # name -> how to start it (the order they start in is START_ORDER: `components`)
     COMPONENTS: ClassVar[dict[str, Callable[[LocalCluster], Component]]] = {
         "etcd": _etcd,
         "kube-apiserver": _apiserver,
@@ -591,11 +595,6 @@ class LocalCluster:
         "kube-scheduler": _scheduler,
         "kwok": _kwok,
         "kuberay": _kuberay,
-        "containerd": _containerd,
-        "kubelet": _kubelet,
-        "kube-proxy": _kube_proxy,
-        "coredns": _coredns,
-        KUBE_ROUTER: _kube_router,
     }
 
     def _wait(
@@ -717,6 +716,7 @@ class LocalCluster:
                     "gpuNodes": self.gpu_nodes,
                     "cpuNodes": self.cpu_nodes,
                     "nodeBinDir": str(self.node_bin_dir) if self.real_node else None,
+                    "realNodes": self.real_nodes,
                     "kubeRouter": str(self.kube_router) if self.network_policy else None,
                 },
                 indent=1,
@@ -734,8 +734,69 @@ class LocalCluster:
             status = Path(f"/proc/{pid}/stat").read_text().split()[2]
         except OSError:
             return False
-        binary = "kuberay-operator" if name == "kuberay" else name
+        kind, _ = self.split_component(name)
+        binary = "kuberay-operator" if kind == "kuberay" else kind
         return status != "Z" and Path(cmdline).name == binary
+
+
+# ----- each real node's components (node.RealNode.argv), in its network namespace -------------------
+
+
+def _containerd(cluster: LocalCluster, node: RealNode) -> Component:
+    def containerd_ready() -> bool:
+        try:
+            node.ctr("version")
+        except NodeError:
+            return False  # not listening yet
+        node.import_image(node.pause_archive(), PAUSE_IMAGE)
+        return True
+
+    return Component(
+        node.argv("containerd", cluster.kubeconfig), containerd_ready, "its socket, the pause image imported"
+    )
+
+
+def _kubelet(cluster: LocalCluster, node: RealNode) -> Component:
+    # its own /healthz first: after a restart the node is still Ready in the API (its last
+    # heartbeat is up to 40 s old) while the new kubelet may be exiting (a CRI not initialised
+    # yet): seen in a whole run, the node NotReady for good and the job's pods stuck Terminating
+    healthz = f"http://{node.local_ip}:{cluster.ports[node.suffixed('kubelet-healthz')]}/healthz"
+    return Component(
+        node.argv("kubelet", cluster.kubeconfig),
+        lambda: _get(healthz) == b"ok" and cluster._ready_nodes(node.name) == 1,
+        f"GET /healthz and node {node.name} Ready",
+    )
+
+
+def _kube_proxy(cluster: LocalCluster, node: RealNode) -> Component:
+    healthz = f"http://{node.local_ip}:{cluster.ports[node.suffixed('kube-proxy-healthz')]}/healthz"
+    return Component(
+        node.argv("kube-proxy", cluster.kubeconfig), lambda: _get(healthz).startswith(b"{"), "GET /healthz"
+    )
+
+
+def _coredns(cluster: LocalCluster, node: RealNode) -> Component:
+    ready = f"http://127.0.0.1:{cluster.ports['coredns-ready']}/ready"
+    return Component(node.argv("coredns", cluster.kubeconfig), lambda: _get(ready) == b"OK", "GET /ready")
+
+
+def _kube_router(cluster: LocalCluster, node: RealNode) -> Component:
+    assert cluster.kube_router is not None, "no kube-router binary; call up()"
+    return Component(
+        in_netns(node.netns, *kube_router_argv(cluster.kube_router, cluster.kubeconfig, node.name)),
+        lambda: firewall_synced(node.netns),
+        "its first sync in the filter table (FORWARD -> KUBE-ROUTER-FORWARD, its ACCEPT rule)",
+    )
+
+
+# kind -> how to start it on a node (the order they start in is NODE_ORDER, KUBE_ROUTER: `node_components`)
+NODE_COMPONENTS: dict[str, Callable[[LocalCluster, RealNode], Component]] = {
+    "containerd": _containerd,
+    "kubelet": _kubelet,
+    "kube-proxy": _kube_proxy,
+    CLUSTER_DNS: _coredns,
+    KUBE_ROUTER: _kube_router,
+}
 
 
 # How long a cluster waits for another's real node (the machine has one) to go: a whole e2e run of another
@@ -749,16 +810,17 @@ def real_node_cluster(
     claimed: Callable[[LocalCluster], None] = lambda _: None,
     claim_wait: float = CLAIM_WAIT,
     network_policy: bool = False,
+    real_nodes: int = 1,
 ) -> Iterator[LocalCluster]:
-    """A cluster with the real node, up for the block and down after it, also when it fails.
-    `claimed` runs once the machine's one real node is this cluster's, before `up` changes the host.
-    `network_policy`: the node enforces NetworkPolicies (kube-router's firewall)."""
+    """A cluster with `real_nodes` real nodes, up for the block and down after it, also when it fails.
+    `claimed` runs once the machine's real nodes are this cluster's, before `up` changes the host.
+    `network_policy`: the nodes enforce NetworkPolicies (kube-router's firewall)."""
     problems = missing_requirements(network_policy)
     if problems:
         raise ClusterError(
             "this machine cannot host the real node (`make setup` installs it):\n" + "\n".join(problems)
         )
-    cluster = LocalCluster(root, real_node=True, network_policy=network_policy)
+    cluster = LocalCluster(root, real_node=True, network_policy=network_policy, real_nodes=real_nodes)
     cluster.node_bin_dir = ensure_node_built()
     if network_policy:
         cluster.kube_router = ensure_kube_router_built()

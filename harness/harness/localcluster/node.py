@@ -1,15 +1,19 @@
-"""One real CPU node beside kwok's fake GPU nodes: containerd + runc, kubelet, kube-proxy and
-CoreDNS, in the shape of Kubernetes' own `hack/local-up-cluster.sh`.
+"""Real CPU nodes beside kwok's fake GPU nodes: containerd + runc, kubelet, kube-proxy (and CoreDNS
+on the first), in the shape of Kubernetes' own `hack/local-up-cluster.sh`.
 
-The node lives in the host's network namespace, so only one runs per machine (a claim file
-under /run says whose it is). Everything it changes on the host is recorded first and put back
-by `teardown`: sysctls, iptables/ip6tables rules and chains (and nft tables iptables-nft
-created), the bridge, cgroups, mounts, files kubelet/containerd put in fixed host paths.
+Node 0 lives in the host's network namespace, so only one cluster with real nodes runs per machine (a
+claim file under /run says whose it is). Node i >= 1 lives in a network namespace of its own (its own
+interfaces, routes, iptables, ipsets, loopback), joined to the host by a veth pair the host routes its
+pods over (addresses.node_link); its processes share the host's file system and cgroup tree, each node
+under roots of its own. Everything the nodes change on the host is recorded first and put back by
+`teardown`: sysctls, iptables/ip6tables rules and chains (and nft tables iptables-nft created), the
+bridge, the namespaces and their links, cgroups, mounts, files kubelet/containerd put in fixed host paths.
 
 Network rule: pods and Services use 198.18.0.0/15 only. Pods get no default route (only
-198.18.0.0/15 via the bridge's address) and the bridge is no gateway; an egress guard
-(iptables chain, installed before the first pod) drops anything from or to that range leaving
-through another interface than the bridge or loopback. `guard_drops()` reads its counters.
+198.18.0.0/15 via their node's bridge address), no namespace has a default route but the host's, and
+an egress guard on the host (iptables chain, installed before the first pod) drops anything from or to
+that range leaving through another interface than node 0's bridge, a node's link or loopback: every
+packet of a node i >= 1 that leaves its namespace passes the host. `guard_drops()` reads its counters.
 Facts behind each setting: shared/docs/real-node-notes.md (measured on this machine kind).
 """
 
@@ -30,18 +34,33 @@ from pathlib import Path
 
 import yaml
 
-from .addresses import BRIDGE_IP, NETWORK, NODE_POD_CIDR, SERVICE_CIDR, bridge_address, node_pod_range_start
+from .addresses import (
+    BRIDGE_IP,
+    MAX_REAL_NODES,
+    NETWORK,
+    POD_NETWORK,
+    SERVICE_CIDR,
+    bridge_address,
+    node_ip,
+    node_link,
+    node_pod_cidr,
+    node_pod_range_start,
+)
 from .oci import single_file_layer, write_oci_archive
 
 # kubelet evicts pods once the node's or its images' file system has less free than this (evictionHard);
 # image builds stop short of it (images.min_free)
 EVICTION_FREE_PERCENT = 2
 
-NODE_NAME = "cpu-real-0"
-BRIDGE = "toolrl0"
-CNI_NETWORK = "toolrl-node"
+NODE_NAME = "cpu-real-0"  # node 0's; node i's is cpu-real-i (RealNode.name)
+BRIDGE = "toolrl0"  # every node's bridge, each in its own namespace
+CNI_NETWORK = "toolrl-node"  # node 0's; node i's has `-i` added (RealNode.suffixed)
 GUARD_CHAIN = "TOOLRL-EGRESS"
-CGROUP_ROOT = "toolrl-node"  # kubelet's --cgroup-root: every pod's cgroup is below it
+# node 0's kubelet's --cgroup-root (every pod's cgroup is below it); node i's has `-i` added
+CGROUP_ROOT = "toolrl-node"
+NETNS_DIR = Path("/run/netns")  # where `ip netns` keeps its namespaces
+LINK_PREFIX = "toolrl-n"  # the host's end of node i's link is toolrl-n<i>
+UPLINK = "uplink"  # the node's end, in its namespace
 PAUSE_IMAGE = "localhost/toolrl/pause:1"
 NO_REGISTRY = "http://127.0.0.1:9"  # discard port, nothing listens: a pull fails at once, locally
 NODE_LABEL = "toolrl.dev/real-node"
@@ -156,13 +175,18 @@ def _run(*cmd: str, check: bool = True, input: str | None = None) -> str:
     return res.stdout
 
 
-def iptables_rules(family: str = "ip") -> dict[str, list[str]]:
+def in_netns(netns: str | None, *cmd: str) -> list[str]:
+    """`cmd` run in network namespace `netns` (nsenter execs it: its pid is the command's), or as is."""
+    return ["nsenter", f"--net={NETNS_DIR / netns}", "--", *cmd] if netns else list(cmd)
+
+
+def iptables_rules(family: str = "ip", netns: str | None = None) -> dict[str, list[str]]:
     """Per table, its chain declarations (without counters) and rules, as iptables-save prints
-    them; tables that do not exist are absent."""
+    them, of the host or of network namespace `netns`; tables that do not exist are absent."""
     save = "iptables-save" if family == "ip" else "ip6tables-save"
     out: dict[str, list[str]] = {}
     table = None
-    for line in _run(save).splitlines():
+    for line in _run(*in_netns(netns, save)).splitlines():
         if line.startswith("*"):
             table = line[1:]
             out[table] = []
@@ -266,18 +290,19 @@ def guard_rules() -> list[str]:
     """The egress guard (iptables-restore lines of table mangle): mangle POSTROUTING sees every
     packet about to leave by any interface, forwarded or local, after kube-proxy's DNAT, and
     kube-proxy's ACCEPT rules (filter) do not skip it. What is from or to NETWORK leaves only by
-    loopback or the bridge."""
+    loopback, node 0's bridge or a link to another node's namespace (which has no other way out)."""
     return [
         f":{GUARD_CHAIN} - [0:0]",
         f"-A POSTROUTING -j {GUARD_CHAIN}",
         f"-A {GUARD_CHAIN} -o lo -j RETURN",
         f"-A {GUARD_CHAIN} -o {BRIDGE} -j RETURN",
+        f"-A {GUARD_CHAIN} -o {LINK_PREFIX}+ -j RETURN",
         f"-A {GUARD_CHAIN} -s {NETWORK} -j DROP",
         f"-A {GUARD_CHAIN} -d {NETWORK} -j DROP",
     ]
 
 
-def kube_router_argv(binary: Path | str, kubeconfig: Path) -> list[str]:
+def kube_router_argv(binary: Path | str, kubeconfig: Path, node_name: str = NODE_NAME) -> list[str]:
     """kube-router as the node's NetworkPolicy enforcer and nothing else: its firewall (the netpol
     controller: iptables chains and ipsets), not its router (BGP, routes, a CNI config of its own) nor
     its service proxy (IPVS; kube-proxy serves the Services) nor its load-balancer allocator. No
@@ -289,7 +314,7 @@ def kube_router_argv(binary: Path | str, kubeconfig: Path) -> list[str]:
         "--kubeconfig",
         str(kubeconfig),
         "--hostname-override",
-        NODE_NAME,
+        node_name,
         "--run-firewall=true",
         "--run-router=false",
         "--run-service-proxy=false",
@@ -311,10 +336,11 @@ def kube_router_argv(binary: Path | str, kubeconfig: Path) -> list[str]:
 KUBE_ROUTER_SYNCED = "--mark 0x20000/0x20000 -j ACCEPT"
 
 
-def firewall_synced() -> bool:
-    """True once kube-router's first full sync is in the host's filter table: FORWARD jumps to its
-    chain and the chain ends with its ACCEPT of traffic the policies let through."""
-    rules = iptables_rules("ip").get("filter", [])
+def firewall_synced(netns: str | None = None) -> bool:
+    """True once kube-router's first full sync is in the filter table of the host (or of network
+    namespace `netns`): FORWARD jumps to its chain and the chain ends with its ACCEPT of traffic the
+    policies let through."""
+    rules = iptables_rules("ip", netns).get("filter", [])
     hooked = any(ln.startswith("-A FORWARD ") and ln.endswith("-j KUBE-ROUTER-FORWARD") for ln in rules)
     return hooked and any(
         ln.startswith("-A KUBE-ROUTER-FORWARD ") and ln.endswith(KUBE_ROUTER_SYNCED) for ln in rules
@@ -323,15 +349,52 @@ def firewall_synced() -> bool:
 
 @dataclass
 class RealNode:
-    """The real node of the cluster rooted at `cluster_root`; its files live in `<root>/node`."""
+    """Real node `index` of the cluster rooted at `cluster_root`; its files live in `<root>/node`
+    (node 0) or `<root>/node-<index>`. Node 0 is in the host's network namespace and holds what is the
+    host's (the claim, the sysctls, the egress guard, the record of the host before); node i >= 1 is in
+    namespace `toolrl-node-<i>`."""
 
     cluster_root: Path
     bin_dir: Path
     network_policy: bool = False  # kube-router's firewall enforces NetworkPolicies (kube_router_argv)
+    index: int = 0
+
+    def suffixed(self, name: str) -> str:
+        """`name` for this node: as is for node 0, with `-<index>` after it for the others (component
+        names, ports, cgroup root, CNI network)."""
+        return name if self.index == 0 else f"{name}-{self.index}"
+
+    @property
+    def name(self) -> str:
+        return f"cpu-real-{self.index}"
 
     @property
     def root(self) -> Path:
-        return self.cluster_root / "node"
+        return self.cluster_root / self.suffixed("node")
+
+    @property
+    def netns(self) -> str | None:
+        """Its network namespace's name; None for node 0 (the host's)."""
+        return None if self.index == 0 else self.suffixed("toolrl-node")
+
+    @property
+    def link(self) -> str:
+        """The host's end of its link (node i >= 1)."""
+        return f"{LINK_PREFIX}{self.index}"
+
+    @property
+    def ip(self) -> str:
+        return node_ip(self.index)
+
+    @property
+    def local_ip(self) -> str:
+        """Where its health and metrics endpoints listen: loopback on node 0; a node in a namespace of
+        its own has a loopback of its own, so there its address (the harness checks them from the host)."""
+        return "127.0.0.1" if self.index == 0 else self.ip
+
+    @property
+    def cgroup_root(self) -> str:
+        return self.suffixed(CGROUP_ROOT)
 
     @property
     def socket(self) -> Path:
@@ -339,7 +402,12 @@ class RealNode:
 
     @property
     def before_file(self) -> Path:
-        return self.root / "host-before.json"
+        """The host as it was before node 0 changed it (every node's teardown reads it)."""
+        return self.cluster_root / "node" / "host-before.json"
+
+    def run(self, *cmd: str, check: bool = True) -> str:
+        """`cmd` in the node's network namespace."""
+        return _run(*in_netns(self.netns, *cmd), check=check)
 
     def bin(self, name: str) -> str:
         return str(self.bin_dir / name)
@@ -370,7 +438,8 @@ class RealNode:
             time.sleep(2)
 
     def prepare_host(self) -> None:
-        """Record the host, then: sysctls, the bridge, the egress guard. Before any pod."""
+        """Node 0: record the host, then: sysctls, the bridge, the egress guard. Before any pod."""
+        assert self.index == 0, "the host is node 0's to prepare"
         check_host(self.network_policy)
         self.root.mkdir(parents=True, exist_ok=True)
         if not self.before_file.exists():
@@ -384,11 +453,35 @@ class RealNode:
             _run("ip", "link", "set", BRIDGE, "up")
         self._install_guard()
 
+    def prepare_namespace(self) -> None:
+        """Node i >= 1, after node 0's prepare_host: its namespace (a stale one of a crashed cluster is
+        replaced), the link to the host and the routes both ways, its bridge, forwarding and bridge
+        netfilter (per namespace), its cgroup root. Its only route is NETWORK via the host."""
+        assert self.index > 0 and self.netns, "node 0 is the host's namespace"
+        if (NETNS_DIR / self.netns).exists():
+            _run("ip", "netns", "del", self.netns)  # its link goes with it
+        _run("ip", "netns", "add", self.netns)
+        host_end, node_end = node_link(self.index)
+        _run("ip", "link", "add", self.link, "type", "veth", "peer", "name", UPLINK, "netns", self.netns)
+        _run("ip", "addr", "add", host_end, "dev", self.link)
+        _run("ip", "link", "set", self.link, "up")
+        _run("ip", "route", "add", node_pod_cidr(self.index), "via", node_end.split("/")[0], "dev", self.link)
+        self.run("ip", "link", "set", "lo", "up")
+        self.run("ip", "addr", "add", node_end, "dev", UPLINK)
+        self.run("ip", "link", "set", UPLINK, "up")
+        self.run("ip", "link", "add", BRIDGE, "type", "bridge")
+        self.run("ip", "addr", "add", bridge_address(self.index), "dev", BRIDGE)
+        self.run("ip", "link", "set", BRIDGE, "up")
+        self.run("ip", "route", "add", NETWORK, "via", host_end.split("/")[0], "dev", UPLINK)
+        for name in ("net.ipv4.ip_forward", "net.bridge.bridge-nf-call-iptables"):
+            self.run("sysctl", "-q", "-w", f"{name}=1")
+        self._make_cgroup_root()
+
     def _make_cgroup_root(self) -> None:
         """kubelet requires --cgroup-root to exist in every hierarchy; a v1 cpuset cgroup
         takes no task until its cpus and mems are set (copied from the parent)."""
         for h in _cgroup_hierarchies():
-            top = h / CGROUP_ROOT
+            top = h / self.cgroup_root
             top.mkdir(exist_ok=True)
             for knob in ("cpuset.cpus", "cpuset.mems"):
                 if (h / knob).exists() and not (top / knob).read_text().strip():
@@ -416,7 +509,8 @@ class RealNode:
         (r / "cni" / "10-toolrl.conflist").write_text(json.dumps(self._cni_config(), indent=1))
         (r / "kubelet.yaml").write_text(yaml.safe_dump(self._kubelet_config(ca, ports)))
         (r / "kube-proxy.yaml").write_text(yaml.safe_dump(self._kube_proxy_config(kubeconfig, ports)))
-        (r / "Corefile").write_text(self._corefile(kubeconfig, ports))
+        if self.index == 0:  # the cluster's DNS, for every node's pods
+            (r / "Corefile").write_text(self._corefile(kubeconfig, ports))
         # pods with dnsPolicy Default get this, not the host's (no upstream resolver: nothing
         # outside the cluster resolves, by the network rule)
         (r / "resolv.conf").write_text(f"nameserver {BRIDGE_IP}\n")
@@ -463,10 +557,14 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 """
 
     def _cni_config(self) -> dict:
-        pod_range = {"subnet": NODE_POD_CIDR, "rangeStart": node_pod_range_start(), "gateway": BRIDGE_IP}
+        pod_range = {
+            "subnet": node_pod_cidr(self.index),
+            "rangeStart": node_pod_range_start(self.index),
+            "gateway": self.ip,
+        }
         return {
             "cniVersion": "1.0.0",
-            "name": CNI_NETWORK,
+            "name": self.suffixed(CNI_NETWORK),
             "plugins": [
                 {
                     "type": "bridge",
@@ -480,7 +578,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
                         "ranges": [[pod_range]],
                         # no default route: a pod reaches 198.18.0.0/15 (pods, Services, the
                         # host's bridge address) and nothing else
-                        "routes": [{"dst": NETWORK, "gw": BRIDGE_IP}],
+                        "routes": [{"dst": NETWORK, "gw": self.ip}],
                     },
                 },
                 {"type": "loopback"},
@@ -491,13 +589,13 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         return {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
-            "address": BRIDGE_IP,
-            "port": ports["kubelet"],
+            "address": self.ip,
+            "port": ports[self.suffixed("kubelet")],
             "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1",
-            "healthzPort": ports["kubelet-healthz"],
+            "healthzBindAddress": self.local_ip,
+            "healthzPort": ports[self.suffixed("kubelet-healthz")],
             "cgroupDriver": "cgroupfs",
-            "cgroupRoot": f"/{CGROUP_ROOT}",
+            "cgroupRoot": f"/{self.cgroup_root}",
             "failSwapOn": False,
             "failCgroupV1": False,  # 1.36 refuses cgroup v1 otherwise; this VM has v1
             "containerRuntimeEndpoint": f"unix://{self.socket}",
@@ -537,13 +635,13 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
             "kind": "KubeProxyConfiguration",
             "clientConnection": {"kubeconfig": str(kubeconfig)},
-            "hostnameOverride": NODE_NAME,
+            "hostnameOverride": self.name,
             "mode": "iptables",
-            "clusterCIDR": NODE_POD_CIDR,
-            "bindAddress": BRIDGE_IP,
-            "healthzBindAddress": f"127.0.0.1:{ports['kube-proxy-healthz']}",
-            "metricsBindAddress": f"127.0.0.1:{ports['kube-proxy-metrics']}",
-            "nodePortAddresses": [f"{BRIDGE_IP}/32"],
+            "clusterCIDR": POD_NETWORK,
+            "bindAddress": self.ip,
+            "healthzBindAddress": f"{self.local_ip}:{ports[self.suffixed('kube-proxy-healthz')]}",
+            "metricsBindAddress": f"{self.local_ip}:{ports[self.suffixed('kube-proxy-metrics')]}",
+            "nodePortAddresses": [f"{self.ip}/32"],
             # 0 = leave the host's conntrack sysctls as they are
             "conntrack": {
                 "maxPerCore": 0,
@@ -581,6 +679,10 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         return {**proxy, **{key.lower(): value for key, value in proxy.items()}}
 
     def argv(self, name: str, kubeconfig: Path) -> list[str]:
+        """Component `name`'s command line (NODE_ORDER's names), in the node's network namespace."""
+        return in_netns(self.netns, *self._argv(name, kubeconfig))
+
+    def _argv(self, name: str, kubeconfig: Path) -> list[str]:
         r = self.root
         if name == "containerd":
             return ["containerd", "--config", str(r / "containerd.toml"), "--log-level", "warn"]
@@ -594,9 +696,9 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
                 "--root-dir",
                 str(r / "kubelet"),
                 "--hostname-override",
-                NODE_NAME,
+                self.name,
                 "--node-ip",
-                BRIDGE_IP,
+                self.ip,
                 "--node-labels",
                 f"{NODE_LABEL}=true,node.kubernetes.io/instance-type=real-cpu",
                 "--v",
@@ -604,7 +706,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             ]
         if name == "kube-proxy":
             return [self.bin("kube-proxy"), "--config", str(r / "kube-proxy.yaml"), "--v", "1"]
-        if name == "coredns":
+        if name == "coredns" and self.index == 0:
             return [self.bin("coredns"), "-conf", str(r / "Corefile")]
         raise KeyError(name)
 
@@ -664,7 +766,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     def _cgroup_pids(self) -> set[int]:
         pids: set[int] = set()
         for h in _cgroup_hierarchies():
-            top = h / CGROUP_ROOT
+            top = h / self.cgroup_root
             # os.walk, not rglob: a pod's cgroup removed mid-walk is skipped (rglob raised
             # FileNotFoundError and `down` stopped half-way, seen after a killed test run)
             for directory, _, files in os.walk(top):
@@ -687,16 +789,25 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         return found
 
     def teardown(self) -> None:
-        """Put the host back as `host-before.json` recorded it. Idempotent; processes must be
-        stopped first (LocalCluster.down does)."""
+        """Put the host back as `host-before.json` recorded it: node i >= 1 removes what is its own (its
+        pods, mounts, cgroups, namespace and link); node 0 also every other node's leftovers (a crashed
+        cluster's), then what is the host's. Idempotent; processes must be stopped first
+        (LocalCluster.down does)."""
         if not self.owns_machine():
             return
-        self.stop_workloads()
         try:
             before = json.loads(self.before_file.read_text())
         except (OSError, ValueError):
             before = None
         errors: list[str] = []
+        if self.index:
+            self._teardown_own(before, errors)
+            if errors:
+                raise NodeError(f"real node {self.index}'s teardown left:\n" + "\n".join(errors))
+            return
+        for index in range(1, MAX_REAL_NODES):
+            RealNode(self.cluster_root, self.bin_dir, index=index)._teardown_own(before, errors)
+        self.stop_workloads()
         if before is not None:
             for step in (
                 self._unmount,
@@ -721,8 +832,25 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             raise NodeError("the real node's teardown left something behind:\n" + "\n".join(errors))
         self.before_file.unlink(missing_ok=True)
 
+    def _teardown_own(self, before: dict | None, errors: list[str]) -> None:
+        """Node i >= 1: its pods and shims, mounts, cgroups, link and namespace (its iptables, ipsets
+        and interfaces go with the namespace)."""
+        self.stop_workloads()
+        if before is not None:
+            for step in (self._unmount, self._remove_cgroups):
+                try:
+                    step(before)
+                except (OSError, NodeError) as exc:
+                    errors.append(f"{step.__name__}: {exc}")
+        if self.link in os.listdir("/sys/class/net"):
+            _run("ip", "link", "del", self.link, check=False)  # both ends of the veth pair, at once
+        if self.netns and (NETNS_DIR / self.netns).exists():
+            _run("ip", "netns", "del", self.netns, check=False)
+
     def _unmount(self, before: dict) -> None:
-        ours = (str(self.root), "/run/netns/", "/run/containerd/")
+        # node 0 also the namespaces' and containerd's fixed paths (every node's; it is torn down last);
+        # `ip netns add` makes /run/netns a mount point of its own (a shared bind mount of itself)
+        ours = (f"{self.root}/",) + (("/run/netns", "/run/containerd/") if self.index == 0 else ())
         for _ in range(3):
             new = [m for m in mounts() if m not in before["mounts"] and m.startswith(ours)]
             if not new:
@@ -733,7 +861,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 
     def _remove_cgroups(self, before: dict) -> None:
         for h in _cgroup_hierarchies():
-            top = h / CGROUP_ROOT
+            top = h / self.cgroup_root
             if not top.is_dir() or str(top) in before["cgroups"]:
                 continue
             dirs = sorted((d for d in top.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts))

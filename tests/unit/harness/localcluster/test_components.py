@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from harness.localcluster.build import Toolchain
-from harness.localcluster.cluster import KUBE_ROUTER, NODE_ORDER, START_ORDER, LocalCluster
+from harness.localcluster.cluster import KUBE_ROUTER, NODE_COMPONENTS, NODE_ORDER, START_ORDER, LocalCluster
 
 
 def cluster(root: Path, **kwargs: Any) -> LocalCluster:
@@ -18,12 +18,42 @@ def cluster(root: Path, **kwargs: Any) -> LocalCluster:
     return LocalCluster(root, toolchain=Toolchain(root / "bin", root / "crds"), ports=ports, **kwargs)
 
 
-def test_the_table_holds_every_component_in_start_order() -> None:
-    assert list(LocalCluster.COMPONENTS) == [*START_ORDER, *NODE_ORDER, KUBE_ROUTER]
+def test_the_tables_hold_every_component_in_start_order() -> None:
+    assert list(LocalCluster.COMPONENTS) == START_ORDER
+    assert list(NODE_COMPONENTS) == [*NODE_ORDER, KUBE_ROUTER]
 
 
-def test_every_component_of_a_cluster_looks_up_and_only_kuberay_runs_something(tmp_path: Path) -> None:
-    c = cluster(tmp_path, real_node=True, node_bin_dir=tmp_path / "node-bin", network_policy=True)
+def test_each_real_node_has_its_own_components_and_the_cluster_one_dns(tmp_path: Path) -> None:
+    c = cluster(
+        tmp_path, real_node=True, node_bin_dir=tmp_path / "node-bin", network_policy=True, real_nodes=2
+    )
+    node_components = ["containerd", "kubelet", "kube-proxy", KUBE_ROUTER]
+    assert c.components == [
+        *START_ORDER,
+        *NODE_ORDER,
+        KUBE_ROUTER,
+        *(f"{n}-1" for n in node_components),
+    ]
+    assert c.split_component("kube-proxy-1") == ("kube-proxy", c.nodes[1])
+    assert c.split_component("kube-proxy") == ("kube-proxy", c.nodes[0])
+    assert c.split_component("kube-apiserver") == ("kube-apiserver", None)
+    with pytest.raises(KeyError, match="unknown component 'kubelet-2'"):
+        c._component("kubelet-2")
+    with pytest.raises(KeyError, match="unknown component 'coredns-1'"):
+        c._component("coredns-1")
+
+
+@pytest.mark.parametrize("real_nodes", [1, 2])
+def test_every_component_of_a_cluster_looks_up_and_only_kuberay_runs_something(
+    tmp_path: Path, real_nodes: int
+) -> None:
+    c = cluster(
+        tmp_path,
+        real_node=True,
+        node_bin_dir=tmp_path / "node-bin",
+        network_policy=True,
+        real_nodes=real_nodes,
+    )
     c.kube_router = tmp_path / "kube-router"
     applied: list[tuple[str, ...]] = []
     c.kubectl = lambda *args, **_: applied.append(args)  # type: ignore[assignment,method-assign,return-value]

@@ -26,16 +26,52 @@ def real(tmp_path: Path) -> node.RealNode:
     return node.RealNode(tmp_path, tmp_path / "bin")
 
 
+@pytest.mark.parametrize("index", range(addresses.MAX_REAL_NODES))
 def test_pods_and_services_live_in_the_benchmarking_range_and_have_no_default_route(
-    real: node.RealNode,
+    tmp_path: Path, index: int
 ) -> None:
-    assert ipaddress.ip_network(addresses.NODE_POD_CIDR).subnet_of(NETWORK)
+    real = node.RealNode(tmp_path, tmp_path / "bin", index=index)
+    assert ipaddress.ip_network(addresses.node_pod_cidr(index)).subnet_of(NETWORK)
     assert ipaddress.ip_network(addresses.SERVICE_CIDR).subnet_of(NETWORK)
-    assert ipaddress.ip_address(node.BRIDGE_IP) in ipaddress.ip_network(addresses.NODE_POD_CIDR)
     bridge, _ = real._cni_config()["plugins"]
     assert bridge["isGateway"] is False and bridge["ipMasq"] is False
-    assert bridge["ipam"]["routes"] == [{"dst": str(NETWORK), "gw": node.BRIDGE_IP}]  # nothing else
+    assert bridge["ipam"]["routes"] == [{"dst": str(NETWORK), "gw": real.ip}]  # nothing else
     assert Path(bridge["ipam"]["dataDir"]).is_relative_to(real.root)  # not /var/lib/cni
+
+
+def test_a_second_node_shares_nothing_with_the_first_and_runs_in_its_own_namespace(tmp_path: Path) -> None:
+    first, second = (node.RealNode(tmp_path, tmp_path / "bin", index=i) for i in (0, 1))
+    ports = {**PORTS, **{f"{n}-1": port + 100 for n, port in PORTS.items()}}
+    assert (first.name, second.name) == (node.NODE_NAME, "cpu-real-1")
+    assert not first.root.is_relative_to(second.root) and not second.root.is_relative_to(first.root)
+    assert first.before_file == second.before_file  # the host's one record, node 0's to write
+    configs = {}
+    for real in (first, second):
+        kubelet = real._kubelet_config(tmp_path / "ca.crt", ports)
+        proxy = real._kube_proxy_config(tmp_path / "kubeconfig", ports)
+        bridge, _ = real._cni_config()["plugins"]
+        configs[real.index] = {
+            "cgroupRoot": kubelet["cgroupRoot"],
+            "kubeletPort": kubelet["port"],
+            "healthz": (kubelet["healthzBindAddress"], proxy["healthzBindAddress"].split(":")[0]),
+            "network": real._cni_config()["name"],
+            "bridge": bridge["bridge"],
+            "socket": real.socket,
+        }
+    assert configs[0]["healthz"] == ("127.0.0.1", "127.0.0.1")
+    # the second node's loopback is its namespace's: its health endpoints listen on its address
+    assert configs[1]["healthz"] == (second.ip, second.ip)
+    for key in ("cgroupRoot", "kubeletPort", "network", "socket"):
+        assert configs[0][key] != configs[1][key], key
+    assert configs[0]["bridge"] == configs[1]["bridge"] == node.BRIDGE  # each in its own namespace
+    assert first.argv("kubelet", tmp_path / "kc")[0].endswith("kubelet")  # the host's namespace
+    entered = second.argv("kubelet", tmp_path / "kc")
+    assert entered[:3] == ["nsenter", f"--net={node.NETNS_DIR}/toolrl-node-1", "--"]
+    assert entered[3].endswith("kubelet") and entered[entered.index("--node-ip") + 1] == second.ip
+    assert "-o toolrl-n+ -j RETURN" in " ".join(node.guard_rules())  # the links' host ends
+    assert second.link.startswith(node.LINK_PREFIX)
+    with pytest.raises(KeyError):
+        second.argv("coredns", tmp_path / "kc")  # the cluster's DNS is node 0's alone
 
 
 def test_containerd_config_is_private_and_pulls_from_nowhere(real: node.RealNode) -> None:
@@ -53,7 +89,7 @@ def test_kubelet_and_kube_proxy_change_no_host_setting_they_need_not(
 ) -> None:
     kubelet = real._kubelet_config(tmp_path / "ca.crt", PORTS)
     assert kubelet["failCgroupV1"] is False and kubelet["cgroupDriver"] == "cgroupfs"
-    assert kubelet["cgroupRoot"] == f"/{node.CGROUP_ROOT}" and kubelet["address"] == node.BRIDGE_IP
+    assert kubelet["cgroupRoot"] == f"/{node.CGROUP_ROOT}" and kubelet["address"] == addresses.BRIDGE_IP
     assert all(Path(kubelet[k]).is_relative_to(real.root) for k in ("podLogsDir", "volumePluginDir"))
     proxy = real._kube_proxy_config(tmp_path / "kubeconfig", PORTS)
     assert proxy["conntrack"]["maxPerCore"] == 0 and proxy["conntrack"]["min"] == 0
@@ -141,7 +177,7 @@ def test_kube_router_synced_is_read_from_its_rules(monkeypatch: pytest.MonkeyPat
         'network policies" -m mark --mark 0x20000/0x20000 -j ACCEPT'
     )
     for rules, synced in (([], False), ([hooked], False), ([accept], False), ([hooked, accept], True)):
-        monkeypatch.setattr(node, "iptables_rules", lambda family="ip", r=rules: {"filter": r})
+        monkeypatch.setattr(node, "iptables_rules", lambda family="ip", netns=None, r=rules: {"filter": r})
         assert node.firewall_synced() is synced, rules
 
 
