@@ -40,6 +40,7 @@ NAMESPACE = "toolrl-demo"
 DEMO_ROOT = DEFAULT_ROOT.with_name(".local-cluster-demo")
 OUT = REPO / "demo-output"
 TERMINAL = ("Succeeded", "Failed")
+REAL_NODES = 2  # the job spreads over them: its Ray head and worker apart, its pool's replicas too
 
 
 def step(title: str) -> None:
@@ -68,11 +69,11 @@ def main() -> int:
         if not running and recorded:
             recorded.down()
         step(
-            f"bringing up the local cluster ({root.name}): control plane, KubeRay, real node with its "
-            "NetworkPolicy enforcer, GPU nodes"
+            f"bringing up the local cluster ({root.name}): control plane, KubeRay, {REAL_NODES} real nodes "
+            "(each with its NetworkPolicy enforcer, the second in a network namespace of its own), GPU nodes"
         )
         # the job trains with the operator's NetworkPolicies enforced by packets, as on a real cluster
-        cluster = LocalCluster(root, real_node=True, network_policy=True)
+        cluster = LocalCluster(root, real_node=True, network_policy=True, real_nodes=REAL_NODES)
         cluster.node_bin_dir = ensure_node_built()
         cluster.kube_router = ensure_kube_router_built()
         cluster.up()
@@ -94,7 +95,7 @@ def main() -> int:
 
 
 def run(tc: TrainingCluster, started: float) -> int:
-    step("nodes: the real CPU node runs the pods; kwok's GPU nodes only pretend to")
+    step("nodes: the real CPU nodes run the pods (each offers half this machine); kwok's GPU nodes pretend")
     show(
         tc,
         "get",
@@ -103,7 +104,7 @@ def run(tc: TrainingCluster, started: float) -> int:
         "custom-columns=NAME:.metadata.name,GPU:.status.allocatable.nvidia\\.com/gpu,"
         "CPU:.status.allocatable.cpu,RUNTIME:.status.nodeInfo.containerRuntimeVersion",
     )
-    step("the operator, installed from the chart (helm), as a pod on the real node")
+    step("the operator, installed from the chart (helm), as a pod on a real node")
     show(tc, "get", "pods,servicemonitors,podmonitors,prometheusrules", "-n", "toolrl-system")
     print(f"Prometheus: {tc.prometheus.url} (scraping the pods the chart's monitors select)")
 
@@ -146,10 +147,15 @@ def watch(tc: TrainingCluster, name: str, timeout: float = 3600) -> dict:
     step(f"kubectl get trj {name} -w  (and the RayJob KubeRay runs for it)")
     seen: JobState | None = None
     begun = time.monotonic()
+    placed = False
 
     def ended() -> bool:
-        nonlocal seen
+        nonlocal seen, placed
         now = tc.state(name)
+        if now.step and not placed:  # training: where its pods run (the Ray head and worker apart)
+            placed = True
+            columns = "custom-columns=POD:.metadata.name,NODE:.spec.nodeName,IP:.status.podIP"
+            show(tc, "get", "pods", "-n", tc.namespace, "-l", f"toolrl.dev/job={name}", "-o", columns)
         if now != seen:
             seen = now
             reward = "-" if now.reward is None else f"{now.reward:.3f}"

@@ -1000,6 +1000,11 @@ SPEC_SCHEMA: dict[str, Any] = {
                                 "x-kubernetes-preserve-unknown-fields": True,
                             },
                         },
+                        "affinity": {
+                            "type": "object",
+                            "description": "A pod affinity (nodeAffinity, podAffinity, podAntiAffinity), as in a pod spec. Every Ray pod of the job carries toolrl.dev/job and app.kubernetes.io/component=trainer (and KubeRay's ray.io/node-type): a podAntiAffinity on them with matchLabelKeys [toolrl.dev/job] spreads the job's Ray pods over machines (examples/toolrljob-cpu.yaml).",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        },
                         "runtimeClassName": {
                             "type": "string",
                             "maxLength": 253,
@@ -1071,6 +1076,11 @@ SPEC_SCHEMA: dict[str, Any] = {
                                 "x-kubernetes-preserve-unknown-fields": True,
                             },
                         },
+                        "affinity": {
+                            "type": "object",
+                            "description": "A pod affinity (nodeAffinity, podAffinity, podAntiAffinity), as in a pod spec. Every Ray pod of the job carries toolrl.dev/job and app.kubernetes.io/component=trainer (and KubeRay's ray.io/node-type): a podAntiAffinity on them with matchLabelKeys [toolrl.dev/job] spreads the job's Ray pods over machines (examples/toolrljob-cpu.yaml).",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        },
                         "runtimeClassName": {
                             "type": "string",
                             "maxLength": 253,
@@ -1141,6 +1151,11 @@ SPEC_SCHEMA: dict[str, Any] = {
                                 "type": "object",
                                 "x-kubernetes-preserve-unknown-fields": True,
                             },
+                        },
+                        "affinity": {
+                            "type": "object",
+                            "description": "A pod affinity (nodeAffinity, podAffinity, podAntiAffinity), as in a pod spec. Every Ray pod of the job carries toolrl.dev/job and app.kubernetes.io/component=trainer (and KubeRay's ray.io/node-type): a podAntiAffinity on them with matchLabelKeys [toolrl.dev/job] spreads the job's Ray pods over machines (examples/toolrljob-cpu.yaml).",
+                            "x-kubernetes-preserve-unknown-fields": True,
                         },
                         "runtimeClassName": {
                             "type": "string",

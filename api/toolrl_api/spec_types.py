@@ -219,6 +219,7 @@ class ClusterHead(_Object):
     resources: dict[str, Any] | None = Field(default=None, alias="resources")
     node_selector: dict[str, str] | None = Field(default=None, alias="nodeSelector")
     tolerations: list[dict[str, Any]] | None = Field(default=None, alias="tolerations")
+    affinity: dict[str, Any] | None = Field(default=None, alias="affinity")
     runtime_class_name: str | None = Field(default=None, alias="runtimeClassName", max_length=253, pattern="^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
@@ -230,6 +231,7 @@ class ClusterWorkers(_Object):
     resources: dict[str, Any] | None = Field(default=None, alias="resources")
     node_selector: dict[str, str] | None = Field(default=None, alias="nodeSelector")
     tolerations: list[dict[str, Any]] | None = Field(default=None, alias="tolerations")
+    affinity: dict[str, Any] | None = Field(default=None, alias="affinity")
     runtime_class_name: str | None = Field(default=None, alias="runtimeClassName", max_length=253, pattern="^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
@@ -241,6 +243,7 @@ class ClusterRolloutWorkers(_Object):
     resources: dict[str, Any] | None = Field(default=None, alias="resources")
     node_selector: dict[str, str] | None = Field(default=None, alias="nodeSelector")
     tolerations: list[dict[str, Any]] | None = Field(default=None, alias="tolerations")
+    affinity: dict[str, Any] | None = Field(default=None, alias="affinity")
     runtime_class_name: str | None = Field(default=None, alias="runtimeClassName", max_length=253, pattern="^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 

@@ -153,12 +153,12 @@ def newest_checkpoint(checkpoints: Path) -> int:
 
 
 def kill_container_process(tc: TrainingCluster, namespace: str, selector: str) -> str:
-    """SIGKILLs the main process of the first container of the one pod `selector` picks, through the real
+    """SIGKILLs the main process of the first container of the one pod `selector` picks, through its real
     node's containerd (as the kernel's OOM killer would: the pod stays, kubelet restarts the container);
     the pod's name."""
     (pod,) = get_json(tc.cluster, "pods", "-n", namespace, "-l", selector)["items"]
     container_id = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
-    tc.cluster.node.ctr("tasks", "kill", "--signal", "SIGKILL", container_id)
+    tc.cluster.node_named(pod["spec"]["nodeName"]).ctr("tasks", "kill", "--signal", "SIGKILL", container_id)
     return pod["metadata"]["name"]
 
 
@@ -172,11 +172,12 @@ def delete_pods(tc: TrainingCluster, namespace: str, selector: str) -> list[str]
 
 def ensure_images(cluster: LocalCluster, log: Callable[[str], None] = print) -> dict[str, Image]:
     """The operator, tool-sandbox and CPU trainer images, built if their inputs changed (the
-    trainer's first build takes ~17 min here) and imported into the real node."""
+    trainer's first build takes ~17 min here) and imported into every real node."""
     images = {}
     for name in IMAGES:
         image = ensure_image(name, log)
-        cluster.node.import_image(image.archive, image.ref)
+        for node in cluster.nodes:
+            node.import_image(image.archive, image.ref)
         images[name] = image
     return images
 
@@ -284,9 +285,13 @@ def stage_toy_data(tc: TrainingCluster, timeout: float = 1200) -> float:
 
 
 def chart_values(namespace: str, prometheus_url: str) -> dict[str, Any]:
-    """The chart's values for the local cluster: everything on, one watched namespace."""
+    """The chart's values for the local cluster: everything on, one watched namespace. Prometheus runs
+    on the host, which is the first real node: the pods of another node see its scrapes come from the
+    first node's address, which the jobs' NetworkPolicies admit to /metrics by this CIDR (on its own
+    node a pod's policy admits the node anyway, for kubelet's probes)."""
     return {
         "watchNamespaces": [namespace],
+        "metricsFromCIDRs": [f"{BRIDGE_IP}/32"],
         "autoscaler": {"prometheusUrl": prometheus_url},
         "metrics": {
             "serviceMonitor": {"enabled": True, "interval": SCRAPE_INTERVAL},

@@ -129,7 +129,8 @@ class Runtime:
             elif self.work and not elector.held_for_sure():
                 log.error(
                     "leader election: lost the Lease %s/%s (holder now %r); stopping the operator",
-                    *elector.lease_key, elector.holder,
+                    *elector.lease_key,
+                    elector.holder,
                 )
                 await self._stop_work()
                 os.kill(os.getpid(), signal.SIGTERM)  # kopf stops gracefully; the pod restarts it

@@ -74,6 +74,11 @@ def namespace_selector(namespace: str) -> dict[str, Any]:
     return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
 
 
+def metrics_peers(namespaces: list[str], cidrs: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The NetworkPolicy peers that may read a job's /metrics: every pod of `namespaces`, and `cidrs`."""
+    return [*map(namespace_selector, namespaces), *({"ipBlock": {"cidr": cidr}} for cidr in cidrs)]
+
+
 def trainer_name(job: str) -> str:
     return f"{job}-trainer"
 

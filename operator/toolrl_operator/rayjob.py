@@ -27,6 +27,7 @@ from .naming import (
     child_metadata,
     config_name,
     labels,
+    metrics_peers,
     namespace_selector,
     ray_network_policy_name,
     rayjob_name,
@@ -213,6 +214,8 @@ def _pod_template(
         pod_spec["nodeSelector"] = dict(group.node_selector)
     if group.tolerations:
         pod_spec["tolerations"] = copy.deepcopy(group.tolerations)
+    if group.affinity:
+        pod_spec["affinity"] = copy.deepcopy(group.affinity)
     if group.runtime_class_name:
         pod_spec["runtimeClassName"] = group.runtime_class_name
     metadata: dict[str, Any] = {"labels": {**(cluster.pod_labels or {}), **labels(name, COMPONENT_TRAINER)}}
@@ -406,7 +409,7 @@ def build_ray_network_policy(job: Job, settings: Settings) -> dict[str, Any]:
         if settings.kuberay_namespace
         else {"namespaceSelector": {"matchLabels": {RAY_DASHBOARD_ACCESS_LABEL: "true"}}}
     )
-    metrics_from = [namespace_selector(ns) for ns in settings.metrics_namespaces()]
+    metrics_from = metrics_peers(settings.metrics_namespaces(), settings.metrics_cidrs)
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass
 
@@ -33,6 +34,9 @@ class Settings:
     # The Lease of leader election (namespace/name; the chart sets it): the operator works only
     # while it holds it. None: no election (one operator run by hand).
     leader_election_lease: LeaseName | None = None
+    # Addresses besides the monitoring namespace's pods that may read the jobs' /metrics: a Prometheus
+    # outside the cluster or on a node's network (its packets come from a node's address, not a pod's).
+    metrics_cidrs: tuple[str, ...] = ()
 
     def metrics_namespaces(self) -> list[str]:
         """Namespaces whose pods may read the jobs' /metrics: Prometheus's and the operator's."""
@@ -43,7 +47,8 @@ class Settings:
         """Read TOOLRL_TRAINER_IMAGE, TOOLRL_TOOL_SANDBOX_IMAGE, TOOLRL_MONITORING_NAMESPACE,
         TOOLRL_PROMETHEUS_URL, TOOLRL_AUTOSCALER_INTERVAL_SECONDS,
         TOOLRL_AUTOSCALER_STABLE_WINDOW_SECONDS, TOOLRL_RESYNC_SECONDS, TOOLRL_KUBERAY_NAMESPACE,
-        TOOLRL_LEADER_ELECTION_LEASE and POD_NAMESPACE (the operator's own, set by the chart)."""
+        TOOLRL_LEADER_ELECTION_LEASE, TOOLRL_METRICS_CIDRS and POD_NAMESPACE (the operator's own, set by
+        the chart)."""
         env = dict(os.environ) if env is None else env
         defaults = cls()
         seconds = _seconds(env, "TOOLRL_AUTOSCALER_INTERVAL_SECONDS", defaults.autoscaler_interval_seconds)
@@ -70,7 +75,24 @@ class Settings:
             operator_namespace=env.get("POD_NAMESPACE", ""),
             kuberay_namespace=env.get("TOOLRL_KUBERAY_NAMESPACE", ""),
             leader_election_lease=leader_election_lease,
+            metrics_cidrs=_cidrs(env, "TOOLRL_METRICS_CIDRS"),
         )
+
+
+def _cidrs(env: dict[str, str], name: str) -> tuple[str, ...]:
+    """A comma-separated list of CIDRs (IPv4 or IPv6), each a network address with its prefix."""
+    cidrs = tuple(c.strip() for c in env.get(name, "").split(",") if c.strip())
+    for cidr in cidrs:
+        try:
+            if "/" not in cidr:
+                raise ValueError("no prefix length")
+            ipaddress.ip_network(cidr)
+        except ValueError as err:
+            raise SettingsError(
+                f"{name}={env[name]!r}: {cidr!r} is not a CIDR ({err}); give networks such as 192.0.2.10/32,"
+                " comma-separated"
+            ) from None
+    return cidrs
 
 
 def _seconds(env: dict[str, str], name: str, default: float) -> float:

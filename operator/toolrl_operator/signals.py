@@ -52,9 +52,7 @@ class Reading:
 def pool_selector(namespace: str, job: str) -> str:
     """PromQL matchers for a job's pool pods, by the pods' labels (a pod-name prefix would also
     match the pools of jobs named `<job>-tools-...`)."""
-    return (
-        f'namespace="{namespace}",{PROM_JOB_LABEL}="{job}",{PROM_COMPONENT_LABEL}="{COMPONENT_TOOL_POOL}"'
-    )
+    return f'namespace="{namespace}",{PROM_JOB_LABEL}="{job}",{PROM_COMPONENT_LABEL}="{COMPONENT_TOOL_POOL}"'
 
 
 def pool_load_query(namespace: str, job: str) -> str:

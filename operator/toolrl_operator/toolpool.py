@@ -40,6 +40,7 @@ from .naming import (
     child_metadata,
     config_name,
     labels,
+    metrics_peers,
     namespace_selector,
     selector_labels,
     tool_pool_name,
@@ -361,7 +362,7 @@ def build_network_policy(job: Job, settings: Settings) -> dict[str, Any]:
         for rule in (_mcp_egress(server, job.namespace) for server in servers):
             if rule not in egress:
                 egress.append(rule)
-    metrics_from = [namespace_selector(ns) for ns in settings.metrics_namespaces()]
+    metrics_from = metrics_peers(settings.metrics_namespaces(), settings.metrics_cidrs)
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

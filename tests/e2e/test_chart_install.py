@@ -26,23 +26,41 @@ def _install_monitoring_crds(cluster: Any) -> None:
 
 def _exists(cluster: Any, obj: dict[str, Any], namespace: str) -> bool:
     ns = ["-n", obj["metadata"].get("namespace", namespace)]
-    kind = f"{obj['kind'].lower()}.{obj['apiVersion'].split('/')[0]}" if "/" in obj["apiVersion"] \
+    kind = (
+        f"{obj['kind'].lower()}.{obj['apiVersion'].split('/')[0]}"
+        if "/" in obj["apiVersion"]
         else obj["kind"].lower()
-    found = cluster.kubectl("get", kind, obj["metadata"]["name"], *ns, "--ignore-not-found", "-o", "name",
-                            check=False)
+    )
+    found = cluster.kubectl(
+        "get", kind, obj["metadata"]["name"], *ns, "--ignore-not-found", "-o", "name", check=False
+    )
     return found.returncode == 0 and bool(found.stdout.strip())
 
 
 def test_install_then_uninstall(cluster: Any, namespace: str, tmp_path: Path) -> None:
     _install_monitoring_crds(cluster)
-    cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted",
-                    "pod-security.kubernetes.io/enforce-version=latest")
+    cluster.kubectl(
+        "label",
+        "namespace",
+        namespace,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/enforce-version=latest",
+    )
     chart = REPO / "charts" / "toolrl-operator"  # as checked out: it installs offline
     release = f"inst-{uuid.uuid4().hex[:6]}"
     base = ["--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace]
 
-    installed = helm(cluster.bin("helm"), "install", release, str(chart), *base, "--wait",
-                     "--timeout", "180s", *values_args(ALL_FEATURES, tmp_path))
+    installed = helm(
+        cluster.bin("helm"),
+        "install",
+        release,
+        str(chart),
+        *base,
+        "--wait",
+        "--timeout",
+        "180s",
+        *values_args(ALL_FEATURES, tmp_path),
+    )
     try:
         notes = installed.stdout.split("NOTES:", 1)[1]
         assert f"rollout status deployment/{release}-toolrl-operator" in notes
@@ -52,15 +70,32 @@ def test_install_then_uninstall(cluster: Any, namespace: str, tmp_path: Path) ->
         manifest = helm(cluster.bin("helm"), "get", "manifest", release, *base).stdout
         objects = [o for o in yaml.safe_load_all(manifest) if o]
         kinds = {o["kind"] for o in objects}
-        assert {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service",
-                "ServiceMonitor", "PodMonitor", "PrometheusRule", "ConfigMap"} <= kinds
-        missing = [f"{o['kind']}/{o['metadata']['name']}" for o in objects
-                   if not _exists(cluster, o, namespace)]
+        assert {
+            "Deployment",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Service",
+            "ServiceMonitor",
+            "PodMonitor",
+            "PrometheusRule",
+            "ConfigMap",
+        } <= kinds
+        missing = [
+            f"{o['kind']}/{o['metadata']['name']}" for o in objects if not _exists(cluster, o, namespace)
+        ]
         assert not missing, f"not in the cluster after install: {missing}"
 
         # --wait saw the Deployment available: its pod passed "restricted" admission and became ready.
-        ready = cluster.kubectl("get", "deployment", f"{release}-toolrl-operator", "-n", namespace,
-                                "-o", "jsonpath={.status.readyReplicas}").stdout
+        ready = cluster.kubectl(
+            "get",
+            "deployment",
+            f"{release}-toolrl-operator",
+            "-n",
+            namespace,
+            "-o",
+            "jsonpath={.status.readyReplicas}",
+        ).stdout
         assert ready == "1"
         assert cluster.kubectl("get", "crd", CRD_NAME, check=False).returncode == 0
     finally:

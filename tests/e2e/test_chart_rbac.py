@@ -35,8 +35,19 @@ from harness.operator_process import OperatorProcess, install_crd, small_job, wa
 
 EXAMPLE = REPO / "examples" / "toolrljob.yaml"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
-HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "authorization",
-               "accept-encoding", "upgrade", "proxy-authorization", "te", "trailer"}
+HOP_HEADERS = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-length",
+    "host",
+    "authorization",
+    "accept-encoding",
+    "upgrade",
+    "proxy-authorization",
+    "te",
+    "trailer",
+}
 STAGE_TIMEOUT = 90.0
 
 
@@ -67,13 +78,18 @@ class TokenProxy:
         self._thread.join(10)
 
     def kubeconfig(self, path: Path) -> Path:
-        path.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config",
-            "clusters": [{"name": "proxy", "cluster": {"server": f"http://127.0.0.1:{self.port}"}}],
-            "users": [{"name": "operator", "user": {}}],
-            "contexts": [{"name": "operator", "context": {"cluster": "proxy", "user": "operator"}}],
-            "current-context": "operator",
-        }))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "proxy", "cluster": {"server": f"http://127.0.0.1:{self.port}"}}],
+                    "users": [{"name": "operator", "user": {}}],
+                    "contexts": [{"name": "operator", "context": {"cluster": "proxy", "user": "operator"}}],
+                    "current-context": "operator",
+                }
+            )
+        )
         return path
 
     def _serve(self) -> None:
@@ -89,9 +105,11 @@ class TokenProxy:
 
     async def _startup(self) -> None:
         context = ssl.create_default_context(cadata=self.ca_data.decode())
-        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context),
-                                              timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
-                                              auto_decompress=False)
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=context),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            auto_decompress=False,
+        )
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._forward)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
@@ -106,8 +124,9 @@ class TokenProxy:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         headers["Authorization"] = f"Bearer {self.token}"
         body = await request.read()
-        async with self._session.request(request.method, self.server + request.path_qs, headers=headers,
-                                         data=body or None) as upstream:
+        async with self._session.request(
+            request.method, self.server + request.path_qs, headers=headers, data=body or None
+        ) as upstream:
             out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS}
             if upstream.status == 403:
                 text = await upstream.read()
@@ -147,17 +166,27 @@ def setup(cluster: Any, namespace: str, tmp_path: Path) -> Iterator[Setup]:
     install_crd(cluster)
     release = f"rbac-{uuid.uuid4().hex[:6]}"
     chart = chart_with_stub_dependencies(tmp_path)
-    objs = template(cluster.bin("helm"), chart, {"watchNamespaces": [namespace]}, namespace=namespace,
-                    kube_version=KUBERNETES, release=release)
+    objs = template(
+        cluster.bin("helm"),
+        chart,
+        {"watchNamespaces": [namespace]},
+        namespace=namespace,
+        kube_version=KUBERNETES,
+        release=release,
+    )
     rbac = [o for o in objs if o["kind"] in RBAC_KINDS]
     assert {o["kind"] for o in rbac} == set(RBAC_KINDS)
     [deployment] = [o for o in objs if o["kind"] == "Deployment"]
-    [lease] = [e["value"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
-               if e["name"] == "TOOLRL_LEADER_ELECTION_LEASE"]
+    [lease] = [
+        e["value"]
+        for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        if e["name"] == "TOOLRL_LEADER_ELECTION_LEASE"
+    ]
     cluster.apply(rbac)
     [sa] = [o for o in rbac if o["kind"] == "ServiceAccount"]
-    token = cluster.kubectl("create", "token", sa["metadata"]["name"], "-n", namespace,
-                            "--duration=3600s").stdout.strip()
+    token = cluster.kubectl(
+        "create", "token", sa["metadata"]["name"], "-n", namespace, "--duration=3600s"
+    ).stdout.strip()
     admin = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]
     proxy = TokenProxy(admin["server"], base64.b64decode(admin["certificate-authority-data"]), token).start()
     try:
@@ -165,8 +194,13 @@ def setup(cluster: Any, namespace: str, tmp_path: Path) -> Iterator[Setup]:
         yield Setup(cluster, namespace, rbac, lease, proxy, kubeconfig, tmp_path)
     finally:
         proxy.stop()
-        cluster.kubectl("delete", "clusterrole,clusterrolebinding", "-l",
-                        f"app.kubernetes.io/instance={release}", check=False)
+        cluster.kubectl(
+            "delete",
+            "clusterrole,clusterrolebinding",
+            "-l",
+            f"app.kubernetes.io/instance={release}",
+            check=False,
+        )
 
 
 def lifecycle(s: Setup, job_name: str) -> str | None:
@@ -191,9 +225,15 @@ def lifecycle(s: Setup, job_name: str) -> str | None:
         return cluster.kubectl("get", *pool, "-o", "jsonpath={.metadata.uid}", check=False).stdout
 
     def children() -> bool:
-        return all(cluster.kubectl("get", kind, name, "-n", ns, check=False).returncode == 0
-                   for kind, name in (("rayjob", job_name), ("deployment", f"{job_name}-tools"),
-                                      ("role", f"{job_name}-trainer"), ("configmap", f"{job_name}-config")))
+        return all(
+            cluster.kubectl("get", kind, name, "-n", ns, check=False).returncode == 0
+            for kind, name in (
+                ("rayjob", job_name),
+                ("deployment", f"{job_name}-tools"),
+                ("role", f"{job_name}-trainer"),
+                ("configmap", f"{job_name}-config"),
+            )
+        )
 
     def autoscaler_reported() -> bool:
         conditions = ((trj() or {}).get("status") or {}).get("conditions", [])
@@ -204,21 +244,33 @@ def lifecycle(s: Setup, job_name: str) -> str | None:
         ("status written", lambda: cluster.apply(small_job(job_name), "-n", ns), current),
         ("children created", None, children),
         ("autoscaler read the pool and reported", None, autoscaler_reported),
-        ("deleted tool pool re-created",
-         lambda: (uids.append(pool_uid()), cluster.kubectl("delete", *pool, "--wait=false")),
-         lambda: pool_uid() not in ("", *uids)),
-        ("phase Suspended",
-         lambda: cluster.kubectl("patch", "trj", job_name, "-n", ns, "--type=merge",
-                                 "-p", '{"spec":{"suspend":true}}'),
-         lambda: current("Suspended")),
-        ("job deleted", lambda: cluster.kubectl("delete", "trj", job_name, "-n", ns, "--wait=false"),
-         lambda: trj() is None),
+        (
+            "deleted tool pool re-created",
+            lambda: (uids.append(pool_uid()), cluster.kubectl("delete", *pool, "--wait=false")),
+            lambda: pool_uid() not in ("", *uids),
+        ),
+        (
+            "phase Suspended",
+            lambda: cluster.kubectl(
+                "patch", "trj", job_name, "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":true}}'
+            ),
+            lambda: current("Suspended"),
+        ),
+        (
+            "job deleted",
+            lambda: cluster.kubectl("delete", "trj", job_name, "-n", ns, "--wait=false"),
+            lambda: trj() is None,
+        ),
     ]
     # each lifecycle a fresh install: the operator creates its Lease (the last one released it)
     lease_ns, lease_name = s.lease.split("/")
     cluster.kubectl("delete", "lease", lease_name, "-n", lease_ns, "--ignore-not-found")
-    operator = OperatorProcess(s.kubeconfig, namespaces=[ns], log_path=s.workdir / f"operator-{job_name}.log",
-                               env={"TOOLRL_LEADER_ELECTION_LEASE": s.lease})
+    operator = OperatorProcess(
+        s.kubeconfig,
+        namespaces=[ns],
+        log_path=s.workdir / f"operator-{job_name}.log",
+        env={"TOOLRL_LEADER_ELECTION_LEASE": s.lease},
+    )
     try:
         operator.start()
     except RuntimeError as err:
@@ -235,10 +287,20 @@ def lifecycle(s: Setup, job_name: str) -> str | None:
                 break
     finally:
         operator.stop()
-        cluster.kubectl("patch", "trj", job_name, "-n", ns, "--type=merge", "-p",
-                        '{"metadata":{"finalizers":null}}', check=False)
-        cluster.kubectl("delete", "trj", job_name, "-n", ns, "--wait=false", "--ignore-not-found",
-                        check=False)
+        cluster.kubectl(
+            "patch",
+            "trj",
+            job_name,
+            "-n",
+            ns,
+            "--type=merge",
+            "-p",
+            '{"metadata":{"finalizers":null}}',
+            check=False,
+        )
+        cluster.kubectl(
+            "delete", "trj", job_name, "-n", ns, "--wait=false", "--ignore-not-found", check=False
+        )
     refused = _rbac_denials(s.proxy.denials)
     return f"refused: {refused}" if refused else None
 

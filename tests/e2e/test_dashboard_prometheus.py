@@ -58,15 +58,39 @@ def _get_json(url: str) -> Any:
 def sandbox(tmp_path: Path) -> Iterator[str]:
     """A real tool_sandbox server with one python tool (short timeout, small output cap)."""
     config = tmp_path / "tools.yaml"
-    config.write_text(yaml.safe_dump({"tools": [
-        {"name": "python", "type": "python", "timeoutSeconds": 2, "maxOutputBytes": 256}]}))
+    config.write_text(
+        yaml.safe_dump(
+            {"tools": [{"name": "python", "type": "python", "timeoutSeconds": 2, "maxOutputBytes": 256}]}
+        )
+    )
     port = free_port()
     log = (tmp_path / "sandbox.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tool_sandbox", "serve", "--host", "127.0.0.1", "--port", str(port),
-         "--config", str(config), "--workers", "1", "--capacity", "4", "--queue-size", "64",
-         "--workdir", str(tmp_path / "work")],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "tool_sandbox",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--config",
+            str(config),
+            "--workers",
+            "1",
+            "--capacity",
+            "4",
+            "--queue-size",
+            "64",
+            "--workdir",
+            str(tmp_path / "work"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def ready() -> bool:
@@ -97,10 +121,19 @@ def operator(cluster: Any, namespace: str, tmp_path: Path) -> Iterator[OperatorP
     install_crd(cluster)
     quota_ns = f"{namespace}-quota"
     cluster.kubectl("create", "namespace", quota_ns)
-    cluster.apply({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-deployments"},
-                   "spec": {"hard": {"count/deployments.apps": "0"}}}, "-n", quota_ns)
-    op = OperatorProcess(cluster.kubeconfig, namespaces=[namespace, quota_ns],
-                         log_path=tmp_path / "operator.log")
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "no-deployments"},
+            "spec": {"hard": {"count/deployments.apps": "0"}},
+        },
+        "-n",
+        quota_ns,
+    )
+    op = OperatorProcess(
+        cluster.kubeconfig, namespaces=[namespace, quota_ns], log_path=tmp_path / "operator.log"
+    )
     try:
         with op:
             cluster.apply(small_job(JOB), "-n", namespace)
@@ -109,13 +142,28 @@ def operator(cluster: Any, namespace: str, tmp_path: Path) -> Iterator[OperatorP
     finally:
         for ns in (namespace, quota_ns):
             cluster.kubectl("delete", "trj", "--all", "-n", ns, "--wait=false", check=False)
-            cluster.kubectl("patch", "trj", "quota", "-n", ns, "--type=merge", "-p",
-                            '{"metadata":{"finalizers":null}}', check=False)
+            cluster.kubectl(
+                "patch",
+                "trj",
+                "quota",
+                "-n",
+                ns,
+                "--type=merge",
+                "-p",
+                '{"metadata":{"finalizers":null}}',
+                check=False,
+            )
         cluster.kubectl("delete", "namespace", quota_ns, "--wait=false", check=False)
 
 
-def _train(sandbox: str, trainer: TrainerMetrics, touch_job: Any, stop: threading.Event,
-           max_steps: int = 100, calls_per_kind: int = 2) -> None:
+def _train(
+    sandbox: str,
+    trainer: TrainerMetrics,
+    touch_job: Any,
+    stop: threading.Event,
+    max_steps: int = 100,
+    calls_per_kind: int = 2,
+) -> None:
     """A bounded load on the pool until `stop`: each step sends every kind of call concurrently,
     the trainer records what it saw, its reward parts and the step as verl reports it, and the job
     is edited (a label), as a user would, so the operator reconciles during the run too."""
@@ -129,8 +177,9 @@ def _train(sandbox: str, trainer: TrainerMetrics, touch_job: Any, stop: threadin
 
             def call(code: str) -> tuple[str, float]:
                 t0 = time.monotonic()
-                answer = _post(f"{sandbox}/v1/execute",
-                               {"tool": "python", "input": code, "timeoutSeconds": 1})
+                answer = _post(
+                    f"{sandbox}/v1/execute", {"tool": "python", "input": code, "timeoutSeconds": 1}
+                )
                 return answer["status"], time.monotonic() - t0
 
             results = list(pool.map(call, [code for code in CALLS.values() for _ in range(calls_per_kind)]))
@@ -143,9 +192,15 @@ def _train(sandbox: str, trainer: TrainerMetrics, touch_job: Any, stop: threadin
             # one of four trajectories excluded for an infrastructure failure (issue 16)
             trainer.observe_trajectories([None, None, None, "rejected"])
             trainer.set_phase("training")
-            trainer.record_step({"critic/score/mean": ok, "timing_s/step": time.monotonic() - started,
-                                 "response_length/mean": 180.0 + step,
-                                 "tool_call_counts/mean": len(results) / 4}, step)
+            trainer.record_step(
+                {
+                    "critic/score/mean": ok,
+                    "timing_s/step": time.monotonic() - started,
+                    "response_length/mean": 180.0 + step,
+                    "tool_call_counts/mean": len(results) / 4,
+                },
+                step,
+            )
             touch_job(step)
             stop.wait(1.0)
 
@@ -161,15 +216,21 @@ def _label_values(prom: Prometheus, query: str) -> set[str]:
     return {series[label] for series in _get_json(url)["data"] if label in series}
 
 
-def test_every_panel_returns_data(cluster: Any, namespace: str, sandbox: str, operator: OperatorProcess,
-                                  tmp_path: Path) -> None:
+def test_every_panel_returns_data(
+    cluster: Any, namespace: str, sandbox: str, operator: OperatorProcess, tmp_path: Path
+) -> None:
     trainer = TrainerMetrics(trajectories_per_step=4)
     trainer_port = free_port()
     trainer.serve(trainer_port, addr="127.0.0.1")
 
     chart = chart_with_stub_dependencies(tmp_path)
-    [rule] = template(cluster.bin("helm"), chart, {"alerts": {"enabled": True}}, kube_version=KUBERNETES,
-                      show_only="templates/prometheusrule.yaml")
+    [rule] = template(
+        cluster.bin("helm"),
+        chart,
+        {"alerts": {"enabled": True}},
+        kube_version=KUBERNETES,
+        show_only="templates/prometheusrule.yaml",
+    )
     rules = tmp_path / "alerts.yaml"
     rules.write_text(yaml.safe_dump(rule["spec"]))
     job_labels = {"namespace": namespace, "toolrl_job": JOB}
@@ -178,13 +239,22 @@ def test_every_panel_returns_data(cluster: Any, namespace: str, sandbox: str, op
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "scrape_configs": [
             # As the chart's PodMonitors label them: namespace, and toolrl_job from the pod label.
-            {"job_name": "tool-pool", "static_configs": [
-                {"targets": [urllib.parse.urlsplit(sandbox).netloc], "labels": job_labels}]},
-            {"job_name": "trainer", "static_configs": [
-                {"targets": [f"127.0.0.1:{trainer_port}"], "labels": job_labels}]},
+            {
+                "job_name": "tool-pool",
+                "static_configs": [
+                    {"targets": [urllib.parse.urlsplit(sandbox).netloc], "labels": job_labels}
+                ],
+            },
+            {
+                "job_name": "trainer",
+                "static_configs": [{"targets": [f"127.0.0.1:{trainer_port}"], "labels": job_labels}],
+            },
             # As the chart's ServiceMonitor: the operator's own namespace label yields to its series'.
-            {"job_name": "operator", "honor_labels": True, "static_configs": [
-                {"targets": [operator_target], "labels": {"namespace": "toolrl-system"}}]},
+            {
+                "job_name": "operator",
+                "honor_labels": True,
+                "static_configs": [{"targets": [operator_target], "labels": {"namespace": "toolrl-system"}}],
+            },
         ],
     }
     prom = Prometheus(tmp_path / f"prometheus-{uuid.uuid4().hex[:6]}", config, [rules]).start()
@@ -206,8 +276,11 @@ def test_every_panel_returns_data(cluster: Any, namespace: str, sandbox: str, op
 
         load = threading.Thread(target=train, daemon=True)
         load.start()
-        queries = [(panel.title, substitute(t.expr, namespace, JOB, RATE_INTERVAL))
-                   for panel in DASHBOARD.panels() for t in panel.targets]
+        queries = [
+            (panel.title, substitute(t.expr, namespace, JOB, RATE_INTERVAL))
+            for panel in DASHBOARD.panels()
+            for t in panel.targets
+        ]
 
         def empty() -> list[tuple[str, str]]:
             return [(title, expr) for title, expr in queries if not _numbers(prom, expr)]
@@ -216,8 +289,11 @@ def test_every_panel_returns_data(cluster: Any, namespace: str, sandbox: str, op
         while (missing := empty()) and time.monotonic() < deadline and not failures:
             time.sleep(2)
         assert not failures, f"the load on tool_sandbox failed: {failures[0]!r}"
-        assert not missing, "panel queries without data:\n" + "\n".join(f"{t}: {e}" for t, e in missing) + \
-            f"\noperator log:\n{operator.log_tail(20)}"
+        assert not missing, (
+            "panel queries without data:\n"
+            + "\n".join(f"{t}: {e}" for t, e in missing)
+            + f"\noperator log:\n{operator.log_tail(20)}"
+        )
 
         variables = {v.name: v for v in DASHBOARD.variables}
         assert namespace in _label_values(prom, variables["namespace"].query)

@@ -1,35 +1,39 @@
-"""What `make demo` shows, asserted: examples/toolrljob-cpu.yaml trains on the local cluster's
-real node, with the operator's NetworkPolicies enforced by packets (kube-router's firewall, as
-`make demo` runs it). The operator runs as a pod from the chart; KubeRay's real RayJob lifecycle (Running,
-then Succeeded) drives the job's phase; the trainer's progress reaches its target; the autoscaler
-sizes the pool from the trainer's phase (Events); Prometheus scrapes the pods' IPs as the chart's
-monitors say and every dashboard panel has data from the run; the run's PNG is drawn. A job
-whose reward function raises ends Failed with the trainer's own words.
+"""What `make demo` shows, asserted: examples/toolrljob-cpu.yaml trains on the local cluster's two real
+nodes (the second in a network namespace of its own; each offers half the machine), its Ray head and
+worker on different nodes (the Ray cluster's own traffic crossing between them), with the operator's
+NetworkPolicies enforced by packets on both (kube-router's firewall, as `make demo` runs it). The
+operator runs as a pod from the chart; KubeRay's real RayJob lifecycle (Running, then Succeeded) drives
+the job's phase; the trainer's progress reaches its target; the autoscaler sizes the pool from the
+trainer's phase (Events); Prometheus scrapes the pods' IPs as the chart's monitors say and every
+dashboard panel has data from the run; the run's PNG is drawn. A job whose reward function raises ends
+Failed with the trainer's own words.
 
-Then one separate-async job meets every fault of a long run in turn (a killed operator, a checkpoint
-that cannot be written, a killed head process, lost pods with the node's runtime restarted) and loses
-no more than a checkpoint interval to each, while an engine-vllm job beside it is deleted mid-training
-and leaves nothing behind. Jobs that can share the node run side by side: verl's start-up in the pods
-is the module's largest cost.
+Then one separate-async job meets every fault of a long run in turn (a killed operator, a checkpoint that
+cannot be written, a killed head process, lost pods with the node's runtime restarted) and loses no more
+than a checkpoint interval to each, while an engine-vllm job beside it is deleted mid-training and leaves
+nothing behind. Jobs that can share the node run side by side: verl's start-up in the pods is the
+module's largest cost.
 
-One real node runs per machine, so the module shares one cluster; the CPU trainer image is built
-on first use (~17 min cold, ~4 min when only trainer_entry changed, cached by its inputs).
+One cluster with real nodes runs per machine, so the module shares one; the CPU trainer image is built on
+first use (~17 min cold, ~4 min when only trainer_entry changed, cached by its inputs).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 import itertools
 import re
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from harness.localcluster.addresses import POD_NETWORK
 from harness.localcluster.cluster import real_node_cluster
 from harness.operator_process import Sampler, get_json, wait_until
 from harness.training_cluster import (
@@ -59,6 +63,7 @@ pytestmark = pytest.mark.timeout(5400)
 NAMESPACE = "e2e-train"
 TRAINING_TIMEOUT = 1500  # verl's start-up in pods is 2-8 min here, with the machine's load
 SAVE_FREQ = 2  # the faulted runs' checkpoint interval: the most steps a lost trainer may redo
+REAL_NODES = 2  # as `make demo`
 # A reward bug that the check before training cannot see (the ground truth is a number) but every
 # generated answer meets (a whole response: tool call, its output, the answer): it raises in training.
 BROKEN_REWARD = """
@@ -73,6 +78,7 @@ class Run:
     samples: list[tuple[float, JobState]]
     applied: float  # unix time
     ended: float
+    nodes: dict[str, str] = field(default_factory=dict)  # pod -> its node, at the first trained step
 
 
 # (a job or the cluster, unix time of the job's apply or the set-up's start, what happened)
@@ -95,8 +101,9 @@ def milestone(pytestconfig: pytest.Config) -> Milestone:
 @pytest.fixture(scope="module")
 def tc(tmp_path_factory: pytest.TempPathFactory, milestone: Milestone) -> Iterator[TrainingCluster]:
     started = time.time()
-    with real_node_cluster(tmp_path_factory.mktemp("training"), network_policy=True) as cluster:
-        milestone("cluster", started, "the control plane and the real node are up")
+    root = tmp_path_factory.mktemp("training")
+    with real_node_cluster(root, network_policy=True, real_nodes=REAL_NODES) as cluster:
+        milestone("cluster", started, f"the control plane and {REAL_NODES} real nodes are up")
         with training_cluster(cluster, cluster.root / "work", NAMESPACE) as found:
             milestone("cluster", started, "images imported, the chart's operator and Prometheus up")
             stage_toy_data(found)
@@ -129,6 +136,18 @@ def pod_waits(tc: TrainingCluster, name: str, applied: float) -> str:
             f" {since(at.get('PodScheduled'))}, ready {since(at.get('Ready'))} s; unschedulable x{refused}"
         )
     return "\n".join(lines)
+
+
+def pod_nodes(tc: TrainingCluster, name: str) -> dict[str, str]:
+    """Job `name`'s pods (its Ray pods and its pool's) by name -> the node each runs on, the Ray head's
+    and workers' named `head` and `worker` (KubeRay's node-type label) besides."""
+    pods = get_json(tc.cluster, "pods", "-n", tc.namespace, "-l", f"toolrl.dev/job={name}")["items"]
+    nodes = {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in pods}
+    for p in pods:
+        kind = p["metadata"]["labels"].get("ray.io/node-type")
+        if kind in ("head", "worker"):
+            nodes[kind] = p["spec"].get("nodeName", "")
+    return nodes
 
 
 def _ended(tc: TrainingCluster, name: str) -> bool:
@@ -179,6 +198,7 @@ def _train(tc: TrainingCluster, job: dict[str, Any], milestone: Milestone) -> Ru
                 interval=2,
             )
             milestone(name, applied, "trained its first step\n" + pod_waits(tc, name, applied))
+            nodes = pod_nodes(tc, name)
             wait_until(
                 lambda: _ended(tc, name),
                 max(1.0, deadline - time.monotonic()),
@@ -190,7 +210,7 @@ def _train(tc: TrainingCluster, job: dict[str, Any], milestone: Milestone) -> Ru
             print(tc.kubectl("describe", "rayjob", "-n", tc.namespace).stdout[-3000:])
             raise
     milestone(name, applied, f"ended {tc.job(name).get('status', {}).get('phase')}")
-    return _finished_run(tc, name, sampler.samples, applied)
+    return replace(_finished_run(tc, name, sampler.samples, applied), nodes=nodes)
 
 
 BROKEN = "broken-reward"
@@ -282,9 +302,23 @@ def test_the_trainers_tool_calls_reached_the_pool_pods(tc: TrainingCluster, run:
         tc.prometheus, f'sum(toolrl_tool_calls_total{{{sel}, outcome="ok"}})', run.applied, run.ended
     )
     assert ok and max(ok) > 0, "no successful tool call was counted by the pool's pods"
-    # scraped from pod IPs of the pod network, found through the API server
+    # scraped from pod IPs of the pod network (either node's range), found through the API server
     targets = tc.prometheus.query(f'up{{{sel}, toolrl_component="tool-pool"}}')
-    assert targets and all(t["metric"]["instance"].startswith("198.18.0.") for t in targets), targets
+    pods = ipaddress.ip_network(POD_NETWORK)
+    assert targets, "no pool pod was scraped"
+    assert all(ipaddress.ip_address(t["metric"]["instance"].rsplit(":", 1)[0]) in pods for t in targets), (
+        targets
+    )
+
+
+def test_the_jobs_ray_head_and_worker_ran_on_different_nodes(tc: TrainingCluster, run: Run) -> None:
+    """The example prefers its Ray pods on different machines: on the two real nodes the head (GCS, the
+    driver) and the worker (verl's FSDP and rollout workers) ran apart, so the Ray cluster's own traffic
+    (GCS, the object store, the workers' collectives) crossed between the nodes for the whole run."""
+    real = {node.name for node in tc.cluster.nodes}
+    assert len(real) == REAL_NODES
+    assert run.nodes.get("head") in real and run.nodes.get("worker") in real, run.nodes
+    assert run.nodes["head"] != run.nodes["worker"], run.nodes
 
 
 def test_the_autoscaler_followed_the_trainers_phase(tc: TrainingCluster, run: Run) -> None:

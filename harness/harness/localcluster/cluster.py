@@ -178,13 +178,21 @@ class LocalCluster:
             return []
         assert self.node_bin_dir is not None, "no node binaries; call up()"
         bin_dir = self.node_bin_dir
-        return [RealNode(self.root, bin_dir, self.network_policy, i) for i in range(self.real_nodes)]
+        n = self.real_nodes
+        return [RealNode(self.root, bin_dir, self.network_policy, i, sharing=n) for i in range(n)]
 
     @property
     def node(self) -> RealNode:
         """Node 0: the host's namespace, the cluster's DNS."""
         assert self.real_node, "this cluster has no real node"
         return self.nodes[0]
+
+    def node_named(self, name: str) -> RealNode:
+        """The real node the API calls `name` (a pod's spec.nodeName)."""
+        found = [node for node in self.nodes if node.name == name]
+        if not found:
+            raise ClusterError(f"{name!r} is not a real node of this cluster: {[n.name for n in self.nodes]}")
+        return found[0]
 
     @property
     def kubeconfig(self) -> Path:

@@ -358,6 +358,7 @@ class RealNode:
     bin_dir: Path
     network_policy: bool = False  # kube-router's firewall enforces NetworkPolicies (kube_router_argv)
     index: int = 0
+    sharing: int = 1  # the real nodes that share this machine: each offers the scheduler its share of it
 
     def suffixed(self, name: str) -> str:
         """`name` for this node: as is for node 0, with `-<index>` after it for the others (component
@@ -465,14 +466,28 @@ class RealNode:
         _run("ip", "link", "add", self.link, "type", "veth", "peer", "name", UPLINK, "netns", self.netns)
         _run("ip", "addr", "add", host_end, "dev", self.link)
         _run("ip", "link", "set", self.link, "up")
-        _run("ip", "route", "add", node_pod_cidr(self.index), "via", node_end.split("/")[0], "dev", self.link)
+        # each side's packets leave with its node's address (the host's is node 0's), as a machine's
+        # packets carry its primary address: a NetworkPolicy sees which node sent them
+        node_hop, host_hop = node_end.split("/")[0], host_end.split("/")[0]
+        _run(
+            "ip",
+            "route",
+            "add",
+            node_pod_cidr(self.index),
+            "via",
+            node_hop,
+            "dev",
+            self.link,
+            "src",
+            BRIDGE_IP,
+        )
         self.run("ip", "link", "set", "lo", "up")
         self.run("ip", "addr", "add", node_end, "dev", UPLINK)
         self.run("ip", "link", "set", UPLINK, "up")
         self.run("ip", "link", "add", BRIDGE, "type", "bridge")
         self.run("ip", "addr", "add", bridge_address(self.index), "dev", BRIDGE)
         self.run("ip", "link", "set", BRIDGE, "up")
-        self.run("ip", "route", "add", NETWORK, "via", host_end.split("/")[0], "dev", UPLINK)
+        self.run("ip", "route", "add", NETWORK, "via", host_hop, "dev", UPLINK, "src", self.ip)
         for name in ("net.ipv4.ip_forward", "net.bridge.bridge-nf-call-iptables"):
             self.run("sysctl", "-q", "-w", f"{name}=1")
         self._make_cgroup_root()
@@ -622,12 +637,32 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             # 100: never collect images. They are imported, no registry can give them back, and
             # at 99 a disk filled by an image build made kubelet delete the pause image: every
             # pod then failed to start (FailedCreatePodSandBox, seen here)
+            **self._machine_share(),
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
             "rotateCertificates": False,
             "serverTLSBootstrap": False,
             "protectKernelDefaults": False,
             "nodeStatusReportFrequency": "10s",
+        }
+
+    def _machine_share(self) -> dict:
+        """With several real nodes on one machine, each kubelet would offer the scheduler the whole
+        machine (its CPUs and memory, read from the host): the rest is reserved, so the nodes together
+        offer what the machine has, as machines of 1/`sharing` of its size would. Only the scheduler's
+        accounting: the pods' cgroups are not held to it (enforceNodeAllocatable none), as the machine's
+        memory is not cut in parts."""
+        if self.sharing == 1:
+            return {}
+        cpu_milli = (os.cpu_count() or 1) * 1000
+        memory_mi = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 20
+        others = (self.sharing - 1) / self.sharing
+        return {
+            "systemReserved": {
+                "cpu": f"{int(cpu_milli * others)}m",
+                "memory": f"{int(memory_mi * others)}Mi",
+            },
+            "enforceNodeAllocatable": ["none"],
         }
 
     def _kube_proxy_config(self, kubeconfig: Path, ports: dict[str, int]) -> dict:

@@ -62,8 +62,9 @@ def _closed(node: Any) -> Any:
         return [_closed(v) for v in node]
     if not isinstance(node, dict):
         return node
-    out = {k: {p: _closed(s) for p, s in v.items()} if k == "properties" else _closed(v)
-           for k, v in node.items()}
+    out = {
+        k: {p: _closed(s) for p, s in v.items()} if k == "properties" else _closed(v) for k, v in node.items()
+    }
     open_ended = "additionalProperties" in out or out.get("x-kubernetes-preserve-unknown-fields")
     if "properties" in out and not open_ended:
         out["additionalProperties"] = False

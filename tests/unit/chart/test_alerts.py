@@ -14,8 +14,14 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[3]
 ALERT_TESTS = REPO / "charts" / "alerts" / "alerts_test.yaml"
-ALERTS = {"ToolRLToolLatencyHigh", "ToolRLToolFailureRateHigh", "ToolRLToolPoolSaturated",
-          "ToolRLToolPoolDegraded", "ToolRLJobFailed", "ToolRLOperatorReconcileErrors"}
+ALERTS = {
+    "ToolRLToolLatencyHigh",
+    "ToolRLToolFailureRateHigh",
+    "ToolRLToolPoolSaturated",
+    "ToolRLToolPoolDegraded",
+    "ToolRLJobFailed",
+    "ToolRLOperatorReconcileErrors",
+}
 
 
 def _promtool() -> str:
@@ -33,15 +39,24 @@ def rules_dir(render: Callable[..., list[dict[str, Any]]], tmp_path: Path) -> Pa
 
 
 def test_rules_pass_promtool_check(rules_dir: Path) -> None:
-    result = subprocess.run([_promtool(), "check", "rules", str(rules_dir / "rules.yaml")],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [_promtool(), "check", "rules", str(rules_dir / "rules.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 6 rules found" in result.stdout
 
 
 def test_rules_pass_promtool_unit_tests(rules_dir: Path) -> None:
-    result = subprocess.run([_promtool(), "test", "rules", ALERT_TESTS.name], cwd=rules_dir,
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [_promtool(), "test", "rules", ALERT_TESTS.name],
+        cwd=rules_dir,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -57,8 +72,14 @@ def test_every_alert_has_a_unit_test_that_expects_it_to_fire(rules_dir: Path) ->
 
 
 def test_thresholds_come_from_values(render: Callable[..., list[dict[str, Any]]]) -> None:
-    values = {"alerts": {"enabled": True, "toolLatency": {"p99Seconds": 7.5, "for": "3m"},
-                         "toolFailures": {"ratio": 0.25}, "alertLabels": {"team": "rl"}}}
+    values = {
+        "alerts": {
+            "enabled": True,
+            "toolLatency": {"p99Seconds": 7.5, "for": "3m"},
+            "toolFailures": {"ratio": 0.25},
+            "alertLabels": {"team": "rl"},
+        }
+    }
     [rule] = render(values, show_only="templates/prometheusrule.yaml")
     by_name = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     latency = by_name["ToolRLToolLatencyHigh"]

@@ -38,14 +38,23 @@ def _one(objs: list[dict[str, Any]], kind: str, name_suffix: str = "") -> dict[s
 
 @pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
 def test_helm_lint_strict(helm_bin: str, chart: Path, values: dict[str, Any] | None) -> None:
-    result = helm(helm_bin, "lint", "--strict", "--kube-version", KUBERNETES, str(chart),
-                  *values_args(values, chart.parent), check=False)
+    result = helm(
+        helm_bin,
+        "lint",
+        "--strict",
+        "--kube-version",
+        KUBERNETES,
+        str(chart),
+        *values_args(values, chart.parent),
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
-def test_rendered_objects_are_valid(render: Render, values: dict[str, Any] | None,
-                                    monitoring_crd_schemas: dict[str, dict[str, Any]]) -> None:
+def test_rendered_objects_are_valid(
+    render: Render, values: dict[str, Any] | None, monitoring_crd_schemas: dict[str, dict[str, Any]]
+) -> None:
     objs = render(values)
     assert objs
     for obj in objs:
@@ -57,9 +66,18 @@ def test_rendered_objects_are_valid(render: Render, values: dict[str, Any] | Non
 
 
 def test_defaults_render_only_the_core_objects(render: Render) -> None:
-    assert _kinds(render()) == sorted([
-        "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment", "Role", "RoleBinding",
-        "Service", "ServiceAccount"])
+    assert _kinds(render()) == sorted(
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "CustomResourceDefinition",
+            "Deployment",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount",
+        ]
+    )
 
 
 def test_the_operator_holds_its_lease_with_a_role_of_its_own(render: Render) -> None:
@@ -74,14 +92,21 @@ def test_the_operator_holds_its_lease_with_a_role_of_its_own(render: Render) -> 
     assert role["metadata"]["namespace"] == namespace
     assert role["rules"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [name],
-         "verbs": ["get", "update"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [name],
+            "verbs": ["get", "update"],
+        },
     ]
     binding = _one(objs, "RoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": _one(objs, "ServiceAccount")["metadata"]["name"],
-         "namespace": namespace}
+        {
+            "kind": "ServiceAccount",
+            "name": _one(objs, "ServiceAccount")["metadata"]["name"],
+            "namespace": namespace,
+        }
     ]
 
 
@@ -129,6 +154,21 @@ def test_kuberay_namespace_reaches_the_operator(render: Render, values: dict, ex
     deploy = _one(render(values, namespace="toolrl"), "Deployment")
     env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["TOOLRL_KUBERAY_NAMESPACE"] == expected
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [({"metricsFromCIDRs": ["198.18.0.1/32", "2001:db8::/64"]}, "198.18.0.1/32,2001:db8::/64"), (None, "")],
+)
+def test_metrics_cidrs_reach_the_operator_as_its_setting_reads_them(
+    render: Render, values: dict | None, expected: str
+) -> None:
+    from toolrl_operator.settings import Settings
+
+    deploy = _one(render(values, namespace="toolrl"), "Deployment")
+    env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TOOLRL_METRICS_CIDRS"] == expected
+    assert ",".join(Settings.from_env({"TOOLRL_METRICS_CIDRS": expected}).metrics_cidrs) == expected
 
 
 def test_pods_are_watched_with_or_without_prometheus(render: Render) -> None:
@@ -185,8 +225,13 @@ def test_standard_labels_on_every_object(render: Render) -> None:
         if obj["kind"] == "CustomResourceDefinition":
             continue
         labels = obj["metadata"]["labels"]
-        for key in ("helm.sh/chart", "app.kubernetes.io/name", "app.kubernetes.io/instance",
-                    "app.kubernetes.io/version", "app.kubernetes.io/managed-by"):
+        for key in (
+            "helm.sh/chart",
+            "app.kubernetes.io/name",
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/version",
+            "app.kubernetes.io/managed-by",
+        ):
             assert key in labels, f"{obj['kind']} {obj['metadata']['name']} lacks label {key}"
 
 
@@ -238,8 +283,10 @@ def test_pod_monitors_relabel_the_job(render: Render, watch: list[str], selector
         assert spec["namespaceSelector"] == selector
         assert spec["selector"]["matchLabels"]["app.kubernetes.io/managed-by"] == "toolrl-operator"
         [endpoint] = spec["podMetricsEndpoints"]
-        assert {"sourceLabels": ["__meta_kubernetes_pod_label_toolrl_dev_job"], "targetLabel": "toolrl_job"} \
-            in endpoint["relabelings"]
+        assert {
+            "sourceLabels": ["__meta_kubernetes_pod_label_toolrl_dev_job"],
+            "targetLabel": "toolrl_job",
+        } in endpoint["relabelings"]
         assert {
             "sourceLabels": ["__meta_kubernetes_pod_label_app_kubernetes_io_component"],
             "targetLabel": "toolrl_component",
@@ -256,18 +303,22 @@ def test_dashboard_configmap_carries_the_generated_json(render: Render) -> None:
     assert json.loads(cm["data"][DASHBOARD_JSON.name]) == json.loads(DASHBOARD_JSON.read_text())
 
 
-@pytest.mark.parametrize(("values", "message"), [
-    ({"imagee": {"tag": "x"}}, "additional properties 'imagee' not allowed"),
-    ({"image": {"repositry": "x"}}, "additional properties 'repositry' not allowed"),
-    ({"metrics": {"serviceMonitor": {"enabled": "yes"}}}, "got string, want boolean"),
-    ({"alerts": {"toolFailures": {"ratio": 5}}}, "maximum"),
-    ({"alerts": {"toolLatency": {"for": "ten minutes"}}}, "does not match pattern"),
-    ({"watchNamespaces": ["Not_A_Namespace"]}, "does not match pattern"),
-    ({"verbose": "yes"}, "got string, want boolean"),
-    ({"autoscaler": {"prometheusUrl": "prometheus:9090"}}, "does not match pattern"),
-])
-def test_bad_values_are_rejected_with_the_schema_message(helm_bin: str, chart: Path, values: dict[str, Any],
-                                                         message: str) -> None:
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"imagee": {"tag": "x"}}, "additional properties 'imagee' not allowed"),
+        ({"image": {"repositry": "x"}}, "additional properties 'repositry' not allowed"),
+        ({"metrics": {"serviceMonitor": {"enabled": "yes"}}}, "got string, want boolean"),
+        ({"alerts": {"toolFailures": {"ratio": 5}}}, "maximum"),
+        ({"alerts": {"toolLatency": {"for": "ten minutes"}}}, "does not match pattern"),
+        ({"watchNamespaces": ["Not_A_Namespace"]}, "does not match pattern"),
+        ({"verbose": "yes"}, "got string, want boolean"),
+        ({"autoscaler": {"prometheusUrl": "prometheus:9090"}}, "does not match pattern"),
+    ],
+)
+def test_bad_values_are_rejected_with_the_schema_message(
+    helm_bin: str, chart: Path, values: dict[str, Any], message: str
+) -> None:
     with pytest.raises(HelmError) as err:
         template(helm_bin, chart, values, kube_version=KUBERNETES)
     assert "values don't meet the specifications of the schema" in str(err.value)
@@ -290,10 +341,12 @@ def test_schema_forbids_unknown_keys_everywhere() -> None:
 
 
 def test_monitoring_validation_catches_a_misspelt_field(
-        render: Render, monitoring_crd_schemas: dict[str, dict[str, Any]]) -> None:
+    render: Render, monitoring_crd_schemas: dict[str, dict[str, Any]]
+) -> None:
     monitor = _one(render(ALL_FEATURES), "PodMonitor", "-tool-pools")
     monitor["spec"]["podMetricsEndpoints"][0]["relabellings"] = monitor["spec"]["podMetricsEndpoints"][0].pop(
-        "relabelings")
+        "relabelings"
+    )
     errors = list(jsonschema.Draft7Validator(monitoring_crd_schemas["PodMonitor"]).iter_errors(monitor))
     assert any("relabellings" in e.message for e in errors)
 

@@ -16,8 +16,13 @@ from chartgen.outputs import DASHBOARD_JSON, REPO, stale_outputs
 from chartgen.panels import Panel, Target, render
 
 CONTRACTS = REPO / "docs" / "contracts.md"
-JOB_SCOPED = ("toolrl_tool_", "toolrl_trainer_", "toolrl_sandbox_", "toolrl_autoscaler_desired_replicas",
-              "toolrl_autoscaler_max_replicas")
+JOB_SCOPED = (
+    "toolrl_tool_",
+    "toolrl_trainer_",
+    "toolrl_sandbox_",
+    "toolrl_autoscaler_desired_replicas",
+    "toolrl_autoscaler_max_replicas",
+)
 
 
 def _exprs() -> list[str]:
@@ -83,12 +88,15 @@ def test_job_scoped_series_are_filtered_by_namespace_and_job() -> None:
 def test_every_query_parses(tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
     assert promtool, "promtool is missing: apt-get install prometheus"
-    rules = [{"record": f"dashboard:query_{i}", "expr": substitute(e, "rl", "gsm8k")}
-             for i, e in enumerate(_exprs())]
+    rules = [
+        {"record": f"dashboard:query_{i}", "expr": substitute(e, "rl", "gsm8k")}
+        for i, e in enumerate(_exprs())
+    ]
     path = tmp_path / "queries.yaml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
-    result = subprocess.run([promtool, "check", "rules", str(path)],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

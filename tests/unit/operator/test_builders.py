@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
 import pytest
@@ -150,6 +151,23 @@ def test_rayjob_worker_group_gets_the_gpus(make_job) -> None:
     assert group["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "trainer"
 
 
+# the job's Ray pods on different machines where they can be (examples/toolrljob-cpu.yaml's)
+SPREAD_RAY_PODS = {
+    "podAntiAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": 100,
+                "podAffinityTerm": {
+                    "topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "trainer"}},
+                    "matchLabelKeys": ["toolrl.dev/job"],
+                },
+            }
+        ]
+    }
+}
+
+
 def test_rayjob_passes_run_policy_node_placement_and_volumes(make_job) -> None:
     job = make_job(
         runPolicy={"backoffLimit": 2, "activeDeadlineSeconds": 600, "ttlSecondsAfterFinished": 60},
@@ -157,9 +175,11 @@ def test_rayjob_passes_run_policy_node_placement_and_volumes(make_job) -> None:
         reward={"preset": "custom", "custom": {"configMap": "my-reward"}},
         cluster={
             "image": "custom:1",
+            "head": {"affinity": SPREAD_RAY_PODS},
             "workers": {
                 "nodeSelector": {"pool": "a100"},
                 "tolerations": [{"key": "gpu", "operator": "Exists"}],
+                "affinity": SPREAD_RAY_PODS,
             },
         },
     )
@@ -173,6 +193,8 @@ def test_rayjob_passes_run_policy_node_placement_and_volumes(make_job) -> None:
     worker = spec["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
     assert worker["nodeSelector"] == {"pool": "a100"}
     assert worker["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
+    head = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    assert worker["affinity"] == head["affinity"] == SPREAD_RAY_PODS
     assert worker["containers"][0]["image"] == "custom:1"
     mounts = {m["mountPath"]: m["name"] for m in worker["containers"][0]["volumeMounts"]}
     assert mounts["/checkpoints"] == "checkpoints"
@@ -695,6 +717,7 @@ def test_separate_async_gets_a_rollout_worker_group_of_its_own(make_job, separat
         "resources": {"requests": {"cpu": "8", "memory": "32Gi"}},
         "nodeSelector": {"pool": "inference"},
         "tolerations": [{"key": "inference", "operator": "Exists"}],
+        "affinity": SPREAD_RAY_PODS,
     }
     job = make_job(
         trainer={"mode": "separate-async"},
@@ -712,6 +735,7 @@ def test_separate_async_gets_a_rollout_worker_group_of_its_own(make_job, separat
     }
     assert pod["nodeSelector"] == {"pool": "inference"}
     assert pod["tolerations"] == rollout["tolerations"]
+    assert pod["affinity"] == SPREAD_RAY_PODS and "affinity" not in trainers["template"]["spec"]
     assert trainers["template"]["spec"]["containers"][0]["resources"]["limits"] == {GPU_RESOURCE: "8"}
     assert rollouts["rayStartParams"] == {"num-cpus": "8"}
 
@@ -910,3 +934,25 @@ def test_builders_read_no_status_field_but_those_the_sync_keys_its_cache_by(
     reduced = {**body, "status": status_read_by_builders(status)}
     settings = Settings(prometheus_url="http://prometheus:9090")
     assert build_children(parse_job(full), settings) == build_children(parse_job(reduced), settings)
+
+
+def test_metrics_from_cidrs_reach_the_pools_and_the_trainers_metrics_and_nothing_else(make_job) -> None:
+    """A Prometheus outside the cluster or on a node's network scrapes from a node's address: the
+    CIDRs given are admitted to /metrics of the pool and the Ray pods' trainer metrics only."""
+    settings = Settings.from_env({"TOOLRL_METRICS_CIDRS": "198.18.0.1/32, 2001:db8::/64"})
+    assert settings.metrics_cidrs == ("198.18.0.1/32", "2001:db8::/64")
+    blocks = [{"ipBlock": {"cidr": "198.18.0.1/32"}}, {"ipBlock": {"cidr": "2001:db8::/64"}}]
+    pool = build_network_policy(make_job(), settings)["spec"]["ingress"]
+    ray = build_ray_network_policy(make_job(), settings)["spec"]["ingress"]
+    assert pool[1]["from"][1:] == blocks and pool[1]["ports"] == [{"protocol": "TCP", "port": 8080}]
+    assert ray[2]["from"][1:] == blocks and ray[2]["ports"] == [{"protocol": "TCP", "port": 9400}]
+    assert all("ipBlock" not in p for rule in (pool[0], ray[0], ray[1]) for p in rule["from"])
+    assert Settings.from_env({}).metrics_cidrs == ()
+
+
+@pytest.mark.parametrize("bad", ["198.18.0.1", "198.18.0.1/33", "198.18.0.1/24", "prometheus/32"])
+def test_a_metrics_cidr_that_is_not_a_network_is_refused_naming_it(bad: str) -> None:
+    from toolrl_operator.settings import SettingsError
+
+    with pytest.raises(SettingsError, match=rf"TOOLRL_METRICS_CIDRS=.*{re.escape(bad)}.* is not a CIDR"):
+        Settings.from_env({"TOOLRL_METRICS_CIDRS": f"10.0.0.0/8,{bad}"})

@@ -5,6 +5,7 @@ rebuilt exactly when their inputs change."""
 from __future__ import annotations
 
 import ipaddress
+import os
 import tarfile
 from pathlib import Path
 
@@ -215,3 +216,19 @@ def test_a_set_still_in_use_is_an_error_naming_it(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(node.time, "monotonic", lambda: next(clock))
     with pytest.raises(node.NodeError, match="ipsets still there: KUBE-SRC-STUCK"):
         node.RealNode._restore_ipsets({"ipsets": []})
+
+
+def test_nodes_sharing_the_machine_offer_the_scheduler_its_size_between_them(tmp_path: Path) -> None:
+    alone = node.RealNode(tmp_path, tmp_path / "bin")._kubelet_config(tmp_path / "ca.crt", PORTS)
+    assert "systemReserved" not in alone and "enforceNodeAllocatable" not in alone
+    cpus, memory_mi = os.cpu_count() or 1, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 20
+    ports = {**PORTS, **{f"{n}-1": port for n, port in PORTS.items()}}
+    offered_cpu, offered_memory = 0, 0
+    for index in (0, 1):
+        real = node.RealNode(tmp_path, tmp_path / "bin", index=index, sharing=2)
+        kubelet = real._kubelet_config(tmp_path / "ca.crt", ports)
+        reserved = kubelet["systemReserved"]
+        offered_cpu += cpus * 1000 - int(reserved["cpu"].removesuffix("m"))
+        offered_memory += memory_mi - int(reserved["memory"].removesuffix("Mi"))
+        assert kubelet["enforceNodeAllocatable"] == ["none"]  # accounting only: no cgroup cut in half
+    assert offered_cpu == cpus * 1000 and abs(offered_memory - memory_mi) <= 1
