@@ -176,8 +176,7 @@ def ensure_images(cluster: LocalCluster, log: Callable[[str], None] = print) -> 
     images = {}
     for name in IMAGES:
         image = ensure_image(name, log)
-        for node in cluster.nodes:
-            node.import_image(image.archive, image.ref)
+        cluster.import_image(image.archive, image.ref)
         images[name] = image
     return images
 

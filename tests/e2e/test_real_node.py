@@ -141,9 +141,8 @@ def real(tmp_path_factory: pytest.TempPathFactory, images: dict[str, Image]) -> 
     with real_node_cluster(
         root, claimed=snapshot, network_policy=True, real_nodes=len(REAL_NODES)
     ) as cluster:
-        for node in cluster.nodes:
-            for image in images.values():
-                node.import_image(image.archive, image.ref)
+        for image in images.values():
+            cluster.import_image(image.archive, image.ref)
         yield cluster
         # every packet from or to 198.18.0.0/15 that tried another interface than the bridge or
         # loopback was dropped and counted by the guard, over all of the module's tests
@@ -772,6 +771,14 @@ def pool_pods_by_node(cluster: LocalCluster, ns: str) -> dict[str, list[str]]:
     return found
 
 
+def inflight_calls(pod_ip: str) -> float:
+    """The calls a pool pod runs now, from its /metrics."""
+    with urllib.request.urlopen(f"http://{pod_ip}:8080/metrics", timeout=30) as resp:
+        metrics = resp.read().decode()
+    found = re.search(r"^toolrl_tool_inflight (\S+)$", metrics, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
 def node_ready(cluster: LocalCluster, name: str) -> bool:
     conditions = get_json(cluster, "node", name)["status"].get("conditions", [])
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
@@ -782,7 +789,7 @@ def pool_condition(cluster: LocalCluster, ns: str, job: str) -> dict:
     return {c["type"]: c for c in status.get("conditions", [])}.get("ToolPoolReady") or {}
 
 
-def test_a_crashed_node_is_named_its_pool_comes_back_on_the_other_and_it_is_used_again(
+def test_a_crashed_node_is_named_its_pool_comes_back_on_the_other_and_a_drain_fails_only_the_pool(
     real: LocalCluster, tmp_path: Path
 ) -> None:
     """A job's two pool pods, one on each real node (a topology spread that honours taints), under the
@@ -792,7 +799,11 @@ def test_a_crashed_node_is_named_its_pool_comes_back_on_the_other_and_it_is_used
     Warning; after the pods' toleration (the job's, 5 s) the lost pod is evicted and its replacement
     runs on the first node, ToolPoolReady is True again and the pool answers a call, while the node is
     still down. The node boots: Ready again, and a pool pod deleted on the first node comes back on it
-    (the spread puts it there). Deleted, the job leaves no pod behind."""
+    (the spread puts it there). Then a spot-style drain of the first node (cordon, evict: `kubectl
+    drain`) while a call runs there: the call answers as the pool's failure (`fault: infra`, which the
+    trainer masks out of the gradient) once the pod's drain time is over, never as the code's; the
+    evicted pod's replacement runs on the second node and the pool is whole again. Deleted, the job
+    leaves no pod behind."""
     ns = restricted_namespace(real)
     job = pool_job("lost")
     spread = {
@@ -809,6 +820,9 @@ def test_a_crashed_node_is_named_its_pool_comes_back_on_the_other_and_it_is_used
     job["spec"]["toolPool"].update(
         replicas={"min": 2, "max": 2}, topologySpreadConstraints=[spread], tolerations=tolerations
     )
+    # a call that outlives the pool's drain (20 s)
+    [python] = [t for t in job["spec"]["tools"] if t["name"] == "python"]
+    python["timeoutSeconds"] = 120
 
     def placed(counts: dict[str, int]) -> dict[str, list[str]] | None:
         """The pool's Ready pods by node, once there are `counts` of them on each node named."""
@@ -859,9 +873,34 @@ def test_a_crashed_node_is_named_its_pool_comes_back_on_the_other_and_it_is_used
         wait_until(lambda: node_ready(real, SECOND), 120, f"{SECOND} Ready again")
         # the node is used again: a pool pod deleted on the first node comes back on the second
         real.kubectl("delete", "pod", moved[NODE_NAME][0], "-n", ns)
-        wait_until(
+        spread_again = wait_until(
             lambda: placed({NODE_NAME: 1, SECOND: 1}), 240, "a pool pod Ready on the second node again"
         )
+
+        # a spot-style drain of the first node, a call in flight on its pool pod
+        [drained] = spread_again[NODE_NAME]
+        drained_ip = get_json(real, "pod", drained, "-n", ns)["status"]["podIP"]
+        long_call = {
+            "tool": "python",
+            "input": "import time\ntime.sleep(100)\nprint('never')",
+            "timeoutSeconds": 110,
+        }
+        with ThreadPoolExecutor(1) as caller:
+            in_flight = caller.submit(_http, f"http://{drained_ip}:8080/v1/execute", long_call, 180)
+            wait_until(lambda: inflight_calls(drained_ip) == 1, 60, "the long call running on the pool pod")
+            selector = f"toolrl.dev/job=lost,app.kubernetes.io/component={COMPONENT_TOOL_POOL}"
+            try:
+                # the pool's /tmp is an emptyDir: a drain that may evict it deletes its data
+                drain = ["drain", NODE_NAME, "--pod-selector", selector, "--delete-emptydir-data"]
+                done = real.kubectl(*drain, "--timeout", "180s", timeout=240, check=False)
+                assert done.returncode == 0, done.stderr
+                status, answer = in_flight.result(timeout=180)
+            finally:
+                real.kubectl("uncordon", NODE_NAME)
+        assert (answer.get("status"), answer.get("fault")) == ("error", "infra"), (status, answer)
+        assert "shutting down" in answer["message"], answer
+        wait_until(lambda: placed({SECOND: 2}), 240, "the drained pool pod replaced on the second node")
+        wait_until(lambda: pool_condition(real, ns, "lost").get("status") == "True", 120, "ToolPoolReady")
         delete_jobs(real, ns)
         wait_until(
             lambda: not get_json(real, "pods", "-n", ns)["items"], 180, "no pod of the deleted job left"

@@ -64,9 +64,9 @@ def main(argv: list[str] | None = None) -> int:
                 image = ensure_image(name)
                 print(f"{image.ref}: {image.archive} ({image.archive.stat().st_size >> 20} MiB)")
                 running = LocalCluster.recorded(args.root)
-                for node in running.nodes if running and running.is_running() else []:
-                    node.import_image(image.archive, image.ref)
-                    print(f"  imported into {node.name} of {args.root}")
+                if running and running.real_node and running.is_running():
+                    running.import_image(image.archive, image.ref)
+                    print(f"  imported into the real nodes of {args.root}")
             return 0
         recorded = LocalCluster.recorded(args.root)
         running = recorded if recorded and recorded.is_running() else None
@@ -97,9 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             cluster.up()
             for name in NODE_IMAGES if args.real_node else []:  # what the operator's pods run, at once
                 image = ensure_image(name)
-                for node in cluster.nodes:
-                    node.import_image(image.archive, image.ref)
-                    print(f"localcluster: {image.ref} imported into {node.name}")
+                cluster.import_image(image.archive, image.ref)
+                print(f"localcluster: {image.ref} imported into {', '.join(n.name for n in cluster.nodes)}")
         elif args.command == "down":
             if recorded is None:
                 if os.geteuid() == 0 and claim_owner() is None:  # no node of any cluster runs here

@@ -23,6 +23,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, NamedTuple
@@ -186,6 +187,12 @@ class LocalCluster:
         """Node 0: the host's namespace, the cluster's DNS."""
         assert self.real_node, "this cluster has no real node"
         return self.nodes[0]
+
+    def import_image(self, archive: Path, ref: str) -> None:
+        """Import an OCI archive into every real node's containerd at once (RealNode.import_image): the
+        trainer's took ~120 s into one node here, both nodes at once ~120 s too, one after the other ~230."""
+        with ThreadPoolExecutor(max(1, len(self.nodes))) as pool:
+            list(pool.map(lambda node: node.import_image(archive, ref), self.nodes))
 
     def node_named(self, name: str) -> RealNode:
         """The real node the API calls `name` (a pod's spec.nodeName)."""

@@ -168,8 +168,13 @@ def test_every_compiled_rule_evaluates_to_true_on_valid_specs_with_every_place_p
             "spec.tools[1]",
         ),
         (
-            {"cluster": {"workers": {"gpusPerWorker": 0}, "rolloutWorkers": {"gpusPerWorker": 0},
-                         "env": [{"name": "TOOLRL_x", "value": "1"}]}},
+            {
+                "cluster": {
+                    "workers": {"gpusPerWorker": 0},
+                    "rolloutWorkers": {"gpusPerWorker": 0},
+                    "env": [{"name": "TOOLRL_x", "value": "1"}],
+                }
+            },
             "!self.name.startsWith('TOOLRL_')",
             "spec.cluster.env[0]",
         ),
@@ -184,20 +189,37 @@ def test_every_compiled_rule_evaluates_to_true_on_valid_specs_with_every_place_p
             "spec.tools[1].url",
         ),
         (
-            {"cluster": {"workers": {"gpusPerWorker": 0}, "rolloutWorkers": {"gpusPerWorker": 0},
-                         "podLabels": {"toolrl.dev/job": "x"}}},
+            {
+                "cluster": {
+                    "workers": {"gpusPerWorker": 0},
+                    "rolloutWorkers": {"gpusPerWorker": 0},
+                    "podLabels": {"toolrl.dev/job": "x"},
+                }
+            },
             "!self.exists(k, k in ['app.kubernetes.io/managed-by'",
             "spec.cluster.podLabels",
         ),
-        ({"data": {"trainFiles": ["/data/t.parquet"], "volume": {"hostPath": {"path": "/"}}}},
-         "!has(self.hostPath)", "spec.data.volume"),
-        ({"model": {"path": "m", "cache": {"volume": {"hostPath": {"path": "/"}}}}},
-         "!has(self.hostPath)", "spec.model.cache.volume"),
-        ({"model": {"path": "m", "cache": {"volume": PVC, "size": "20Gi"}}},
-         "has(self.volume) != has(self.size)", "spec.model.cache"),
+        (
+            {"data": {"trainFiles": ["/data/t.parquet"], "volume": {"hostPath": {"path": "/"}}}},
+            "!has(self.hostPath)",
+            "spec.data.volume",
+        ),
+        (
+            {"model": {"path": "m", "cache": {"volume": {"hostPath": {"path": "/"}}}}},
+            "!has(self.hostPath)",
+            "spec.model.cache.volume",
+        ),
+        (
+            {"model": {"path": "m", "cache": {"volume": PVC, "size": "20Gi"}}},
+            "has(self.volume) != has(self.size)",
+            "spec.model.cache",
+        ),
         ({"model": {"path": "m", "cache": {}}}, "has(self.volume) != has(self.size)", "spec.model.cache"),
-        ({"model": {"path": "m", "cache": {"size": "512Ki"}}}, "asApproximateFloat() >= 1048576.0",
-         "spec.model.cache"),
+        (
+            {"model": {"path": "m", "cache": {"size": "512Ki"}}},
+            "asApproximateFloat() >= 1048576.0",
+            "spec.model.cache",
+        ),
         (
             {"reward": {"preset": "math", "overlongPenalty": {"enabled": True}}},
             "!self.reward.overlongPenalty.enabled || has(self.reward.overlongPenalty.bufferLength)",
@@ -296,7 +318,13 @@ def test_a_ray_groups_runtime_class_is_a_resource_name() -> None:
 
 def test_property_names_are_escaped_as_kubernetes_does() -> None:
     assert [escape(n) for n in ("function", "in", "a.b", "x-y", "p/q", "a__b", "plain")] == [
-        "__function__", "__in__", "a__dot__b", "x__dash__y", "p__slash__q", "a__underscores__b", "plain"
+        "__function__",
+        "__in__",
+        "a__dot__b",
+        "x__dash__y",
+        "p__slash__q",
+        "a__underscores__b",
+        "plain",
     ]
     assert bool(is_url("https://example.org:8080/x")) and bool(is_url("/abs/path"))
     assert not any(map(bool, map(is_url, ("", "example.org", "http://x:port/", "http://a b/"))))
@@ -317,7 +345,10 @@ def test_a_changed_crd_rule_reaches_the_trainers_validator(tmp_path: Path) -> No
     out = tmp_path / "repo"
     subprocess.run(
         [sys.executable, "-m", "chartgen", "--crd", str(changed), "--out", str(out)],
-        check=True, capture_output=True, text=True, timeout=120,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     path = out / "api" / "toolrl_api" / "crd_schema.py"
     module_spec = importlib.util.spec_from_file_location("changed_crd_schema", path)

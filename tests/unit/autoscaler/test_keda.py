@@ -12,7 +12,6 @@ SPEC_SCHEMA = spec_schema(yaml.safe_load(CRD_SOURCE.read_text()))
 REQUIRED = {"model": {"path": "m"}, "data": {"trainFiles": ["t"]}, "tools": [{"name": "p", "type": "python"}]}
 
 
-
 def job(status=None, suspend=False, **pool):
     """The job as the sync hands it to the builders: defaulted by the apiserver, then parsed."""
     tool_pool = {

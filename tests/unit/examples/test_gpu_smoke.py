@@ -335,7 +335,7 @@ def test_run_sh_estimator_gae_gives_the_job_a_critic(tmp_path):
     assert '--estimator "$estimator"' in (SMOKE / "run.sh").read_text(), "the verdict is told the estimator"
 
 
-FAKE_GPU = '''
+FAKE_GPU = """
 import sys
 class _NoVllm:  # this machine has vLLM's CPU build; the GPU machine of `--engine hf` has no vLLM at all
     def find_spec(self, name, path=None, target=None):
@@ -345,7 +345,7 @@ sys.meta_path.insert(0, _NoVllm())
 import torch
 torch.cuda.is_available = lambda: True
 torch.cuda.get_device_name = lambda *args: "Fake GPU"
-'''
+"""
 
 
 def test_run_sh_engine_hf_on_a_gpu_needs_no_vllm(tmp_path):

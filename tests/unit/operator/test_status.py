@@ -507,6 +507,12 @@ def test_a_running_jobs_pods_on_a_node_that_is_not_ready_are_named_in_its_condit
     assert "node cpu-node-1 is not Ready (False) with pods gsm8k-python-tools-5d9f-abcde" in pool["message"]
     assert status["phase"] == "Running"  # the job goes on where it can; it is not failed for it
     # once finished, a lost node is nobody's concern
-    done = compute_status(make_job(status=DONE), rayjob("Complete", "SUCCEEDED"), deployment(), 3, NOW,
-                          Problems(lost_nodes=lost))
+    done = compute_status(
+        make_job(status=DONE),
+        rayjob("Complete", "SUCCEEDED"),
+        deployment(),
+        3,
+        NOW,
+        Problems(lost_nodes=lost),
+    )
     assert _conditions(done)["ClusterReady"][1] != NODE_NOT_READY

@@ -85,4 +85,3 @@ def test_a_lost_trainer_is_counted_once_and_recovering_until_progress_after_it(m
     second = (*lost, LostTrainer(T3, "s-2", "Error, exit code 1"))
     twice = _status(make_job, {**resumed, "progress": {"step": 6, "lastUpdateTime": T2}}, second)
     assert twice["restarts"] == 2 and twice["lastRestart"]["pod"] == "s-2"
-
