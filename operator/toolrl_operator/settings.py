@@ -80,19 +80,20 @@ class Settings:
 
 
 def _cidrs(env: dict[str, str], name: str) -> tuple[str, ...]:
-    """A comma-separated list of CIDRs (IPv4 or IPv6), each a network address with its prefix."""
-    cidrs = tuple(c.strip() for c in env.get(name, "").split(",") if c.strip())
-    for cidr in cidrs:
+    """A comma-separated list of CIDRs (IPv4 or IPv6), each an address with its prefix length; host bits
+    are cleared (192.0.2.10/24 is 192.0.2.0/24), as the chart's schema cannot tell them."""
+    networks = []
+    for cidr in (c.strip() for c in env.get(name, "").split(",") if c.strip()):
         try:
             if "/" not in cidr:
                 raise ValueError("no prefix length")
-            ipaddress.ip_network(cidr)
+            networks.append(str(ipaddress.ip_network(cidr, strict=False)))
         except ValueError as err:
             raise SettingsError(
                 f"{name}={env[name]!r}: {cidr!r} is not a CIDR ({err}); give networks such as 192.0.2.10/32,"
                 " comma-separated"
             ) from None
-    return cidrs
+    return tuple(networks)
 
 
 def _seconds(env: dict[str, str], name: str, default: float) -> float:

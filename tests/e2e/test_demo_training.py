@@ -9,7 +9,7 @@ dashboard panel has data from the run; the run's PNG is drawn. A job whose rewar
 Failed with the trainer's own words.
 
 Then one separate-async job meets every fault of a long run in turn (a killed operator, a checkpoint that
-cannot be written, a killed head process, lost pods with the node's runtime restarted) and loses no more
+cannot be written, a killed head process, lost pods with the nodes' runtimes restarted) and loses no more
 than a checkpoint interval to each, while an engine-vllm job beside it is deleted mid-training and leaves
 nothing behind. Jobs that can share the node run side by side: verl's start-up in the pods is the
 module's largest cost.
@@ -441,7 +441,7 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun], milestone: Milest
        SIGKILLed (the pod stays; kubelet restarts the container);
     4. once the trainer restarted after it has saved a checkpoint of its own, at one moment: the Ray
        head and worker pods of both groups are deleted (no grace), every tool-pool pod is deleted, the
-       operator's pod is killed again, and the node's kubelet and containerd are restarted (their
+       operator's pod is killed again, and each node's kubelet and containerd are restarted (their
        processes; the containers live on in their shims).
     The engine-vllm job deleted mid-training (`deleted`) runs beside it from the start."""
     name = "separate"
@@ -554,7 +554,8 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun], milestone: Milest
         assert delete_pods(tc, tc.namespace, f"{job_pods},ray.io/node-type=worker"), "no worker to delete"
         assert delete_pods(tc, tc.namespace, f"{job_pods},app.kubernetes.io/component=tool-pool")
         assert delete_pods(tc, OPERATOR_NAMESPACE, OPERATOR_POD)  # its second kill
-        tc.cluster.restart_node_runtime()
+        for index in range(REAL_NODES):  # every node's: the job's pods are on both
+            tc.cluster.restart_node_runtime(index=index)
         wait_until(
             lambda: _ended(tc, name),
             TRAINING_TIMEOUT,

@@ -298,7 +298,9 @@ def test_pods_on_the_two_nodes_reach_each_other_directly_through_services_and_by
             60,
             f"{here} to reach {there}, on the other node",
         )
-    socket.create_connection((ip["serve-1"], port), timeout=5).close()  # the host routes to the second node
+    # the host (the first node) reaches the second's pod by its IP and through the host's own Service rules
+    socket.create_connection((ip["serve-1"], port), timeout=5).close()
+    socket.create_connection((service_ip["serve-1"], 80), timeout=5).close()
     real.kubectl("delete", "namespace", ns, "--wait=false")
 
 
@@ -642,7 +644,7 @@ def test_the_operators_network_policies_hold_by_packets(real: LocalCluster, imag
         "other-pool": (ns, selector_labels("other", COMPONENT_TOOL_POOL), [TOOL_POOL_PORT]),  # another job's
     }
     # the pool's node and the pods it must not reach beside it there; every admitted path crosses nodes
-    on_second = {"pool", "stranger", "kuberay", "mcp-neighbour"}
+    on_second = {"pool", "stranger", "kuberay", "mcp-neighbour", "elsewhere"}
     for name, (where, labels, ports) in pods.items():
         node = SECOND if name in on_second else NODE_NAME
         manifest = pod(name, images["tool-sandbox"], ["python", "-c", SERVE, *map(str, ports)], node=node)
@@ -709,6 +711,11 @@ def test_the_operators_network_policies_hold_by_packets(real: LocalCluster, imag
             raise AssertionError(f"{exc}\nwanted: {want}\nseen:   {last}") from None
 
     expect(all_open, "every connection open without a policy")
+    # both nodes reach the pool without a policy: "closed" below is the policy's doing, not the route's
+    assert [
+        *dial_from_node(real, 0, [(ip["pool"], TOOL_POOL_PORT)]),
+        *dial_from_node(real, 1, [(ip["pool"], TOOL_POOL_PORT)]),
+    ] == ["open", "open"]
 
     body = pool_job(job_name)
     body["metadata"].update(namespace=ns, uid=str(uuid.uuid4()))
@@ -780,8 +787,12 @@ def inflight_calls(pod_ip: str) -> float:
 
 
 def node_ready(cluster: LocalCluster, name: str) -> bool:
-    conditions = get_json(cluster, "node", name)["status"].get("conditions", [])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    """Ready, and the node controller has taken back its not-ready and unreachable taints (a moment
+    after Ready: a pod placed before would find the node still tainted)."""
+    node = get_json(cluster, "node", name)
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", []))
+    taints = [t["key"] for t in node["spec"].get("taints", []) if t["key"].startswith("node.kubernetes.io/")]
+    return ready and not taints
 
 
 def pool_condition(cluster: LocalCluster, ns: str, job: str) -> dict:

@@ -321,8 +321,8 @@ class LocalCluster:
             if kind == "containerd" and node is not None:
                 node.stop_workloads()  # kubelet is stopped: nothing restarts them now
             self.stop_component(name, grace=10.0 if kind in NODE_ORDER else 3.0)
-        for node in reversed(self.nodes):
-            node.teardown()
+        if self.real_node:
+            self.node.teardown()  # node 0's: every other node's first, then the host's
         if remove and self.root.exists():
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -389,13 +389,17 @@ class LocalCluster:
                 time.sleep(1.0)
 
     def crash_node(self, index: int) -> None:
-        """Real node `index` stops as a crashed machine does: every one of its processes (its agents,
-        its pods' processes and their shims) SIGKILLed at once, nothing told. Its namespace and link
-        stay, as a machine's cable does; `boot_node` starts it again."""
+        """Real node `index` (>= 1: node 0 is the host's namespace, with the cluster's DNS) stops as a
+        crashed machine does: every one of its processes (its agents, its pods' processes and their
+        shims) SIGKILLed at once, nothing told, and what a stopped machine loses of its network state
+        forgotten. Its namespace and link stay, as a machine's cable does; `boot_node` starts it again."""
+        if index < 1:
+            raise ClusterError("node 0 is the host's own namespace and runs the cluster's DNS: crash another")
         node = self.nodes[index]
         for name in reversed(self.node_components(node)):
             self.stop_component(name, grace=0.0, first=signal.SIGKILL)
         node.stop_workloads()
+        node.forget_network_state()
 
     def boot_node(self, index: int, timeout: float = 300.0) -> None:
         """Start real node `index`'s components again after `crash_node` (containerd finds its pods'

@@ -52,13 +52,15 @@ from .oci import single_file_layer, write_oci_archive
 # image builds stop short of it (images.min_free)
 EVICTION_FREE_PERCENT = 2
 
-NODE_NAME = "cpu-real-0"  # node 0's; node i's is cpu-real-i (RealNode.name)
+NODE_NAME_PREFIX = "cpu-real-"  # node i is cpu-real-<i> (RealNode.name)
+NODE_NAME = f"{NODE_NAME_PREFIX}0"
 BRIDGE = "toolrl0"  # every node's bridge, each in its own namespace
 CNI_NETWORK = "toolrl-node"  # node 0's; node i's has `-i` added (RealNode.suffixed)
 GUARD_CHAIN = "TOOLRL-EGRESS"
 # node 0's kubelet's --cgroup-root (every pod's cgroup is below it); node i's has `-i` added
 CGROUP_ROOT = "toolrl-node"
 NETNS_DIR = Path("/run/netns")  # where `ip netns` keeps its namespaces
+NETNS_PREFIX = "toolrl-node-"  # node i >= 1's network namespace is toolrl-node-<i>
 LINK_PREFIX = "toolrl-n"  # the host's end of node i's link is toolrl-n<i>
 UPLINK = "uplink"  # the node's end, in its namespace
 PAUSE_IMAGE = "localhost/toolrl/pause:1"
@@ -68,16 +70,17 @@ CLAIM_DIR = Path("/run/toolrl-localcluster")
 # Kubelet sets these (kernel defaults it wants); ip_forward is ours (pod -> ClusterIP -> pod), and so is
 # bridge-nf-call-iptables (br_netfilter's default): pod -> pod packets on the bridge pass iptables, where
 # kube-proxy's hairpin rules and kube-router's NetworkPolicy chains see them.
+# The first two are each network namespace's own: a second node sets them in its namespace too.
+NETWORK_SYSCTLS = {"net.ipv4.ip_forward": "1", "net.bridge.bridge-nf-call-iptables": "1"}
 SYSCTLS = {
-    "net.ipv4.ip_forward": "1",
-    "net.bridge.bridge-nf-call-iptables": "1",
+    **NETWORK_SYSCTLS,
     "vm.overcommit_memory": "1",
     "kernel.panic": "10",
     "kernel.panic_on_oops": "1",
 }
 # Fixed host paths containerd 1.6 and kubelet write to whatever their configured roots
 # (netns bind mounts, CNI's result cache, shim sockets, the container-log symlinks).
-HOST_PATHS = ["/run/netns", "/var/lib/cni", "/run/containerd", "/var/log/containers", "/opt/containerd"]
+HOST_PATHS = [str(NETNS_DIR), "/var/lib/cni", "/run/containerd", "/var/log/containers", "/opt/containerd"]
 IPTABLES_TABLES = ["filter", "nat", "mangle", "raw"]
 # Debian package of each command the node needs (the error names what to install)
 REQUIRED = {
@@ -92,6 +95,8 @@ REQUIRED = {
     "ip": "iproute2",
     "conntrack": "conntrack",
     "nfacct": "nfacct",
+    "nsenter": "util-linux",  # a second node's processes start in its network namespace
+    "sysctl": "procps",
 }
 # what the NetworkPolicy enforcer (kube-router's firewall, `network_policy` clusters) needs besides
 REQUIRED_FOR_NETWORK_POLICY = {"ipset": "ipset"}
@@ -169,7 +174,12 @@ def _cgroup_hierarchies() -> list[Path]:
 
 
 def _run(*cmd: str, check: bool = True, input: str | None = None) -> str:
-    res = subprocess.run(cmd, capture_output=True, text=True, input=input)
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, input=input)
+    except FileNotFoundError as err:
+        raise NodeError(
+            f"`{cmd[0]}` is not installed: {err} (`make setup` installs what the node needs)"
+        ) from None
     if check and res.returncode:
         raise NodeError(f"`{' '.join(cmd)}` failed (exit {res.returncode}): {res.stderr.strip()}")
     return res.stdout
@@ -367,7 +377,7 @@ class RealNode:
 
     @property
     def name(self) -> str:
-        return f"cpu-real-{self.index}"
+        return f"{NODE_NAME_PREFIX}{self.index}"
 
     @property
     def root(self) -> Path:
@@ -376,7 +386,7 @@ class RealNode:
     @property
     def netns(self) -> str | None:
         """Its network namespace's name; None for node 0 (the host's)."""
-        return None if self.index == 0 else self.suffixed("toolrl-node")
+        return None if self.index == 0 else f"{NETNS_PREFIX}{self.index}"
 
     @property
     def link(self) -> str:
@@ -459,8 +469,7 @@ class RealNode:
         replaced), the link to the host and the routes both ways, its bridge, forwarding and bridge
         netfilter (per namespace), its cgroup root. Its only route is NETWORK via the host."""
         assert self.index > 0 and self.netns, "node 0 is the host's namespace"
-        if (NETNS_DIR / self.netns).exists():
-            _run("ip", "netns", "del", self.netns)  # its link goes with it
+        self._remove_namespace()  # a crashed cluster's
         _run("ip", "netns", "add", self.netns)
         host_end, node_end = node_link(self.index)
         _run("ip", "link", "add", self.link, "type", "veth", "peer", "name", UPLINK, "netns", self.netns)
@@ -488,8 +497,8 @@ class RealNode:
         self.run("ip", "addr", "add", bridge_address(self.index), "dev", BRIDGE)
         self.run("ip", "link", "set", BRIDGE, "up")
         self.run("ip", "route", "add", NETWORK, "via", host_hop, "dev", UPLINK, "src", self.ip)
-        for name in ("net.ipv4.ip_forward", "net.bridge.bridge-nf-call-iptables"):
-            self.run("sysctl", "-q", "-w", f"{name}=1")
+        for name, value in NETWORK_SYSCTLS.items():
+            self.run("sysctl", "-q", "-w", f"{name}={value}")
         self._make_cgroup_root()
 
     def _make_cgroup_root(self) -> None:
@@ -877,15 +886,43 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
                     step(before)
                 except (OSError, NodeError) as exc:
                     errors.append(f"{step.__name__}: {exc}")
+        try:
+            self._remove_namespace()
+        except NodeError as exc:
+            errors.append(f"_remove_namespace: {exc}")
+
+    def _remove_namespace(self) -> None:
+        """Node i >= 1's namespace and link, with whatever still runs in it (a process left inside keeps
+        a namespace alive, unnamed, with its interfaces and rules): killed first."""
+        assert self.netns, "node 0 is the host's namespace"
+        if (NETNS_DIR / self.netns).exists():
+            for pid in _run("ip", "netns", "pids", self.netns, check=False).split():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
         if self.link in os.listdir("/sys/class/net"):
-            _run("ip", "link", "del", self.link, check=False)  # both ends of the veth pair, at once
-        if self.netns and (NETNS_DIR / self.netns).exists():
-            _run("ip", "netns", "del", self.netns, check=False)
+            _run("ip", "link", "del", self.link)  # both ends of the veth pair, at once
+        if (NETNS_DIR / self.netns).exists():
+            _run("ip", "netns", "del", self.netns)
+        if self.link in os.listdir("/sys/class/net") or (NETNS_DIR / self.netns).exists():
+            raise NodeError(f"{self.netns} or its link {self.link} is still there")
+
+    def forget_network_state(self) -> None:
+        """Node i >= 1, its processes dead: what a machine that stops loses of its network (its
+        firewall's and service proxy's rules and sets, its connection tracking), so the agents that
+        start again sync from nothing, as after a reboot (their readiness then means their own sync)."""
+        assert self.netns, "node 0 is the host's namespace: its rules are the host's"
+        for table in IPTABLES_TABLES:
+            for family in ("iptables", "ip6tables"):
+                self.run(family, "-t", table, "-F")
+                self.run(family, "-t", table, "-X")
+        if shutil.which("ipset"):
+            self.run("ipset", "destroy")
+        self.run("conntrack", "-F", check=False)  # exit 1 when the table was empty
 
     def _unmount(self, before: dict) -> None:
         # node 0 also the namespaces' and containerd's fixed paths (every node's; it is torn down last);
         # `ip netns add` makes /run/netns a mount point of its own (a shared bind mount of itself)
-        ours = (f"{self.root}/",) + (("/run/netns", "/run/containerd/") if self.index == 0 else ())
+        ours = (f"{self.root}/",) + ((str(NETNS_DIR), "/run/containerd/") if self.index == 0 else ())
         for _ in range(3):
             new = [m for m in mounts() if m not in before["mounts"] and m.startswith(ours)]
             if not new:
@@ -915,8 +952,11 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 
     @staticmethod
     def remove_leftover_rules() -> None:
-        """Remove the KUBE-* and guard chains of a cluster whose processes were killed without its
-        teardown (no cluster is recorded and no node claimed, so none of them is in use)."""
+        """Remove the KUBE-* and guard chains and the other nodes' namespaces and links of a cluster whose
+        processes were killed without its teardown (no cluster is recorded and no node claimed, so none
+        of them is in use)."""
+        for index in range(1, MAX_REAL_NODES):
+            RealNode(Path("/nonexistent"), Path("/nonexistent"), index=index)._remove_namespace()
         RealNode._restore_iptables(
             {"iptables": {}, "ip6tables": {}, "nft": nft_tables(), "nfacct": nfacct_objects()}
         )

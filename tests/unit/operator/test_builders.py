@@ -948,9 +948,11 @@ def test_metrics_from_cidrs_reach_the_pools_and_the_trainers_metrics_and_nothing
     assert ray[2]["from"][1:] == blocks and ray[2]["ports"] == [{"protocol": "TCP", "port": 9400}]
     assert all("ipBlock" not in p for rule in (pool[0], ray[0], ray[1]) for p in rule["from"])
     assert Settings.from_env({}).metrics_cidrs == ()
+    # the chart's schema cannot tell host bits: they are cleared, not refused at the operator's start
+    assert Settings.from_env({"TOOLRL_METRICS_CIDRS": "192.0.2.10/24"}).metrics_cidrs == ("192.0.2.0/24",)
 
 
-@pytest.mark.parametrize("bad", ["198.18.0.1", "198.18.0.1/33", "198.18.0.1/24", "prometheus/32"])
+@pytest.mark.parametrize("bad", ["198.18.0.1", "198.18.0.1/33", "1.2.3.4.5/24", "prometheus/32"])
 def test_a_metrics_cidr_that_is_not_a_network_is_refused_naming_it(bad: str) -> None:
     from toolrl_operator.settings import SettingsError
 

@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 from harness.localcluster.build import Toolchain
-from harness.localcluster.cluster import KUBE_ROUTER, NODE_COMPONENTS, NODE_ORDER, START_ORDER, LocalCluster
+from harness.localcluster.cluster import (
+    KUBE_ROUTER,
+    NODE_COMPONENTS,
+    NODE_ORDER,
+    START_ORDER,
+    ClusterError,
+    LocalCluster,
+)
 
 
 def cluster(root: Path, **kwargs: Any) -> LocalCluster:
@@ -118,3 +125,11 @@ def test_a_kubelet_is_ready_only_when_it_answers_itself_not_when_the_api_still_s
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_first_node_is_not_crashed_it_is_the_hosts(tmp_path: Path) -> None:
+    c = cluster(tmp_path, real_node=True, node_bin_dir=tmp_path / "node-bin", real_nodes=2)
+    c.pids = {"kubelet": 1, "containerd": 1}  # never signalled: the refusal comes first
+    with pytest.raises(ClusterError, match="node 0 is the host's own namespace"):
+        c.crash_node(0)
+    assert c.pids == {"kubelet": 1, "containerd": 1}
