@@ -284,13 +284,16 @@ def stage_toy_data(tc: TrainingCluster, timeout: float = 1200) -> float:
 
 
 def chart_values(namespace: str, prometheus_url: str) -> dict[str, Any]:
-    """The chart's values for the local cluster: everything on, one watched namespace. Prometheus runs
-    on the host, which is the first real node: the pods of another node see its scrapes come from the
-    first node's address, which the jobs' NetworkPolicies admit to /metrics by this CIDR (on its own
-    node a pod's policy admits the node anyway, for kubelet's probes)."""
+    """The chart's values for the local cluster: everything on, one watched namespace. Prometheus and
+    KubeRay run on the host, which is the first real node: the pods of another node see Prometheus's
+    scrapes and KubeRay's dashboard calls (through the API server's proxy) come from the first node's
+    address, which the jobs' NetworkPolicies admit by these CIDRs (on its own node a pod's policy admits
+    the node anyway, for kubelet's probes; seen: a Ray head on the second node, KubeRay could not read
+    its job's end, and the RayJob failed 30 s after its submitter ended)."""
     return {
         "watchNamespaces": [namespace],
         "metricsFromCIDRs": [f"{BRIDGE_IP}/32"],
+        "kuberayFromCIDRs": [f"{BRIDGE_IP}/32"],
         "autoscaler": {"prometheusUrl": prometheus_url},
         "metrics": {
             "serviceMonitor": {"enabled": True, "interval": SCRAPE_INTERVAL},

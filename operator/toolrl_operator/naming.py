@@ -74,9 +74,14 @@ def namespace_selector(namespace: str) -> dict[str, Any]:
     return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
 
 
+def ip_blocks(cidrs: tuple[str, ...]) -> list[dict[str, Any]]:
+    """NetworkPolicy peers: the addresses of `cidrs`."""
+    return [{"ipBlock": {"cidr": cidr}} for cidr in cidrs]
+
+
 def metrics_peers(namespaces: list[str], cidrs: tuple[str, ...]) -> list[dict[str, Any]]:
     """The NetworkPolicy peers that may read a job's /metrics: every pod of `namespaces`, and `cidrs`."""
-    return [*map(namespace_selector, namespaces), *({"ipBlock": {"cidr": cidr}} for cidr in cidrs)]
+    return [*map(namespace_selector, namespaces), *ip_blocks(cidrs)]
 
 
 def trainer_name(job: str) -> str:

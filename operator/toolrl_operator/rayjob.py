@@ -26,6 +26,7 @@ from .naming import (
     TRAINER_METRICS_PORT,
     child_metadata,
     config_name,
+    ip_blocks,
     labels,
     metrics_peers,
     namespace_selector,
@@ -419,7 +420,10 @@ def build_ray_network_policy(job: Job, settings: Settings) -> dict[str, Any]:
             "policyTypes": ["Ingress"],
             "ingress": [
                 {"from": [{"podSelector": {"matchLabels": pods}}]},
-                {"from": [kuberay], "ports": [{"protocol": "TCP", "port": RAY_DASHBOARD_PORT}]},
+                {
+                    "from": [kuberay, *ip_blocks(settings.kuberay_cidrs)],
+                    "ports": [{"protocol": "TCP", "port": RAY_DASHBOARD_PORT}],
+                },
                 {"from": metrics_from, "ports": [{"protocol": "TCP", "port": TRAINER_METRICS_PORT}]},
             ],
         },

@@ -37,6 +37,9 @@ class Settings:
     # Addresses besides the monitoring namespace's pods that may read the jobs' /metrics: a Prometheus
     # outside the cluster or on a node's network (its packets come from a node's address, not a pod's).
     metrics_cidrs: tuple[str, ...] = ()
+    # Addresses besides KubeRay's namespace that may reach the Ray dashboard: KubeRay outside the pod
+    # network, or through the API server's proxy (`--use-kubernetes-proxy`: the API server's address).
+    kuberay_cidrs: tuple[str, ...] = ()
 
     def metrics_namespaces(self) -> list[str]:
         """Namespaces whose pods may read the jobs' /metrics: Prometheus's and the operator's."""
@@ -47,8 +50,8 @@ class Settings:
         """Read TOOLRL_TRAINER_IMAGE, TOOLRL_TOOL_SANDBOX_IMAGE, TOOLRL_MONITORING_NAMESPACE,
         TOOLRL_PROMETHEUS_URL, TOOLRL_AUTOSCALER_INTERVAL_SECONDS,
         TOOLRL_AUTOSCALER_STABLE_WINDOW_SECONDS, TOOLRL_RESYNC_SECONDS, TOOLRL_KUBERAY_NAMESPACE,
-        TOOLRL_LEADER_ELECTION_LEASE, TOOLRL_METRICS_CIDRS and POD_NAMESPACE (the operator's own, set by
-        the chart)."""
+        TOOLRL_LEADER_ELECTION_LEASE, TOOLRL_METRICS_CIDRS, TOOLRL_KUBERAY_CIDRS and POD_NAMESPACE (the
+        operator's own, set by the chart)."""
         env = dict(os.environ) if env is None else env
         defaults = cls()
         seconds = _seconds(env, "TOOLRL_AUTOSCALER_INTERVAL_SECONDS", defaults.autoscaler_interval_seconds)
@@ -76,6 +79,7 @@ class Settings:
             kuberay_namespace=env.get("TOOLRL_KUBERAY_NAMESPACE", ""),
             leader_election_lease=leader_election_lease,
             metrics_cidrs=_cidrs(env, "TOOLRL_METRICS_CIDRS"),
+            kuberay_cidrs=_cidrs(env, "TOOLRL_KUBERAY_CIDRS"),
         )
 
 

@@ -160,7 +160,7 @@ def test_kuberay_namespace_reaches_the_operator(render: Render, values: dict, ex
     ("values", "expected"),
     [({"metricsFromCIDRs": ["198.18.0.1/32", "2001:db8::/64"]}, "198.18.0.1/32,2001:db8::/64"), (None, "")],
 )
-def test_metrics_cidrs_reach_the_operator_as_its_setting_reads_them(
+def test_metrics_and_kuberay_cidrs_reach_the_operator_as_its_settings_read_them(
     render: Render, values: dict | None, expected: str
 ) -> None:
     from toolrl_operator.settings import Settings
@@ -169,6 +169,10 @@ def test_metrics_cidrs_reach_the_operator_as_its_setting_reads_them(
     env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["TOOLRL_METRICS_CIDRS"] == expected
     assert ",".join(Settings.from_env({"TOOLRL_METRICS_CIDRS": expected}).metrics_cidrs) == expected
+    kuberay = _one(render({"kuberayFromCIDRs": (values or {}).get("metricsFromCIDRs", [])}), "Deployment")
+    env = {e["name"]: e.get("value") for e in kuberay["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TOOLRL_KUBERAY_CIDRS"] == expected
+    assert ",".join(Settings.from_env({"TOOLRL_KUBERAY_CIDRS": expected}).kuberay_cidrs) == expected
 
 
 def test_pods_are_watched_with_or_without_prometheus(render: Render) -> None:

@@ -958,3 +958,14 @@ def test_a_metrics_cidr_that_is_not_a_network_is_refused_naming_it(bad: str) -> 
 
     with pytest.raises(SettingsError, match=rf"TOOLRL_METRICS_CIDRS=.*{re.escape(bad)}.* is not a CIDR"):
         Settings.from_env({"TOOLRL_METRICS_CIDRS": f"10.0.0.0/8,{bad}"})
+
+
+def test_kuberay_cidrs_reach_the_ray_dashboard_only(make_job) -> None:
+    """A KubeRay that reads the dashboard through the API server's proxy comes from the API server's
+    address: the CIDRs given are admitted to the dashboard, not to GCS, the client port or metrics."""
+    settings = Settings.from_env({"TOOLRL_KUBERAY_CIDRS": "198.18.0.1/32"})
+    own, dashboard, metrics = build_ray_network_policy(make_job(), settings)["spec"]["ingress"]
+    assert dashboard["from"][1:] == [{"ipBlock": {"cidr": "198.18.0.1/32"}}]
+    assert dashboard["ports"] == [{"protocol": "TCP", "port": 8265}]
+    assert all("ipBlock" not in p for rule in (own, metrics) for p in rule["from"])
+    assert len(build_ray_network_policy(make_job(), Settings())["spec"]["ingress"][1]["from"]) == 1
