@@ -26,6 +26,7 @@ from harness.localcluster.build import ensure_kube_router_built, ensure_node_bui
 from harness.operator_process import EXAMPLE_VOLUMES_LABEL, example_volumes, get_json, wait_until
 from harness.training_cluster import (
     CPU_EXAMPLE,
+    DEMO_REAL_NODES,
     GPU_EXAMPLE,
     JobState,
     TrainingCluster,
@@ -40,7 +41,6 @@ NAMESPACE = "toolrl-demo"
 DEMO_ROOT = DEFAULT_ROOT.with_name(".local-cluster-demo")
 OUT = REPO / "demo-output"
 TERMINAL = ("Succeeded", "Failed")
-REAL_NODES = 2  # the job spreads over them: its Ray head and worker apart, its pool's replicas too
 
 
 def step(title: str) -> None:
@@ -69,11 +69,11 @@ def main() -> int:
         if not running and recorded:
             recorded.down()
         step(
-            f"bringing up the local cluster ({root.name}): control plane, KubeRay, {REAL_NODES} real nodes "
-            "(each with its NetworkPolicy enforcer, the second in a network namespace of its own), GPU nodes"
+            f"bringing up the local cluster ({root.name}): control plane, KubeRay, {DEMO_REAL_NODES} real "
+            "nodes (each with its NetworkPolicy enforcer, the second in a network namespace of its own), GPU nodes"
         )
         # the job trains with the operator's NetworkPolicies enforced by packets, as on a real cluster
-        cluster = LocalCluster(root, real_node=True, network_policy=True, real_nodes=REAL_NODES)
+        cluster = LocalCluster(root, real_node=True, network_policy=True, real_nodes=DEMO_REAL_NODES)
         cluster.node_bin_dir = ensure_node_built()
         cluster.kube_router = ensure_kube_router_built()
         cluster.up()

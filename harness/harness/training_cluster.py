@@ -36,6 +36,9 @@ from harness.operator_process import get_json, wait_until
 CHART = REPO / "charts" / "toolrl-operator"
 CPU_EXAMPLE = REPO / "examples" / "toolrljob-cpu.yaml"
 GPU_EXAMPLE = REPO / "examples" / "toolrljob.yaml"
+# the real nodes `make demo` (and the test of what it shows) trains on: the CPU example spreads its Ray
+# head and worker over them, its pool's replicas too
+DEMO_REAL_NODES = 2
 IMAGES = ("operator", "tool-sandbox", "trainer")
 OPERATOR_NAMESPACE = "toolrl-system"
 RELEASE = "toolrl"

@@ -38,6 +38,7 @@ from harness.localcluster.cluster import real_node_cluster
 from harness.operator_process import Sampler, get_json, wait_until
 from harness.training_cluster import (
     CPU_EXAMPLE,
+    DEMO_REAL_NODES,
     OPERATOR_NAMESPACE,
     JobState,
     TrainingCluster,
@@ -63,7 +64,6 @@ pytestmark = pytest.mark.timeout(5400)
 NAMESPACE = "e2e-train"
 TRAINING_TIMEOUT = 1500  # verl's start-up in pods is 2-8 min here, with the machine's load
 SAVE_FREQ = 2  # the faulted runs' checkpoint interval: the most steps a lost trainer may redo
-REAL_NODES = 2  # as `make demo`
 # A reward bug that the check before training cannot see (the ground truth is a number) but every
 # generated answer meets (a whole response: tool call, its output, the answer): it raises in training.
 BROKEN_REWARD = """
@@ -102,8 +102,8 @@ def milestone(pytestconfig: pytest.Config) -> Milestone:
 def tc(tmp_path_factory: pytest.TempPathFactory, milestone: Milestone) -> Iterator[TrainingCluster]:
     started = time.time()
     root = tmp_path_factory.mktemp("training")
-    with real_node_cluster(root, network_policy=True, real_nodes=REAL_NODES) as cluster:
-        milestone("cluster", started, f"the control plane and {REAL_NODES} real nodes are up")
+    with real_node_cluster(root, network_policy=True, real_nodes=DEMO_REAL_NODES) as cluster:
+        milestone("cluster", started, f"the control plane and {DEMO_REAL_NODES} real nodes are up")
         with training_cluster(cluster, cluster.root / "work", NAMESPACE) as found:
             milestone("cluster", started, "images imported, the chart's operator and Prometheus up")
             stage_toy_data(found)
@@ -316,7 +316,7 @@ def test_the_jobs_ray_head_and_worker_ran_on_different_nodes(tc: TrainingCluster
     driver) and the worker (verl's FSDP and rollout workers) ran apart, so the Ray cluster's own traffic
     (GCS, the object store, the workers' collectives) crossed between the nodes for the whole run."""
     real = {node.name for node in tc.cluster.nodes}
-    assert len(real) == REAL_NODES
+    assert len(real) == DEMO_REAL_NODES
     assert run.nodes.get("head") in real and run.nodes.get("worker") in real, run.nodes
     assert run.nodes["head"] != run.nodes["worker"], run.nodes
 
@@ -554,7 +554,7 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun], milestone: Milest
         assert delete_pods(tc, tc.namespace, f"{job_pods},ray.io/node-type=worker"), "no worker to delete"
         assert delete_pods(tc, tc.namespace, f"{job_pods},app.kubernetes.io/component=tool-pool")
         assert delete_pods(tc, OPERATOR_NAMESPACE, OPERATOR_POD)  # its second kill
-        for index in range(REAL_NODES):  # every node's: the job's pods are on both
+        for index in range(DEMO_REAL_NODES):  # every node's: the job's pods are on both
             tc.cluster.restart_node_runtime(index=index)
         wait_until(
             lambda: _ended(tc, name),
