@@ -70,7 +70,8 @@ def main() -> int:
             recorded.down()
         step(
             f"bringing up the local cluster ({root.name}): control plane, KubeRay, {DEMO_REAL_NODES} real "
-            "nodes (each with its NetworkPolicy enforcer, the second in a network namespace of its own), GPU nodes"
+            "nodes (each with its NetworkPolicy enforcer, the second in a network namespace of its own), "
+            "GPU nodes"
         )
         # the job trains with the operator's NetworkPolicies enforced by packets, as on a real cluster
         cluster = LocalCluster(root, real_node=True, network_policy=True, real_nodes=DEMO_REAL_NODES)
