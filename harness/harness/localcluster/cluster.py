@@ -34,6 +34,7 @@ from .addresses import BRIDGE_IP, FAKE_NODE_IP, FAKE_POD_CIDR, MAX_REAL_NODES, S
 from .build import Toolchain, ensure_built, ensure_kube_router_built, ensure_node_built
 from .certs import write_pki
 from .node import (
+    DNS_READY_PORT,
     PAUSE_IMAGE,
     NodeError,
     RealNode,
@@ -151,7 +152,7 @@ class LocalCluster:
 
     def node_components(self, node: RealNode) -> list[str]:
         """`node`'s components, in start order, by the names the cluster gives them."""
-        names = [n for n in NODE_ORDER if n != CLUSTER_DNS or node.index == 0]
+        names = [n for n in NODE_ORDER if n != CLUSTER_DNS or node.serves_dns]
         return [node.suffixed(n) for n in names + ([KUBE_ROUTER] if self.network_policy else [])]
 
     def split_component(self, name: str) -> tuple[str, RealNode | None]:
@@ -269,10 +270,7 @@ class LocalCluster:
             "kuberay-health",
         ]
         for node in self.nodes:
-            ports += [node.suffixed(n) for n in ("kubelet", "kubelet-healthz", "kube-proxy-healthz")]
-            ports.append(node.suffixed("kube-proxy-metrics"))
-        if self.real_node:
-            ports.append("coredns-ready")
+            ports += node.port_names()
         self.ports = {n: free_port() for n in ports}
         started = time.monotonic()
         if self.real_node:
@@ -795,7 +793,7 @@ def _kube_proxy(cluster: LocalCluster, node: RealNode) -> Component:
 
 
 def _coredns(cluster: LocalCluster, node: RealNode) -> Component:
-    ready = f"http://127.0.0.1:{cluster.ports['coredns-ready']}/ready"
+    ready = f"http://127.0.0.1:{cluster.ports[DNS_READY_PORT]}/ready"
     return Component(node.argv("coredns", cluster.kubeconfig), lambda: _get(ready) == b"OK", "GET /ready")
 
 

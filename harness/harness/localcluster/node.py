@@ -63,6 +63,10 @@ NETNS_DIR = Path("/run/netns")  # where `ip netns` keeps its namespaces
 NETNS_PREFIX = "toolrl-node-"  # node i >= 1's network namespace is toolrl-node-<i>
 LINK_PREFIX = "toolrl-n"  # the host's end of node i's link is toolrl-n<i>
 UPLINK = "uplink"  # the node's end, in its namespace
+# each node's listening ports, by name (node i's with `-i` added: RealNode.port_names); the cluster's DNS's
+# readiness port is node 0's alone (RealNode.serves_dns)
+NODE_PORTS = ("kubelet", "kubelet-healthz", "kube-proxy-healthz", "kube-proxy-metrics")
+DNS_READY_PORT = "coredns-ready"
 PAUSE_IMAGE = "localhost/toolrl/pause:1"
 NO_REGISTRY = "http://127.0.0.1:9"  # discard port, nothing listens: a pull fails at once, locally
 NODE_LABEL = "toolrl.dev/real-node"
@@ -357,6 +361,21 @@ def firewall_synced(netns: str | None = None) -> bool:
     )
 
 
+def remove_namespace(netns: str, link: str) -> None:
+    """A node's network namespace and the host's end of its link, with whatever still runs in it (a
+    process left inside keeps a namespace alive, unnamed, with its interfaces and rules): killed first."""
+    if (NETNS_DIR / netns).exists():
+        for pid in _run("ip", "netns", "pids", netns, check=False).split():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid), signal.SIGKILL)
+    if link in os.listdir("/sys/class/net"):
+        _run("ip", "link", "del", link)  # both ends of the veth pair, at once
+    if (NETNS_DIR / netns).exists():
+        _run("ip", "netns", "del", netns)
+    if link in os.listdir("/sys/class/net") or (NETNS_DIR / netns).exists():
+        raise NodeError(f"{netns} or its link {link} is still there")
+
+
 @dataclass
 class RealNode:
     """Real node `index` of the cluster rooted at `cluster_root`; its files live in `<root>/node`
@@ -392,6 +411,15 @@ class RealNode:
     def link(self) -> str:
         """The host's end of its link (node i >= 1)."""
         return f"{LINK_PREFIX}{self.index}"
+
+    @property
+    def serves_dns(self) -> bool:
+        """Node 0 runs the cluster's DNS (CoreDNS on its address), for every node's pods."""
+        return self.index == 0
+
+    def port_names(self) -> list[str]:
+        """The names of the ports its components listen on (LocalCluster.up picks them)."""
+        return [self.suffixed(n) for n in NODE_PORTS] + ([DNS_READY_PORT] if self.serves_dns else [])
 
     @property
     def ip(self) -> str:
@@ -533,7 +561,7 @@ class RealNode:
         (r / "cni" / "10-toolrl.conflist").write_text(json.dumps(self._cni_config(), indent=1))
         (r / "kubelet.yaml").write_text(yaml.safe_dump(self._kubelet_config(ca, ports)))
         (r / "kube-proxy.yaml").write_text(yaml.safe_dump(self._kube_proxy_config(kubeconfig, ports)))
-        if self.index == 0:  # the cluster's DNS, for every node's pods
+        if self.serves_dns:
             (r / "Corefile").write_text(self._corefile(kubeconfig, ports))
         # pods with dnsPolicy Default get this, not the host's (no upstream resolver: nothing
         # outside the cluster resolves, by the network rule)
@@ -701,7 +729,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         return f""".:53 {{
     bind {BRIDGE_IP}
     errors
-    ready 127.0.0.1:{ports["coredns-ready"]}
+    ready 127.0.0.1:{ports[DNS_READY_PORT]}
     kubernetes cluster.local in-addr.arpa ip6.arpa {{
         kubeconfig {kubeconfig} toolrl-local
         pods insecure
@@ -750,7 +778,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             ]
         if name == "kube-proxy":
             return [self.bin("kube-proxy"), "--config", str(r / "kube-proxy.yaml"), "--v", "1"]
-        if name == "coredns" and self.index == 0:
+        if name == "coredns" and self.serves_dns:
             return [self.bin("coredns"), "-conf", str(r / "Corefile")]
         raise KeyError(name)
 
@@ -895,16 +923,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         """Node i >= 1's namespace and link, with whatever still runs in it (a process left inside keeps
         a namespace alive, unnamed, with its interfaces and rules): killed first."""
         assert self.netns, "node 0 is the host's namespace"
-        if (NETNS_DIR / self.netns).exists():
-            for pid in _run("ip", "netns", "pids", self.netns, check=False).split():
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid), signal.SIGKILL)
-        if self.link in os.listdir("/sys/class/net"):
-            _run("ip", "link", "del", self.link)  # both ends of the veth pair, at once
-        if (NETNS_DIR / self.netns).exists():
-            _run("ip", "netns", "del", self.netns)
-        if self.link in os.listdir("/sys/class/net") or (NETNS_DIR / self.netns).exists():
-            raise NodeError(f"{self.netns} or its link {self.link} is still there")
+        remove_namespace(self.netns, self.link)
 
     def forget_network_state(self) -> None:
         """Node i >= 1, its processes dead: what a machine that stops loses of its network (its
@@ -956,7 +975,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         processes were killed without its teardown (no cluster is recorded and no node claimed, so none
         of them is in use)."""
         for index in range(1, MAX_REAL_NODES):
-            RealNode(Path("/nonexistent"), Path("/nonexistent"), index=index)._remove_namespace()
+            remove_namespace(f"{NETNS_PREFIX}{index}", f"{LINK_PREFIX}{index}")
         RealNode._restore_iptables(
             {"iptables": {}, "ip6tables": {}, "nft": nft_tables(), "nfacct": nfacct_objects()}
         )
