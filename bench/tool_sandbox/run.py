@@ -322,9 +322,10 @@ async def bench(
     rows = []
     rounds_found: list[dict] = []
     wrong: dict[str, list[str]] = {}
-    sandbox_port, baseline_port = free_port(), free_port()
+    sandbox_port, baseline_port, metrics_port = free_port(), free_port(), free_port()
+    serve = ["serve", "--host", "127.0.0.1", "--port", str(sandbox_port), "--metrics-port", str(metrics_port)]
     sandbox = subprocess.Popen(
-        [sys.executable, "-m", "tool_sandbox", "serve", "--host", "127.0.0.1", "--port", str(sandbox_port)],
+        [sys.executable, "-m", "tool_sandbox", *serve],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

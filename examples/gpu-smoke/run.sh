@@ -13,7 +13,7 @@
 #   --work DIR     where the data, model, logs go (default: a new temporary directory)
 #   --steps N      training steps (default 3)
 #   --protocol P   hermes (default), python-tags, tool-tags or react
-#   --port N       the tool pool's port (default 18080)
+#   --port N       the tool pool's port (default 18080; its /metrics on the next one)
 #   --engine E     the rollout engine: vllm (default; the path users pay for) or hf (transformers, no
 #                  vLLM needed: the FSDP actor still trains on the GPU)
 #   --estimator A  the job's spec.algorithm.advantageEstimator: grpo (default) or gae (PPO with a critic,
@@ -45,7 +45,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [[ "$steps" =~ ^[1-9][0-9]*$ ]] || die "--steps must be a positive integer, got '$steps'"
-[[ "$port" =~ ^[1-9][0-9]*$ ]] && [ "$port" -le 65535 ] || die "--port must be a TCP port, got '$port'"
+[[ "$port" =~ ^[1-9][0-9]*$ ]] && [ "$port" -lt 65535 ] || die "--port must be a TCP port below 65535 (its /metrics take the next), got '$port'"
 case "$protocol" in hermes|python-tags|tool-tags|react) ;; *) die "--protocol must be hermes, python-tags, tool-tags or react, got '$protocol'" ;; esac
 case "$engine" in ""|vllm|hf) ;; *) die "--engine must be vllm or hf, got '$engine'" ;; esac
 case "$estimator" in grpo|gae) ;; *) die "--estimator must be grpo or gae, got '$estimator'" ;; esac
@@ -105,7 +105,8 @@ phase "data: GSM8K-style sample prompted for $protocol"
 phase "tiny model: warmed up on the job's prompts, protocol and tool"
 "$python" -m trainer_entry tiny-model "$work/model" --spec "$work/job.json" --warm-up-seconds "$warm_up"
 
-phase "tool pool on 127.0.0.1:$port"
+metrics_port=$((port + 1))
+phase "tool pool on 127.0.0.1:$port (/metrics on $metrics_port)"
 printf 'tools:\n  - {name: python, type: python, timeoutSeconds: 5, memoryLimitMiB: 1024}\n' > "$work/tools.yaml"
 landlock="$("$python" -c 'from tool_sandbox.sandbox.landlock import abi_version; print(abi_version())')"
 pool_args=()
@@ -113,7 +114,7 @@ if [ "$landlock" = 0 ]; then
   echo "gpu-smoke: this kernel has no Landlock: the pool serves with --allow-no-landlock (seccomp, uids)"
   pool_args+=(--allow-no-landlock)
 fi
-"$python" -m tool_sandbox serve --host 127.0.0.1 --port "$port" --config "$work/tools.yaml" \
+"$python" -m tool_sandbox serve --host 127.0.0.1 --port "$port" --metrics-port "$metrics_port" --config "$work/tools.yaml" \
   --workdir "$work/pool" "${pool_args[@]}" > "$work/tool_sandbox.log" 2>&1 &
 pool=$!
 trap 'kill "$pool" 2>/dev/null; wait "$pool" 2>/dev/null || true' EXIT
@@ -142,7 +143,7 @@ TOOLRL_TOOL_POOL_URL="http://127.0.0.1:$port" TOOLRL_POOL_WAIT_SECONDS=60 VLLM_L
   --workdir "$work/workdir" > "$work/trainer.log" 2>&1
 rc=$?
 set -e
-"$python" -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:$port/metrics', timeout=10).read().decode())" \
+"$python" -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:$metrics_port/metrics', timeout=10).read().decode())" \
   > "$work/pool-metrics.txt"
 phase "verdict"
 "$python" "$here/acceptance.py" --log "$work/trainer.log" --pool-metrics "$work/pool-metrics.txt" \

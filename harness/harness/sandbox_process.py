@@ -99,7 +99,8 @@ def recovered(server: SandboxProcess, ipc_before: int | None = None) -> None:
 
 @dataclass
 class SandboxProcess:
-    url: str
+    url: str  # the tool API, /healthz and /readyz
+    metrics_url: str  # /metrics, on a port of its own
     process: subprocess.Popen[bytes]
     log: Path
     python: str = sys.executable  # the interpreter it runs on
@@ -125,7 +126,9 @@ class SandboxProcess:
         if config is None:
             config = root / "tools.yaml"
             config.write_text(yaml.safe_dump({"tools": tools or [PYTHON_TOOL]}))
-        port = free_port()
+        port, metrics_port = free_port(), free_port()
+        while metrics_port == port:
+            metrics_port = free_port()
         log = root / f"sandbox-{port}.log"
         argv = [
             *prefix,
@@ -137,6 +140,8 @@ class SandboxProcess:
             "127.0.0.1",
             "--port",
             str(port),
+            "--metrics-port",
+            str(metrics_port),
             "--config",
             str(config),
             "--workdir",
@@ -151,7 +156,10 @@ class SandboxProcess:
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **(env or {})},
             )
-        server = cls(f"http://127.0.0.1:{port}", process, log, python, root / "work")
+        url = "http://127.0.0.1:{}"
+        server = cls(
+            url.format(port), url.format(metrics_port) + "/metrics", process, log, python, root / "work"
+        )
         deadline = time.monotonic() + ready_seconds
         while wait_ready and not server.ready():
             if process.poll() is not None or time.monotonic() > deadline:

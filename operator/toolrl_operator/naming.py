@@ -29,7 +29,8 @@ COMPONENT_CONFIG = "config"
 # The container of KubeRay's submitter Job (the operator's template): its pods' fate is the trainer's.
 SUBMITTER_CONTAINER = "ray-job-submitter"
 
-TOOL_POOL_PORT = 8080
+TOOL_POOL_PORT = 8080  # the pool's tool API (the Service's port), /healthz, /readyz
+TOOL_POOL_METRICS_PORT = 9090  # the pool's /metrics, alone: metrics readers reach no tool
 TRAINER_METRICS_PORT = 9400
 RAY_DASHBOARD_PORT = 8265  # also Ray's job-submission API: unauthenticated, runs any code
 RAY_GCS_PORT = 6379

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .naming import (
     COMPONENT_TOOL_POOL,
-    TOOL_POOL_PORT,
+    TOOL_POOL_METRICS_PORT,
     TRAINER_METRICS_PORT,
 )
 
@@ -193,7 +193,7 @@ async def read_direct(
     pool_pods: list[Target],
     head_pods: list[Target],
     expected_pods: int,
-    pool_port: int = TOOL_POOL_PORT,
+    pool_port: int = TOOL_POOL_METRICS_PORT,
     trainer_port: int = TRAINER_METRICS_PORT,
 ) -> Reading:
     """The pool's load from its ready pods' /metrics, the phase from the Ray head's /metrics.

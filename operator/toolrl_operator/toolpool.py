@@ -36,6 +36,7 @@ from .naming import (
     COMPONENT_TRAINER,
     CONFIG_MOUNT,
     DATA_MOUNT,
+    TOOL_POOL_METRICS_PORT,
     TOOL_POOL_PORT,
     child_metadata,
     config_name,
@@ -175,7 +176,10 @@ def build_deployment(job: Job, settings: Settings, live: Pool | None = None) -> 
         "name": "tool-sandbox",
         "image": pool.image or settings.tool_sandbox_image,
         "args": server_args(spec),
-        "ports": [{"name": "http", "containerPort": TOOL_POOL_PORT}],
+        "ports": [
+            {"name": "http", "containerPort": TOOL_POOL_PORT},
+            {"name": "metrics", "containerPort": TOOL_POOL_METRICS_PORT},
+        ],
         "readinessProbe": probe,
         "livenessProbe": {**probe, "httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10},
         "resources": copy.deepcopy(pool.resources or {}),
@@ -346,12 +350,11 @@ def egress_addresses(tools: list[Tool]) -> dict[str, list[Any]]:
 
 
 def build_network_policy(job: Job, settings: Settings) -> dict[str, Any]:
-    """Only this job's Ray pods reach the pool, and, for /metrics, the monitoring namespace and
-    the operator's (its autoscaler scrapes the pods without Prometheus); the pool's egress is
+    """Only this job's Ray pods reach the pool's tool API, and only the monitoring namespace and the
+    operator's (its autoscaler scrapes the pods without Prometheus) its /metrics port; the pool's egress is
     denied except DNS and the addresses of the tools whose type needs egress (the endpoints of
     `http` tools, the servers of `mcp` tools)."""
     name = job.name
-    port = [{"protocol": "TCP", "port": TOOL_POOL_PORT}]
     addresses = egress_addresses(job.spec.tools)
     http_urls = sorted(set(addresses["url"]))
     servers: list[ToolMcp] = addresses["mcp"]
@@ -373,9 +376,9 @@ def build_network_policy(job: Job, settings: Settings) -> dict[str, Any]:
             "ingress": [
                 {
                     "from": [{"podSelector": {"matchLabels": selector_labels(name, COMPONENT_TRAINER)}}],
-                    "ports": port,
+                    "ports": [{"protocol": "TCP", "port": TOOL_POOL_PORT}],
                 },
-                {"from": metrics_from, "ports": port},
+                {"from": metrics_from, "ports": [{"protocol": "TCP", "port": TOOL_POOL_METRICS_PORT}]},
             ],
             # No rules with Egress in policyTypes denies all egress; an empty list would not
             # survive the API server's round trip, so each apply would change the object again.

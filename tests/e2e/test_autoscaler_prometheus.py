@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
@@ -45,15 +46,15 @@ CALL_SECONDS = 3
 
 
 @pytest.fixture
-def sandboxes(tmp_path: Path) -> Iterator[list[str]]:
-    """Real tool_sandbox servers on free ports; yields their base URLs."""
+def sandboxes(tmp_path: Path) -> Iterator[list[SandboxProcess]]:
+    """Real tool_sandbox servers on free ports."""
     tools = [{"name": "python", "type": "python", "timeoutSeconds": 30}]
     flags = ("--workers", "1", "--capacity", "8", "--queue-size", "256")
     servers: list[SandboxProcess] = []
     try:
         for i in range(PODS):
             servers.append(SandboxProcess.start(tmp_path / f"sandbox-{i}", *flags, tools=tools))
-        yield [server.url for server in servers]
+        yield servers
     finally:
         for server in servers:
             server.stop()
@@ -132,7 +133,7 @@ def scale_events(cluster: Any, namespace: str) -> list[str]:
 def test_bursts_scale_up_in_panic_down_after_the_delay_and_hold_without_prometheus(
     cluster, namespace, prometheus, sandboxes, tmp_path
 ):
-    pods = {f"pool-{i}": [url.removeprefix("http://")] for i, url in enumerate(sandboxes)}
+    pods = {f"pool-{i}": [urlsplit(s.metrics_url).netloc] for i, s in enumerate(sandboxes)}
     labels = {
         f"pool-{i}": {"namespace": namespace, "pod": f"{JOB}-tools-5d8f7-{i}", **POOL_LABELS}
         for i in range(PODS)
@@ -156,7 +157,7 @@ def test_bursts_scale_up_in_panic_down_after_the_delay_and_hold_without_promethe
 
         with Sampler(lambda: pool_size(cluster, namespace)) as rec:
             # A burst: the panic window scales the pool up to max (never beyond).
-            load = Burst(sandboxes)
+            load = Burst([s.url for s in sandboxes])
             load.start()
             wait_until(lambda: desired(cluster, namespace) == MAX, 90, "scale-up to max during the burst")
             load.join()
@@ -173,7 +174,7 @@ def test_bursts_scale_up_in_panic_down_after_the_delay_and_hold_without_promethe
             wait_until(lambda: desired(cluster, namespace) == MIN, 300, "scale-down to min after the burst")
 
             # Another burst, and Prometheus stops while the pool is at max: the size holds.
-            load = Burst(sandboxes)
+            load = Burst([s.url for s in sandboxes])
             load.start()
             wait_until(lambda: desired(cluster, namespace) == MAX, 90, "scale-up for the second burst")
             prom.stop()
@@ -217,11 +218,11 @@ def read_prometheus(url: str, namespace: str, pods: int) -> Any:
 
 
 def scrape_directly(urls: list[str]) -> Any:
+    """The pool's load from each of the /metrics `urls`, as the autoscaler reads pods without Prometheus."""
+
     async def run() -> Any:
         async with aiohttp.ClientSession() as session:
-            return await signals.scrape_pool(
-                session, [(f"pod-{i}", f"{u}/metrics") for i, u in enumerate(urls)]
-            )
+            return await signals.scrape_pool(session, [(f"pod-{i}", url) for i, url in enumerate(urls)])
 
     return asyncio.run(run())
 
@@ -229,7 +230,7 @@ def scrape_directly(urls: list[str]) -> Any:
 def test_signals_from_real_prometheus_and_real_pods(prometheus, sandboxes):
     """The operator's queries against a real Prometheus scraping real tool_sandbox processes."""
     namespace = "rl"
-    pods = {f"pool-{i}": [url.removeprefix("http://")] for i, url in enumerate(sandboxes)}
+    pods = {f"pool-{i}": [urlsplit(s.metrics_url).netloc] for i, s in enumerate(sandboxes)}
     labels = {
         f"pool-{i}": {"namespace": namespace, "pod": f"{JOB}-tools-5d8f7-{i}", **POOL_LABELS}
         for i in range(PODS)
@@ -241,19 +242,23 @@ def test_signals_from_real_prometheus_and_real_pods(prometheus, sandboxes):
     )
     assert (idle.load, idle.pods) == (0.0, PODS)
 
-    load = Burst(sandboxes)
+    load = Burst([s.url for s in sandboxes])
     load.start()
     busy = wait_until(
         lambda: (r := read_prometheus(prom.url, namespace, PODS)).load and r.load >= 100 and r,
         60,
         "Prometheus seeing the burst",
     )
-    direct = wait_until(lambda: (r := scrape_directly(sandboxes)).load and r, 30, "the pods' own /metrics")
+    direct = wait_until(
+        lambda: (r := scrape_directly([s.metrics_url for s in sandboxes])).load and r,
+        30,
+        "the pods' own /metrics",
+    )
     load.join()
     assert busy.pods == PODS and busy.load <= BURST
     assert direct.pods == PODS and 0 < direct.load <= BURST
     wait_until(lambda: read_prometheus(prom.url, namespace, PODS).load == 0, 30, "the load back to 0")
-    assert scrape_directly(sandboxes).load == 0
+    assert scrape_directly([s.metrics_url for s in sandboxes]).load == 0
 
     # Another namespace's pool is not this one's.
     assert read_prometheus(prom.url, "elsewhere", 0).load == 0.0
@@ -271,7 +276,7 @@ def test_signals_from_real_prometheus_and_real_pods(prometheus, sandboxes):
         "the dead pod seen",
     )
     assert r.load is None and f"{JOB}-tools-5d8f7-x" in r.problem
-    assert scrape_directly([*sandboxes, f"http://{dead}"]).load is None
+    assert scrape_directly([*(s.metrics_url for s in sandboxes), f"http://{dead}/metrics"]).load is None
 
     # Prometheus itself gone: hold, saying so.
     prom.stop()

@@ -20,6 +20,7 @@ import math
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import requests
@@ -148,9 +149,9 @@ def sees(url: str, namespace: str, job: str, phase: str, expected: float) -> sig
     return wait_until(probe, 30, f"Prometheus giving {job}: phase {phase}, {expected:g} calls, load 0")
 
 
-def tool_calls(url: str) -> float:
+def tool_calls(metrics_url: str) -> float:
     """Tool calls a tool_sandbox has answered, from its own /metrics."""
-    text = requests.get(f"{url}/metrics", timeout=5).text
+    text = requests.get(metrics_url, timeout=5).text
     families = text_string_to_metric_families(text)
     return sum(s.value for f in families for s in f.samples if s.name == "toolrl_tool_calls_total")
 
@@ -171,7 +172,7 @@ def test_rollout_aware_pool_prescales_for_generation_and_idles_in_training(
             pools[job] = SandboxProcess.start(tmp_path / f"sandbox-{job}", "--workers", "1", tools=tools)
         targets, labels = {}, {}
         for job in (AWARE, PLAIN):
-            targets[f"pool-{job}"] = [pools[job].url.removeprefix("http://")]
+            targets[f"pool-{job}"] = [urlsplit(pools[job].metrics_url).netloc]
             labels[f"pool-{job}"] = {
                 "namespace": namespace,
                 "pod": f"{job}-tools-6c9f4-0",
@@ -257,7 +258,7 @@ def test_rollout_aware_pool_prescales_for_generation_and_idles_in_training(
             final = sizes(cluster, namespace)
             aware_events = scale_events(cluster, namespace, AWARE)
             plain_events = scale_events(cluster, namespace, PLAIN)
-            calls = {job: tool_calls(pool.url) for job, pool in pools.items()}
+            calls = {job: tool_calls(pool.metrics_url) for job, pool in pools.items()}
     finally:
         trainer.stop()
         for pool in pools.values():

@@ -201,7 +201,7 @@ def check_rollouts_use_the_actors_weights(output: str, steps: int) -> None:
 
 def pool_calls(pool: SandboxProcess, outcome: str = "", tool: str = "") -> float:
     """Calls the pool counted (with `outcome`, `tool`: only those), from its own /metrics."""
-    text = requests.get(pool.url + "/metrics", timeout=5).text
+    text = requests.get(pool.metrics_url, timeout=5).text
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -29,6 +27,7 @@ from harness.localcluster.build import KUBERNETES
 from harness.localcluster.cluster import free_port
 from harness.localcluster.prometheus import Prometheus
 from harness.operator_process import OperatorProcess, install_crd, small_job, wait_until
+from harness.sandbox_process import SandboxProcess
 from trainer_entry.metrics import TrainerMetrics
 
 JOB = "dash"
@@ -55,63 +54,12 @@ def _get_json(url: str) -> Any:
 
 
 @pytest.fixture
-def sandbox(tmp_path: Path) -> Iterator[str]:
+def sandbox(tmp_path: Path) -> Iterator[SandboxProcess]:
     """A real tool_sandbox server with one python tool (short timeout, small output cap)."""
-    config = tmp_path / "tools.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {"tools": [{"name": "python", "type": "python", "timeoutSeconds": 2, "maxOutputBytes": 256}]}
-        )
-    )
-    port = free_port()
-    log = (tmp_path / "sandbox.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tool_sandbox",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--config",
-            str(config),
-            "--workers",
-            "1",
-            "--capacity",
-            "4",
-            "--queue-size",
-            "64",
-            "--workdir",
-            str(tmp_path / "work"),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            with urllib.request.urlopen(f"{url}/readyz", timeout=2) as resp:
-                return resp.status == 200
-        except OSError:
-            return proc.poll() is not None  # stop waiting; asserted below
-
-    try:
-        wait_until(ready, 60, "tool_sandbox /readyz")
-        assert proc.poll() is None, (tmp_path / "sandbox.log").read_text()[-2000:]
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    tool = {"name": "python", "type": "python", "timeoutSeconds": 2, "maxOutputBytes": 256}
+    args = ("--workers", "1", "--capacity", "4", "--queue-size", "64")
+    with SandboxProcess.start(tmp_path / "sandbox", *args, tools=[tool], ready_seconds=60) as server:
+        yield server
 
 
 @pytest.fixture
@@ -157,7 +105,7 @@ def operator(cluster: Any, namespace: str, tmp_path: Path) -> Iterator[OperatorP
 
 
 def _train(
-    sandbox: str,
+    sandbox: SandboxProcess,
     trainer: TrainerMetrics,
     touch_job: Any,
     stop: threading.Event,
@@ -178,7 +126,7 @@ def _train(
             def call(code: str) -> tuple[str, float]:
                 t0 = time.monotonic()
                 answer = _post(
-                    f"{sandbox}/v1/execute", {"tool": "python", "input": code, "timeoutSeconds": 1}
+                    f"{sandbox.url}/v1/execute", {"tool": "python", "input": code, "timeoutSeconds": 1}
                 )
                 return answer["status"], time.monotonic() - t0
 
@@ -217,7 +165,7 @@ def _label_values(prom: Prometheus, query: str) -> set[str]:
 
 
 def test_every_panel_returns_data(
-    cluster: Any, namespace: str, sandbox: str, operator: OperatorProcess, tmp_path: Path
+    cluster: Any, namespace: str, sandbox: SandboxProcess, operator: OperatorProcess, tmp_path: Path
 ) -> None:
     trainer = TrainerMetrics(trajectories_per_step=4)
     trainer_port = free_port()
@@ -242,7 +190,7 @@ def test_every_panel_returns_data(
             {
                 "job_name": "tool-pool",
                 "static_configs": [
-                    {"targets": [urllib.parse.urlsplit(sandbox).netloc], "labels": job_labels}
+                    {"targets": [urllib.parse.urlsplit(sandbox.metrics_url).netloc], "labels": job_labels}
                 ],
             },
             {

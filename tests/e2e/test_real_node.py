@@ -63,7 +63,9 @@ from toolrl_operator.naming import (
     RAY_DASHBOARD_ACCESS_LABEL,
     RAY_DASHBOARD_PORT,
     RAY_GCS_PORT,
+    TOOL_POOL_METRICS_PORT,
     TOOL_POOL_PORT,
+    TRAINER_METRICS_PORT,
     selector_labels,
 )
 from toolrl_operator.rayjob import build_ray_network_policy
@@ -358,7 +360,13 @@ def pool(real: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             print(op.log_tail(60))
             print(real.kubectl("describe", "pods", "-n", ns).stdout[-4000:])
             raise
-        yield {"namespace": ns, "pod": found, "url": f"http://{found['status']['podIP']}:8080"}
+        ip = found["status"]["podIP"]
+        yield {
+            "namespace": ns,
+            "pod": found,
+            "url": f"http://{ip}:{TOOL_POOL_PORT}",
+            "metrics_url": f"http://{ip}:{TOOL_POOL_METRICS_PORT}/metrics",
+        }
         delete_jobs(real, ns)
 
 
@@ -430,7 +438,7 @@ async def test_openenv_and_mcp_clients_run_their_flows_against_the_pool_pod(pool
         step = await env.step({"code": "print(x + 22)"})
         assert step.observation["stdout"] == "42\n" and step.observation["fault"] is None, step
         assert (await env.state())["step_count"] == 2
-    with urllib.request.urlopen(pool["url"] + "/metrics", timeout=30) as resp:
+    with urllib.request.urlopen(pool["metrics_url"], timeout=30) as resp:
         metrics = resp.read().decode()
     for protocol in ("mcp", "openenv"):
         assert f'outcome="ok",protocol="{protocol}",tool="python"' in metrics, protocol
@@ -628,13 +636,23 @@ def test_the_operators_network_policies_hold_by_packets(real: LocalCluster, imag
     Deleted, the denied connections open again."""
     ns, dashboards = restricted_namespace(real), restricted_namespace(real)
     tools_ns, elsewhere = restricted_namespace(real), restricted_namespace(real)
+    monitoring = restricted_namespace(real)  # Prometheus's (Settings.monitoring_namespace)
     real.kubectl("label", "namespace", dashboards, f"{RAY_DASHBOARD_ACCESS_LABEL}=true")
     job_name = "np"
     mcp_labels = {"app": "docs-mcp"}
     # name -> (namespace, labels, ports it serves)
     pods: dict[str, tuple[str, dict, list[int]]] = {
-        "pool": (ns, selector_labels(job_name, COMPONENT_TOOL_POOL), [TOOL_POOL_PORT]),
-        "ray": (ns, selector_labels(job_name, COMPONENT_TRAINER), [RAY_DASHBOARD_PORT, *RAY_CODE_PORTS]),
+        "pool": (
+            ns,
+            selector_labels(job_name, COMPONENT_TOOL_POOL),
+            [TOOL_POOL_PORT, TOOL_POOL_METRICS_PORT],
+        ),
+        "ray": (
+            ns,
+            selector_labels(job_name, COMPONENT_TRAINER),
+            [RAY_DASHBOARD_PORT, *RAY_CODE_PORTS, TRAINER_METRICS_PORT],
+        ),
+        "prometheus": (monitoring, {}, []),  # a metrics reader
         "upstream": (ns, {}, [8081, 8082]),  # the http tool's endpoint is its :8081
         "stranger": (ns, {}, [8081]),  # a pod of no job
         "kuberay": (dashboards, {}, []),  # a client in a namespace labelled for the dashboard
@@ -644,7 +662,7 @@ def test_the_operators_network_policies_hold_by_packets(real: LocalCluster, imag
         "other-pool": (ns, selector_labels("other", COMPONENT_TOOL_POOL), [TOOL_POOL_PORT]),  # another job's
     }
     # the pool's node and the pods it must not reach beside it there; every admitted path crosses nodes
-    on_second = {"pool", "stranger", "kuberay", "mcp-neighbour", "elsewhere"}
+    on_second = {"pool", "stranger", "kuberay", "mcp-neighbour", "elsewhere", "prometheus"}
     for name, (where, labels, ports) in pods.items():
         node = SECOND if name in on_second else NODE_NAME
         manifest = pod(name, images["tool-sandbox"], ["python", "-c", SERVE, *map(str, ports)], node=node)
@@ -671,7 +689,17 @@ def test_the_operators_network_policies_hold_by_packets(real: LocalCluster, imag
             ("the first node's kubelet", BRIDGE_IP, real.ports["kubelet"], False),
             ("its own node's kubelet", node_ip(1), real.ports[real.nodes[1].suffixed("kubelet")], False),
         ],
-        "ray": [("the pool, from the job's Ray pod", ip["pool"], TOOL_POOL_PORT, True)],
+        "ray": [
+            ("the pool, from the job's Ray pod", ip["pool"], TOOL_POOL_PORT, True),
+            ("the pool's metrics, from the job's Ray pod", ip["pool"], TOOL_POOL_METRICS_PORT, False),
+        ],
+        # a metrics reader reaches the metrics ports and nothing else of the pool or the Ray pods
+        "prometheus": [
+            ("the pool's metrics, from the monitoring namespace", ip["pool"], TOOL_POOL_METRICS_PORT, True),
+            ("the pool's tools, from the monitoring namespace", ip["pool"], TOOL_POOL_PORT, False),
+            ("the trainer's metrics, from the monitoring namespace", ip["ray"], TRAINER_METRICS_PORT, True),
+            ("the Ray dashboard, from the monitoring namespace", ip["ray"], RAY_DASHBOARD_PORT, False),
+        ],
         "stranger": [
             ("the mcp server, from a pod of no job", ip["mcp"], MCP_PORT, True),
             ("the pool, from a pod of no job", ip["pool"], TOOL_POOL_PORT, False),
@@ -725,7 +753,8 @@ def test_the_operators_network_policies_hold_by_packets(real: LocalCluster, imag
     server = {"url": f"http://docs-mcp.{tools_ns}.svc:{MCP_PORT}/mcp", "podSelector": mcp_labels}
     body["spec"]["tools"].append({"name": "docs", "type": "mcp", "mcp": server})
     job = parse_job(body)
-    policies = [build_network_policy(job, Settings()), build_ray_network_policy(job, Settings())]
+    settings = Settings(monitoring_namespace=monitoring)
+    policies = [build_network_policy(job, settings), build_ray_network_policy(job, settings)]
     for policy in policies:
         policy["metadata"].pop("ownerReferences")  # no such job: the garbage collector would delete them
     real.apply(policies)
@@ -746,7 +775,7 @@ def test_the_operators_network_policies_hold_by_packets(real: LocalCluster, imag
         meta = policy["metadata"]
         real.kubectl("delete", "networkpolicy", meta["name"], "-n", meta.get("namespace", ns))
     expect(all_open, "every connection open again once the policies are deleted")
-    real.kubectl("delete", "namespace", ns, dashboards, tools_ns, elsewhere, "--wait=false")
+    real.kubectl("delete", "namespace", ns, dashboards, tools_ns, elsewhere, monitoring, "--wait=false")
 
 
 def test_the_operators_own_pool_policy_denies_its_pool_pod_the_api_server(
@@ -780,7 +809,7 @@ def pool_pods_by_node(cluster: LocalCluster, ns: str) -> dict[str, list[str]]:
 
 def inflight_calls(pod_ip: str) -> float:
     """The calls a pool pod runs now, from its /metrics."""
-    with urllib.request.urlopen(f"http://{pod_ip}:8080/metrics", timeout=30) as resp:
+    with urllib.request.urlopen(f"http://{pod_ip}:{TOOL_POOL_METRICS_PORT}/metrics", timeout=30) as resp:
         metrics = resp.read().decode()
     found = re.search(r"^toolrl_tool_inflight (\S+)$", metrics, re.MULTILINE)
     return float(found.group(1)) if found else 0.0

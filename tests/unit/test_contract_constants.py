@@ -26,6 +26,7 @@ def test_paths_the_operator_mounts_are_where_the_trainer_looks() -> None:
 def test_ports_the_operator_opens_are_the_ones_served() -> None:
     assert naming.TRAINER_METRICS_PORT == run.DEFAULT_METRICS_PORT
     assert ServerSettings().port == naming.TOOL_POOL_PORT
+    assert ServerSettings().metrics_port == naming.TOOL_POOL_METRICS_PORT
 
 
 def test_tool_types_agree_across_the_pool_the_api_and_the_crd() -> None:

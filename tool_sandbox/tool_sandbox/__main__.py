@@ -29,7 +29,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     serve = sub.add_parser("serve", help="run the HTTP tool server")
     serve.add_argument("--host", default=defaults.host)
-    serve.add_argument("--port", type=int, default=defaults.port)
+    serve.add_argument("--port", type=int, default=defaults.port, help="the tool API, /healthz and /readyz")
+    serve.add_argument(
+        "--metrics-port", type=int, default=defaults.metrics_port, help="/metrics (and nothing else)"
+    )
     serve.add_argument(
         "--config", help='tools.yaml ({"tools": [...]}, the job\'s spec.tools); default: one python tool'
     )
@@ -109,6 +112,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ):
         if not getattr(args, name) >= 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.metrics_port == args.port:
+        parser.error(f"--metrics-port must differ from --port ({args.port}): /metrics has a port of its own")
     return args
 
 
@@ -118,6 +123,7 @@ def serve_settings(args: argparse.Namespace) -> tuple[ServerSettings, str | None
         ServerSettings(),
         host=args.host,
         port=args.port,
+        metrics_port=args.metrics_port,
         workers=args.workers,
         capacity=args.capacity,
         queue_size=args.queue_size,

@@ -82,7 +82,10 @@ class ServerSettings:
     """How the server runs; one home for every default."""
 
     host: str = "0.0.0.0"
-    port: int = 8080
+    port: int = 8080  # the tool API (every protocol), /healthz and /readyz
+    # /metrics alone, on a port of its own: whoever may read the metrics (Prometheus, the operator's
+    # autoscaler) reaches no tool through it, and a NetworkPolicy can tell the two apart
+    metrics_port: int = 9090
     workers: int = 2  # warm worker processes (zygotes)
     # calls executing at once across all workers, and live sessions: a job's pool replica's by default
     capacity: int = SPEC_DEFAULTS["toolPool"]["capacityPerReplica"]

@@ -297,7 +297,7 @@ def test_pod_monitors_relabel_the_job(render: Render, watch: list[str], selector
         } in endpoint["relabelings"]
         ports[spec["selector"]["matchLabels"]["app.kubernetes.io/component"]] = endpoint["port"]
     # The container port names the operator gives the tool pool and the Ray head.
-    assert ports == {"tool-pool": "http", "trainer": "trainer-metrics"}
+    assert ports == {"tool-pool": "metrics", "trainer": "trainer-metrics"}
 
 
 def test_dashboard_configmap_carries_the_generated_json(render: Render) -> None:

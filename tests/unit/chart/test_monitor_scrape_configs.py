@@ -32,7 +32,7 @@ def test_each_monitor_endpoint_is_one_kubernetes_sd_job(monitors: list[dict]) ->
         tuple(r["source_labels"]): r["regex"] for r in pools["relabel_configs"] if r.get("action") == "keep"
     }
     assert keeps[("__meta_kubernetes_pod_label_app_kubernetes_io_component",)] == "tool\\-pool"
-    assert keeps[("__meta_kubernetes_pod_container_port_name",)] == "http"
+    assert keeps[("__meta_kubernetes_pod_container_port_name",)] == "metrics"
     # the chart's relabelings come after the standard labels, with Prometheus' field names
     assert pools["relabel_configs"][-2:] == [
         {"source_labels": ["__meta_kubernetes_pod_label_toolrl_dev_job"], "target_label": "toolrl_job"},

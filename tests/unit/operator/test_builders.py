@@ -298,7 +298,11 @@ def test_tool_pool_pod_is_restricted_and_probed(make_job) -> None:
     assert sc["capabilities"] == {"drop": ["ALL"]}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-    assert container["ports"] == [{"name": "http", "containerPort": 8080}]
+    # the tool API and /metrics on ports of their own (a policy admits metrics readers to the latter only)
+    assert container["ports"] == [
+        {"name": "http", "containerPort": 8080},
+        {"name": "metrics", "containerPort": 9090},
+    ]
     assert {"name": "tools-config", "mountPath": "/etc/toolrl", "readOnly": True} in container["volumeMounts"]
     assert dep["spec"]["selector"]["matchLabels"] == {
         "toolrl.dev/job": "gsm8k-python",
@@ -445,6 +449,8 @@ def test_network_policy_admits_only_the_jobs_ray_pods_and_denies_egress(make_job
     assert np["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 8080}]
     monitoring = np["ingress"][1]["from"][0]["namespaceSelector"]["matchLabels"]
     assert monitoring == {"kubernetes.io/metadata.name": "monitoring"}
+    assert np["ingress"][1]["ports"] == [{"protocol": "TCP", "port": 9090}], "metrics readers: /metrics only"
+    assert len(np["ingress"]) == 2
 
 
 def test_network_policy_opens_egress_to_http_tools_only(make_job) -> None:
@@ -621,7 +627,7 @@ def test_pool_admits_the_operators_namespace_for_direct_scraping(make_job) -> No
     peers = np["ingress"][1]["from"]
     names = [p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in peers]
     assert names == ["monitoring", "toolrl-system"]
-    assert np["ingress"][1]["ports"] == [{"protocol": "TCP", "port": 8080}]
+    assert np["ingress"][1]["ports"] == [{"protocol": "TCP", "port": 9090}]
     assert Settings.from_env({"POD_NAMESPACE": "ops"}).operator_namespace == "ops"
     assert Settings.from_env({"TOOLRL_KUBERAY_NAMESPACE": "kr"}).kuberay_namespace == "kr"
 
@@ -944,7 +950,7 @@ def test_metrics_from_cidrs_reach_the_pools_and_the_trainers_metrics_and_nothing
     blocks = [{"ipBlock": {"cidr": "198.18.0.1/32"}}, {"ipBlock": {"cidr": "2001:db8::/64"}}]
     pool = build_network_policy(make_job(), settings)["spec"]["ingress"]
     ray = build_ray_network_policy(make_job(), settings)["spec"]["ingress"]
-    assert pool[1]["from"][1:] == blocks and pool[1]["ports"] == [{"protocol": "TCP", "port": 8080}]
+    assert pool[1]["from"][1:] == blocks and pool[1]["ports"] == [{"protocol": "TCP", "port": 9090}]
     assert ray[2]["from"][1:] == blocks and ray[2]["ports"] == [{"protocol": "TCP", "port": 9400}]
     assert all("ipBlock" not in p for rule in (pool[0], ray[0], ray[1]) for p in rule["from"])
     assert Settings.from_env({}).metrics_cidrs == ()

@@ -225,11 +225,23 @@ def test_backpressure_answers_429_with_retry_after(make_server: Any) -> None:
     assert all(r.json()["status"] == "ok" for r in responses if r.status_code == 200)
 
 
+def test_metrics_and_tools_answer_on_ports_of_their_own(server: SandboxProcess) -> None:
+    """A NetworkPolicy admits metrics readers to the metrics port only: nothing of the tool API answers
+    there, and /metrics is not on the tool API's port."""
+    metrics_base = server.metrics_url.removesuffix("/metrics")
+    body = {"tool": "python", "input": "print(1)"}
+    for path in ("/v1/execute", "/run_code", "/mcp", "/step", "/v1/tools", "/readyz", "/healthz"):
+        assert requests.post(metrics_base + path, json=body, timeout=5).status_code == 404, path
+        assert requests.get(metrics_base + path, timeout=5).status_code == 404, path
+    assert requests.get(server.url + "/metrics", timeout=5).status_code == 404
+    assert requests.get(server.metrics_url, timeout=5).status_code == 200
+
+
 def test_metrics_follow_the_contract_and_pass_promtool(server: SandboxProcess) -> None:
     server.execute("print(1)")
     server.execute("print('x' * 100000)")
     server.post("/v1/execute", {"tool": "search", "input": "Paris"})
-    text = requests.get(server.url + "/metrics", timeout=5).text
+    text = requests.get(server.metrics_url, timeout=5).text
     for name in (
         'toolrl_tool_call_duration_seconds_bucket{le="0.001",outcome="ok",protocol="native",tool="python"}',
         'toolrl_tool_calls_total{outcome="ok",protocol="native",tool="search"}',

@@ -236,7 +236,7 @@ async def test_mcp_lists_and_calls_a_function_tool(pool: SandboxProcess) -> None
 
 def test_metrics_count_function_calls_per_tool(pool: SandboxProcess) -> None:
     call(pool, "greet", {"name": "metrics"})
-    text = requests.get(pool.url + "/metrics", timeout=10).text
+    text = requests.get(pool.metrics_url, timeout=10).text
     assert any(
         line.startswith("toolrl_tool_calls_total{") and 'tool="greet"' in line and 'outcome="ok"' in line
         for line in text.splitlines()

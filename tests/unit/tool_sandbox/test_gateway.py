@@ -121,7 +121,7 @@ def test_metrics_count_calls_by_protocol(server: SandboxProcess) -> None:
     }
     server.post("/mcp", rpc)
     server.post("/step", {"action": {"code": "1"}})
-    text = requests.get(server.url + "/metrics", timeout=10).text
+    text = requests.get(server.metrics_url, timeout=10).text
     for protocol in ("native", "sandboxfusion", "verltool", "mcp", "openenv"):
         assert f'toolrl_tool_calls_total{{outcome="ok",protocol="{protocol}",tool="python"}}' in text, (
             protocol
@@ -129,7 +129,7 @@ def test_metrics_count_calls_by_protocol(server: SandboxProcess) -> None:
 
 
 def _live_sessions(server: SandboxProcess) -> float:
-    text = requests.get(server.url + "/metrics", timeout=10).text
+    text = requests.get(server.metrics_url, timeout=10).text
     return float(
         next(line for line in text.splitlines() if line.startswith("toolrl_sandbox_sessions ")).split()[1]
     )

@@ -167,7 +167,7 @@ def test_verltool_sessions_are_reached_only_through_get_observation(any_server: 
 
 
 def _sessions(server: SandboxProcess) -> float:
-    metrics = requests.get(server.url + "/metrics", timeout=30).text
+    metrics = requests.get(server.metrics_url, timeout=30).text
     return float(re.search(r"^toolrl_sandbox_sessions (\S+)$", metrics, re.MULTILINE).group(1))
 
 
@@ -268,7 +268,7 @@ def test_sigterm_drains_then_fails_what_is_left_as_the_pools(
 
 
 def _inflight(server: SandboxProcess) -> float:
-    metrics = requests.get(server.url + "/metrics", timeout=30).text
+    metrics = requests.get(server.metrics_url, timeout=30).text
     return float(re.search(r"^toolrl_tool_inflight (\S+)$", metrics, re.MULTILINE).group(1))
 
 
@@ -276,9 +276,9 @@ def test_readiness_fails_without_landlock_unless_allowed(make_server: object, tm
     allowed = make_server("--no-landlock", "--allow-no-landlock")
     body = requests.get(allowed.url + "/readyz", timeout=10).json()
     assert body["ready"] is True and body["sandbox"]["landlockAbi"] == 0
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     argv = [sys.executable, "-m", "tool_sandbox", "serve", "--host", "127.0.0.1", "--port", str(port)]
-    argv += ["--workdir", str(tmp_path / "work"), "--no-landlock"]
+    argv += ["--metrics-port", str(metrics_port), "--workdir", str(tmp_path / "work"), "--no-landlock"]
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(600):  # until the workers reported their layers (before: "starting")

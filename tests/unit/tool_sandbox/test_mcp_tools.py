@@ -167,7 +167,7 @@ def test_metrics_count_the_remote_tools_calls_per_tool(pool: SandboxProcess) -> 
     for _ in range(3):
         call(pool, "remote__add", {"a": 1, "b": 2})
     call(pool, "remote__fail", {"reason": "x"})
-    text = requests.get(pool.url + "/metrics", timeout=10).text
+    text = requests.get(pool.metrics_url, timeout=10).text
 
     def count(tool: str, outcome: str) -> float:
         prefix = f'toolrl_tool_calls_total{{outcome="{outcome}",protocol="native",tool="{tool}"}} '

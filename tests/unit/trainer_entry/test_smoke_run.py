@@ -109,7 +109,7 @@ def test_a_two_step_smoke_of_a_job_calls_its_tools_in_most_prompt_groups(tmp_pat
             timeout=1500,
             check=False,
         )
-        served = requests.get(pool.url + "/metrics", timeout=10).text
+        served = requests.get(pool.metrics_url, timeout=10).text
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-6000:]
     steps = console_steps(output)

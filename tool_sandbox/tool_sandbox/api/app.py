@@ -117,11 +117,19 @@ def build_app(service: Service) -> web.Application:
             body.update(problem=problems[0], problems=problems)
         return json_response(body, 503 if problems else 200)
 
-    @routes.get("/metrics")
+    app.add_routes(routes)
+    return app
+
+
+def build_metrics_app(service: Service) -> web.Application:
+    """`/metrics` alone, served on its own port (ServerSettings.metrics_port): a reader admitted to it
+    reaches no tool."""
+
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=service.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    app.add_routes(routes)
+    app = web.Application(client_max_size=1024)
+    app.router.add_get("/metrics", metrics)
     return app
 
 
@@ -198,11 +206,19 @@ async def serve(settings: ServerSettings, tools: tuple[ToolConfig, ...]) -> None
         keepalive_timeout=settings.header_timeout_seconds,
         shutdown_timeout=SHUTDOWN_SECONDS,
     )
+    metrics_runner = web.AppRunner(
+        build_metrics_app(service), access_log=None, handle_signals=False, keepalive_timeout=15.0
+    )
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, backlog=1024)
-    await site.start()
+    await metrics_runner.setup()
+    await web.TCPSite(runner, settings.host, settings.port, backlog=1024).start()
+    await web.TCPSite(metrics_runner, settings.host, settings.metrics_port).start()
     log.info(
-        "tool-sandbox listening on %s:%d, tools: %s", settings.host, settings.port, ", ".join(service.tools)
+        "tool-sandbox listening on %s:%d (/metrics on %d), tools: %s",
+        settings.host,
+        settings.port,
+        settings.metrics_port,
+        ", ".join(service.tools),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -225,5 +241,6 @@ async def serve(settings: ServerSettings, tools: tuple[ToolConfig, ...]) -> None
         starting.cancel()
         stopping.cancel()
         await runner.cleanup()  # handlers write their answers first
+        await metrics_runner.cleanup()
         with contextlib.suppress(Exception):
             await service.close()
