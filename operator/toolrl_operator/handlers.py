@@ -30,6 +30,7 @@ from .naming import (
     LABEL_COMPONENT,
     LABEL_JOB,
     LABEL_MANAGED_BY,
+    LABEL_RAY_CLUSTER,
     LABEL_RAY_GROUP,
     LABEL_RAY_NODE_TYPE,
     MANAGED_BY,
@@ -346,6 +347,7 @@ async def pod_event(
         ip=(body.get("status") or {}).get("podIP") or "",
         head=labels.get(LABEL_RAY_NODE_TYPE) == "head",
         node=pod_node(body),
+        cluster=labels.get(LABEL_RAY_CLUSTER, ""),
     )
 
 

@@ -21,6 +21,7 @@ LABEL_JOB = "toolrl.dev/job"
 LABEL_KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 # KubeRay's label on each Ray pod: its group's name (a worker group's groupName, or headgroup)
 LABEL_RAY_GROUP = "ray.io/group"
+LABEL_RAY_CLUSTER = "ray.io/cluster"  # KubeRay's: the RayCluster a Ray pod belongs to
 LABEL_RAY_NODE_TYPE = "ray.io/node-type"  # KubeRay's: head or worker
 
 COMPONENT_TOOL_POOL = "tool-pool"

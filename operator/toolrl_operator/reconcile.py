@@ -77,6 +77,7 @@ from .status import (
     Problems,
     compute_status,
     now,
+    ray_cluster,
     status_changes,
 )
 from .toolpool import Pool, resize, scale_pool
@@ -189,7 +190,8 @@ class PodSeen:
     ready: bool = False  # pod_ready
     ip: str = ""  # its IP while it is ready (the autoscaler scrapes it: ready_pods)
     head: bool = False  # a Ray head (KubeRay's ray.io/node-type label), where the trainer serves metrics
-    node: str = ""  # the node it is bound to (spec.nodeName)
+    node: str = ""  # the node it holds a place on (pod_node)
+    cluster: str = ""  # a Ray pod's RayCluster (KubeRay's ray.io/cluster label)
 
 
 @dataclass(frozen=True)
@@ -289,6 +291,7 @@ class Reconciler:
         ip: str = "",
         head: bool = False,
         node: str = "",
+        cluster: str = "",
     ) -> None:
         """A pod of the job: only a change of why it waits, of whether it shows a lost trainer, of
         whether it is a Ready pod of its Ray group, or of its node matters to the status (the IP of
@@ -300,7 +303,7 @@ class Reconciler:
             state = self.state.setdefault(key, JobState())  # pruned by resync if the job is gone
         seen = None
         if not deleted:
-            seen = PodSeen(component, cause, lost, group, ready, ip if ready else "", head, node)
+            seen = PodSeen(component, cause, lost, group, ready, ip if ready else "", head, node, cluster)
         with state.lock:
             before = state.pods.pop(name, None)
             if seen is not None:
@@ -428,7 +431,7 @@ class Reconciler:
             trainer_waiting=_first_cause(state, COMPONENT_TRAINER),
             pool_waiting=_first_cause(state, COMPONENT_TOOL_POOL),
             lost_trainers=_lost_trainers(state),
-            lost_nodes=_lost_nodes(state, self.unready_nodes),
+            lost_nodes=_lost_nodes(state, self.unready_nodes, ray_cluster(first(self.rayjobs.get(key)))),
         )
         try:
             self._write_status(key, parsed, state, generation, problems, _ready_workers(state), announcements)
@@ -660,10 +663,16 @@ def _ready_workers(state: JobState) -> Counter[str]:
         return Counter(pod.group for pod in state.pods.values() if pod.group and pod.ready)
 
 
-def _lost_nodes(state: JobState, unready: Mapping[str, str]) -> tuple[LostNode, ...]:
-    """The nodes not Ready that hold pods of the job, by name, with those pods by component."""
+def _lost_nodes(state: JobState, unready: Mapping[str, str], cluster: str) -> tuple[LostNode, ...]:
+    """The nodes not Ready that hold pods of the job, by name, with those pods by component; of the Ray
+    pods, those of the attempt's RayCluster `cluster` only (an earlier attempt's, deleted with its
+    cluster, stay Terminating on a lost node and hold nothing of this one)."""
     with state.lock:
-        pods = sorted((p.node, name, p.component) for name, p in state.pods.items() if p.node in unready)
+        pods = sorted(
+            (p.node, name, p.component)
+            for name, p in state.pods.items()
+            if p.node in unready and p.cluster in ("", cluster)
+        )
     nodes = sorted({node for node, _, _ in pods})
     return tuple(
         LostNode(

@@ -11,7 +11,7 @@ from toolrl_api.status_types import Status
 
 from .events import NODE_NOT_READY
 from .job import Job
-from .naming import SUBMITTER_CONTAINER, tool_pool_url
+from .naming import LABEL_RAY_NODE_TYPE, SUBMITTER_CONTAINER, tool_pool_url
 
 PENDING, PROVISIONING, RUNNING = "Pending", "Provisioning", "Running"
 SUCCEEDED, FAILED, SUSPENDED = "Succeeded", "Failed", "Suspended"
@@ -117,12 +117,19 @@ def node_condition(node: Mapping[str, Any]) -> str | None:
 
 
 def pod_node(pod: Mapping[str, Any]) -> str:
-    """The node a pod holds a place on: '' once it is being deleted or has ended (an evicted pod
-    stays Terminating while its node is unreachable, and its replacement runs elsewhere)."""
-    ended = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-    if pod["metadata"].get("deletionTimestamp") or ended:
+    """The node a pod holds a place on: '' once it has ended, or is being deleted and another takes its
+    place (an evicted pod stays Terminating while its node is unreachable: a Deployment's or a Job's is
+    replaced at once). A Ray pod keeps its place until it is gone: KubeRay counts a Terminating pod
+    as its group's (v1.6.1, reconcilePods) and starts no other meanwhile."""
+    meta, ended = pod["metadata"], (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+    if ended or (meta.get("deletionTimestamp") and LABEL_RAY_NODE_TYPE not in (meta.get("labels") or {})):
         return ""
     return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
+def ray_cluster(rayjob: Mapping[str, Any] | None) -> str:
+    """The RayCluster of the RayJob's attempt now ('' before KubeRay names one)."""
+    return str(((rayjob or {}).get("status") or {}).get("rayClusterName") or "")
 
 
 def lost_nodes_message(lost: tuple[LostNode, ...], trainer: bool) -> str:
@@ -134,9 +141,17 @@ def lost_nodes_message(lost: tuple[LostNode, ...], trainer: bool) -> str:
             parts.append(f"node {node.node} is not Ready ({node.condition}) with pods {', '.join(pods)}")
     if not parts:
         return ""
+    if not trainer:
+        return (
+            "; ".join(parts) + ": they run again when it comes back, or elsewhere once Kubernetes evicts them"
+            " (their toleration of node.kubernetes.io/unreachable: 300 s by default)"
+        )
+    nodes = " ".join(node.node for node in lost if node.trainer_pods)
     return (
-        "; ".join(parts) + ": they run again when it comes back, or elsewhere once Kubernetes evicts them"
-        " (their toleration of node.kubernetes.io/unreachable: 300 s by default)"
+        "; ".join(parts) + ": KubeRay replaces a Ray pod only once it is gone, and a pod of an unreachable"
+        " node is gone only when the node comes back or is declared down. If it is down for good,"
+        f" `kubectl taint nodes {nodes} node.kubernetes.io/out-of-service=nodeshutdown:NoExecute` (or"
+        " deleting the Node) lets Kubernetes delete its pods and KubeRay start others elsewhere"
     )
 
 

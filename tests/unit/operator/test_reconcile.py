@@ -15,6 +15,7 @@ from toolrl_operator.job import Job
 from toolrl_operator.naming import AUTOSCALER_FIELD_MANAGER, FIELD_MANAGER
 from toolrl_operator.reconcile import ChildError, Reconciler, classify, overlay
 from toolrl_operator.settings import Settings
+from toolrl_operator.status import pod_node
 
 KEY = ("rl", "gsm8k-python")
 SERVICE = ("Service", "gsm8k-python-tools")
@@ -827,6 +828,38 @@ def test_a_node_that_stops_being_ready_syncs_the_jobs_bound_to_it_and_their_stat
     assert len(rec.queue) == 0
     rec.node_seen("gpu-node-3", None)  # back
     assert len(rec.queue) == 1 and rec.unready_nodes == {"cpu-node-9": "Unknown"}
+    rec.sync(KEY)
+    cluster = {c["type"]: c for c in kube.statuses[-1]["conditions"]}["ClusterReady"]
+    assert cluster["reason"] != "NodeNotReady"
+
+
+def test_a_lost_nodes_terminating_ray_pods_of_the_attempt_are_named_with_what_frees_them(world) -> None:
+    """KubeRay replaces a Ray pod only once it is gone, and an evicted pod of an unreachable node stays
+    Terminating until the node is back or declared down: the attempt's such pods keep naming the node,
+    with the taint that lets it go on; an earlier attempt's (deleted with its RayCluster) are no concern."""
+    rec, kube, indexes = world
+    rec.sync(KEY)
+    running = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "rayClusterName": "c2"}
+    indexes["rayjobs"][KEY] = [rayjob_view(kube.objects[("RayJob", "gsm8k-python")] | {"status": running})]
+    evicted = {"metadata": {"name": "x", "deletionTimestamp": "2026-12-06T00:00:00Z", "labels": {}}}
+    evicted["spec"] = {"nodeName": "cpu-real-1"}
+    evicted["metadata"]["labels"]["ray.io/node-type"] = "worker"
+    node = pod_node(evicted)
+    assert node == "cpu-real-1"
+    rec.pod_seen(KEY, "c1-gpu-worker-a", "trainer", None, deleted=False, node=node, cluster="c1")
+    rec.node_seen("cpu-real-1", "Unknown since 2026-12-06T00:00:00Z (NodeStatusUnknown)")
+    rec.sync(KEY)
+    cluster = {c["type"]: c for c in kube.statuses[-1]["conditions"]}["ClusterReady"]
+    assert cluster["reason"] != "NodeNotReady", "an earlier attempt's pod holds nothing of this one"
+    rec.pod_seen(KEY, "c2-gpu-worker-b", "trainer", None, deleted=False, node=node, cluster="c2")
+    rec.sync(KEY)
+    cluster = {c["type"]: c for c in kube.statuses[-1]["conditions"]}["ClusterReady"]
+    assert (cluster["status"], cluster["reason"]) == ("False", "NodeNotReady")
+    assert "node cpu-real-1 is not Ready" in cluster["message"] and "c2-gpu-worker-b" in cluster["message"]
+    assert "c1-gpu-worker-a" not in cluster["message"]
+    taint = "kubectl taint nodes cpu-real-1 node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
+    assert taint in cluster["message"], cluster["message"]
+    rec.pod_seen(KEY, "c2-gpu-worker-b", "trainer", None, deleted=True)  # force-deleted: KubeRay replaces it
     rec.sync(KEY)
     cluster = {c["type"]: c for c in kube.statuses[-1]["conditions"]}["ClusterReady"]
     assert cluster["reason"] != "NodeNotReady"

@@ -478,12 +478,16 @@ def test_a_nodes_ready_condition_is_named_only_while_it_is_not_ready() -> None:
 
 def test_a_pod_holds_its_node_until_it_is_being_deleted_or_has_ended() -> None:
     """An evicted pod of an unreachable node stays Terminating, a finished submitter stays Failed:
-    neither is the job's any more, so neither ties the job to its node."""
+    neither is the job's any more, so neither ties the job to its node; but a Ray pod, which KubeRay
+    replaces only once it is gone, does."""
     pod = {"metadata": {"name": "w"}, "spec": {"nodeName": "gpu-node-3"}, "status": {"phase": "Running"}}
     assert pod_node(pod) == "gpu-node-3"
     assert pod_node({**pod, "metadata": {"name": "w", "deletionTimestamp": "2026-01-01T00:06:00Z"}}) == ""
     assert pod_node({**pod, "status": {"phase": "Failed"}}) == ""
     assert pod_node({"metadata": {"name": "w"}, "spec": {}}) == ""  # not scheduled yet
+    # KubeRay counts a Terminating Ray pod as its group's and starts no other: it holds its node
+    ray = {"name": "w", "labels": {"ray.io/node-type": "worker"}, "deletionTimestamp": "2026-01-01T00:06:00Z"}
+    assert pod_node({**pod, "metadata": ray}) == "gpu-node-3"
 
 
 def test_a_running_jobs_pods_on_a_node_that_is_not_ready_are_named_in_its_conditions(make_job) -> None:
