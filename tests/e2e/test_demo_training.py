@@ -50,6 +50,7 @@ from harness.training_cluster import (
     kill_container_process,
     newest_checkpoint,
     plot_run,
+    run_on_node,
     stage_toy_data,
     training_cluster,
 )
@@ -402,11 +403,40 @@ def test_a_reward_that_raises_in_training_fails_the_job_with_the_trainers_reason
 
 # ----- one separate-async job, every fault: what a long run meets, and loses nothing by -------------
 
-# each later fault waits for a checkpoint of its own (2, 4, 6 at SAVE_FREQ 2, seen within a second; an
-# async step takes ~7 s here): 12 leaves the last trainer steps to resume past the faults (20: 55 s more)
-SEPARATE_STEPS = 12
+# each later fault waits for a checkpoint of its own (2, 4, 6, ... at SAVE_FREQ 2, seen within a second; an
+# async step takes ~7 s here), and the last trainer needs steps to resume past the faults
+SEPARATE_STEPS = 16  # 12 left too few steps past fault 4 for fault 5 and the attempt after it
 SEPARATE_GROUPS = 2  # the trainer's workers and the rollout workers
 OPERATOR_POD = "app.kubernetes.io/name=toolrl-operator"
+LOST_NODE = 1  # the real node fault 5 crashes (node 0 is the host's namespace, with the cluster's DNS)
+# what an administrator says of a node that is down for good (Kubernetes' non-graceful node shutdown):
+# its pods are deleted, so that KubeRay, which counts a Terminating pod, starts others elsewhere
+OUT_OF_SERVICE = "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
+
+
+def prefer_node(node: str, avoid: bool = False) -> dict[str, Any]:
+    """An affinity that prefers `node` (or, with `avoid`, any other)."""
+    term = {"key": "kubernetes.io/hostname", "operator": "NotIn" if avoid else "In", "values": [node]}
+    preferred = [{"weight": 100, "preference": {"matchExpressions": [term]}}]
+    return {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}}
+
+
+@dataclass
+class NodeLoss:
+    """Fault 5: the node under the job's Ray workers and its pool crashes mid-training."""
+
+    node: str
+    workers: list[str]  # the Ray worker pods that ran there
+    checkpoint: int  # the newest checkpoint at the crash
+    at: float  # monotonic, as the samples: the crash
+    named: dict[str, Any]  # the first condition that named the node, as a user saw it
+    named_after: float  # seconds from the crash
+    resumed_from: int  # the newest checkpoint when the next attempt started
+    next_attempt_after: float  # seconds from the crash to the next attempt
+    ray_nodes_after: dict[str, str]  # the next attempt's Ray pods -> their node, at its first step
+    back_after: float  # seconds from the boot until the node was Ready again
+    ran_there: str  # the phase of a pod bound to it once it was back
+    logs: list[str]  # the next attempt's trainers' logs (those that logged a step), oldest first
 
 
 @dataclass
@@ -419,7 +449,8 @@ class SeparateRun:
     step_at_faults: int  # the job's shown step when the pods, the operator and the node runtime went
     checkpoint_at_faults: int  # the newest checkpoint on the volume then
     faults_at: float  # monotonic, as the samples
-    logs: list[str]  # the submitter pods' logs of the last attempt that logged a step, oldest first
+    logs: list[str]  # attempt 2's submitter pods' logs that logged a step, oldest first (before fault 5)
+    lost: NodeLoss
 
     def seconds_until(self, seen: Callable[[JobState], bool]) -> float | None:
         """Seconds from the pod, operator and node-runtime faults to the first sample that shows `seen`."""
@@ -442,7 +473,10 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun], milestone: Milest
     4. once the trainer restarted after it has saved a checkpoint of its own, at one moment: the Ray
        head and worker pods of both groups are deleted (no grace), every tool-pool pod is deleted, the
        operator's pod is killed again, and each node's kubelet and containerd are restarted (their
-       processes; the containers live on in their shims).
+       processes; the containers live on in their shims);
+    5. once the trainer restarted after those has saved a checkpoint of its own, the node under the Ray
+       workers and the pool (they prefer it, the head the other) crashes (`_lose_a_node`); the attempt
+       ends, the next resumes on the other node from the newest checkpoint; the node boots and runs again.
     The engine-vllm job deleted mid-training (`deleted`) runs beside it from the start."""
     name = "separate"
     job = yaml.safe_load(CPU_EXAMPLE.read_text())
@@ -461,7 +495,13 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun], milestone: Milest
         "gpusPerWorker": 0,
         "resources": {"requests": {"cpu": "100m", "memory": "3Gi"}},
     }
-    spec["runPolicy"]["backoffLimit"] = 1
+    spec["runPolicy"]["backoffLimit"] = 2  # faults 2 and 5 each end an attempt
+    # fault 5's node holds the Ray workers of both groups and the pool; the head (the driver, the GCS)
+    # is on the other: a lost worker's node, as the issue of spot capacity has it
+    lost_node = tc.cluster.nodes[LOST_NODE].name
+    for group in (cluster["workers"], cluster["rolloutWorkers"], spec["toolPool"]):
+        group["affinity"] = prefer_node(lost_node)
+    cluster["head"]["affinity"] = prefer_node(lost_node, avoid=True)
     job_dir = checkpointed(tc, job, SAVE_FREQ)
     applied = time.time()
     tc.cluster.apply(job, "-n", tc.namespace)
@@ -544,6 +584,7 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun], milestone: Milest
             " raise SEPARATE_STEPS"
         )
         faults_at = time.monotonic()
+        trainers_before = len([log for log in tc.trainer_logs(name) if console_steps(log)])
         job_pods = f"toolrl.dev/job={name}"
         # the head's machine goes first, its processes at once (the driver with them): a deleted pod's
         # containers die only when kubelet gets to them, and kubelet restarts right after, so a head
@@ -556,6 +597,25 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun], milestone: Milest
         assert delete_pods(tc, OPERATOR_NAMESPACE, OPERATOR_POD)  # its second kill
         for index in range(DEMO_REAL_NODES):  # every node's: the job's pods are on both
             tc.cluster.restart_node_runtime(index=index)
+
+        def restarted_trainer_saved() -> list[str] | None:
+            logs = [log for log in tc.trainer_logs(name) if console_steps(log)]
+            if len(logs) <= trainers_before or tc.state(name).phase != "Running":
+                return None
+            return logs if newest_checkpoint(job_dir) >= min(console_steps(logs[-1])) else None
+
+        # attempt 2's logs end with the lost node (KubeRay replaces the submitter Job): kept now
+        logs = wait_until(
+            _before_it_ends(tc, name, restarted_trainer_saved),
+            TRAINING_TIMEOUT,
+            f"{name}'s trainer restarted after fault 4 to save a checkpoint",
+            interval=2,
+        )
+        milestone(
+            name, applied, f"checkpoint {newest_checkpoint(job_dir)} after fault 4: node {lost_node} crashes"
+        )
+        # fault 5
+        lost = _lose_a_node(tc, name, job_dir, milestone, applied)
         wait_until(
             lambda: _ended(tc, name),
             TRAINING_TIMEOUT,
@@ -572,7 +632,7 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun], milestone: Milest
 
     wait_until(newest_submitter_ended, 300, "the last trainer's submitter pod to end")
     # a submitter pod that found no Ray to submit to logged no step
-    logs = [log for log in tc.trainer_logs(name) if console_steps(log)]
+    lost.logs = [log for log in tc.trainer_logs(name) if console_steps(log)]
     # the status says Retrying only while KubeRay deletes the failed attempt's cluster (4 s seen): the
     # Event of that phase change keeps it (kubectl describe), status.lastAttemptFailure too
     retried = [
@@ -581,7 +641,109 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun], milestone: Milest
         if e["reason"] == f"{PHASE_PREFIX}{PROVISIONING}" and "KubeRay retries" in e["message"]
     ]
     return SeparateRun(
-        run, groups, good, retried, killed_after, step_at_faults, checkpoint_at_faults, faults_at, logs
+        run, groups, good, retried, killed_after, step_at_faults, checkpoint_at_faults, faults_at, logs, lost
+    )
+
+
+def _ray_pods(tc: TrainingCluster, name: str) -> dict[str, dict[str, Any]]:
+    found = get_json(tc.cluster, "pods", "-n", tc.namespace, "-l", f"toolrl.dev/job={name},ray.io/node-type")
+    return {p["metadata"]["name"]: p for p in found["items"]}
+
+
+def _lose_a_node(
+    tc: TrainingCluster, name: str, job_dir: Path, milestone: Milestone, applied: float
+) -> NodeLoss:
+    """Node LOST_NODE, where job `name`'s Ray workers and pool run, crashes (every process of it killed at
+    once, as a stopped VM). What must follow, each waited for and timed: the job's status names the
+    node (NodeNotReady), as the pods it holds stay Running or Terminating in the API; the administrator
+    declares it down (the out-of-service taint, as the condition's message says), Kubernetes deletes
+    its pods and the next attempt starts, from the newest checkpoint, on the other node; the node boots,
+    is Ready again, the taint is taken off and a pod bound to it runs."""
+    node = tc.cluster.nodes[LOST_NODE].name
+    attempt = tc.state(name).attempt or 1
+    workers = [
+        pod
+        for pod, p in _ray_pods(tc, name).items()
+        if p["spec"].get("nodeName") == node and p["metadata"]["labels"]["ray.io/node-type"] == "worker"
+    ]
+    assert workers, f"no Ray worker of {name} on {node} to lose: {pod_nodes(tc, name)}"
+    checkpoint = newest_checkpoint(job_dir)
+    assert checkpoint <= SEPARATE_STEPS - SAVE_FREQ, (
+        f"checkpoint {checkpoint} of {SEPARATE_STEPS} steps at fault 5: too late for the next attempt to"
+        " save one of its own; raise SEPARATE_STEPS"
+    )
+    crashed = time.monotonic()
+    tc.cluster.crash_node(LOST_NODE)
+
+    def named() -> dict[str, Any] | None:
+        conditions = tc.job(name).get("status", {}).get("conditions", [])
+        said = [
+            c for c in conditions if c.get("reason") == "NodeNotReady" and f"node {node} " in c["message"]
+        ]
+        return said[0] if said else None
+
+    condition = wait_until(named, 300, f"{name}'s status to name the lost node {node}", interval=2)
+    named_after = time.monotonic() - crashed
+    milestone(
+        name, applied, f"{condition['type']} names {node} after {named_after:.0f} s; it is declared down"
+    )
+    tc.kubectl("taint", "nodes", node, OUT_OF_SERVICE)
+    try:
+        wait_until(
+            _before_it_ends(tc, name, lambda: (tc.state(name).attempt or 1) > attempt),
+            TRAINING_TIMEOUT,
+            f"{name}'s next attempt after the lost node",
+            interval=1,
+        )
+        next_attempt_after, resumed_from = time.monotonic() - crashed, newest_checkpoint(job_dir)
+        milestone(
+            name, applied, f"attempt {attempt + 1} after {next_attempt_after:.0f} s, from {resumed_from}"
+        )
+
+        def trained_again() -> dict[str, str] | None:
+            # a checkpoint of its own (the shown step may still be the lost attempt's)
+            if tc.state(name).attempt != attempt + 1 or newest_checkpoint(job_dir) <= resumed_from:
+                return None
+            pods = _ray_pods(tc, name).items()
+            return {
+                pod: p["spec"].get("nodeName", "")
+                for pod, p in pods
+                if not p["metadata"].get("deletionTimestamp")
+            }
+
+        ray_nodes_after = wait_until(
+            _before_it_ends(tc, name, trained_again),
+            TRAINING_TIMEOUT,
+            f"{name}'s attempt {attempt + 1} to save a checkpoint of its own",
+            interval=2,
+        )
+        milestone(name, applied, f"attempt {attempt + 1} trains on {sorted(set(ray_nodes_after.values()))}")
+        booted = time.monotonic()
+        tc.cluster.boot_node(LOST_NODE)
+
+        def ready() -> bool:
+            conditions = get_json(tc.cluster, "node", node)["status"]["conditions"]
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+        wait_until(ready, 300, f"{node} Ready again after its boot")
+        back_after = time.monotonic() - booted
+    finally:
+        tc.kubectl("taint", "nodes", node, OUT_OF_SERVICE.split("=")[0] + "-", check=False)
+    ran_there = run_on_node(tc, node, f"{name}-back-on-{node}")
+    milestone(name, applied, f"{node} Ready {back_after:.0f} s after its boot; a pod there: {ran_there}")
+    return NodeLoss(
+        node,
+        workers,
+        checkpoint,
+        crashed,
+        condition,
+        named_after,
+        resumed_from,
+        next_attempt_after,
+        ray_nodes_after,
+        back_after,
+        ran_there,
+        [],
     )
 
 
@@ -610,19 +772,14 @@ def test_a_separate_async_job_runs_both_worker_groups_and_succeeds(
 def test_a_checkpoint_that_cannot_be_written_fails_the_attempt_and_the_retry_resumes_from_the_good_one(
     separate: SeparateRun,
 ) -> None:
-    assert len(separate.retried) == 1, f"one attempt failed and was retried: {separate.retried}"
-    message = separate.retried[0]
-    assert "attempt 1 failed" in message and "KubeRay retries" in message, message
+    # attempt 1 by the refused checkpoint, attempt 2 by the lost node (fault 5)
+    assert len(separate.retried) == 2, f"two attempts failed and were retried: {separate.retried}"
+    message = next((m for m in separate.retried if "attempt 1 failed" in m), "")
+    assert "KubeRay retries" in message, separate.retried
     # the trainer's own words, whole (KubeRay quotes the end of its log): the step, the directory, the
     # cause, what to do — not a worker's traceback in place of the cause
     said = f"could not be written to /checkpoints/{NAMESPACE}/separate: Permission denied; free space on"
     assert said in message and "spec.checkpoint.volume" in message, message
-    status = separate.run.job["status"]
-    assert status["attempt"] == 2, status
-    # the status keeps why attempt 1 failed through attempt 2 and after the job's end (KubeRay forgot it)
-    failure = status.get("lastAttemptFailure") or {}
-    assert failure.get("attempt") == 1 and said in failure.get("message", ""), status
-    assert failure.get("reason") and failure.get("time"), failure
     # the retried attempt's first step follows the good checkpoint (a step saved past it was refused);
     # the trainers restarted after the later faults start later still
     first = min(step for log in separate.logs for step in console_steps(log))
@@ -656,7 +813,8 @@ def test_lost_ray_pods_pool_operator_and_node_runtime_cost_at_most_a_checkpoint_
     assert first - 1 >= separate.checkpoint_at_faults, (first, separate.checkpoint_at_faults)
     redone = max(before) - first + 1  # steps the lost trainer had logged that were trained again
     assert redone <= SAVE_FREQ, f"{redone} steps redone, more than the checkpoint interval {SAVE_FREQ}"
-    steps = [s.step for _, s in separate.run.samples if s.step is not None]
+    # until fault 5 (the next attempt shows its own progress)
+    steps = [s.step for at, s in separate.run.samples if s.step is not None and at < separate.lost.at]
     # shown progress never falls below where the run stood (the old trainer may have saved one more
     # checkpoint between the faults and its end: then the new one resumes past the faulted step)
     floor = min(separate.step_at_faults, first - 1)
@@ -670,6 +828,36 @@ def test_lost_ray_pods_pool_operator_and_node_runtime_cost_at_most_a_checkpoint_
         f"({redone} redone), past the shown step after {resumed} s; trajectories excluded "
         f"{status['progress'].get('trajectoriesExcluded')}; steps sampled {shown}"
     )
+
+
+def test_a_lost_node_is_named_and_the_next_attempt_resumes_on_the_other_from_the_newest_checkpoint(
+    tc: TrainingCluster, separate: SeparateRun
+) -> None:
+    lost, status = separate.lost, separate.run.job["status"]
+    print(
+        f"\nnode {lost.node} lost under {lost.workers} at checkpoint {lost.checkpoint}: named after"
+        f" {lost.named_after:.0f} s ({lost.named['type']}: {lost.named['message']}); attempt"
+        f" {status['attempt']} after {lost.next_attempt_after:.0f} s from checkpoint {lost.resumed_from}, its"
+        f" Ray pods on {lost.ray_nodes_after}; the node Ready {lost.back_after:.0f} s after its boot"
+    )
+    assert status["phase"] == "Succeeded" and status["progress"]["step"] == SEPARATE_STEPS, status
+    # the condition says which node, which pods and what frees them
+    assert lost.named["status"] == "False" and lost.named["type"] in ("ClusterReady", "ToolPoolReady")
+    assert "is not Ready" in lost.named["message"] and "with pods" in lost.named["message"], lost.named
+    warnings = [e["message"] for e in tc.events("separate") if e["reason"] == "NodeNotReady"]
+    assert any(f"node {lost.node} " in m for m in warnings), warnings
+    # the attempt on the lost node ended saying so; the status keeps it after the job's end (KubeRay forgot)
+    assert status["attempt"] == 3, status
+    failure = status.get("lastAttemptFailure") or {}
+    assert failure.get("attempt") == 2 and "the Ray cluster lost" in failure.get("message", ""), failure
+    assert failure.get("reason") and failure.get("time"), failure
+    # the next attempt ran on the node that was left, from the newest checkpoint: nothing older
+    assert lost.ray_nodes_after and set(lost.ray_nodes_after.values()) == {tc.cluster.nodes[0].name}, lost
+    assert lost.resumed_from >= lost.checkpoint, (lost.resumed_from, lost.checkpoint)
+    first = min(step for log in lost.logs for step in console_steps(log))
+    assert first == lost.resumed_from + 1, (first, lost.resumed_from)
+    # the node came back and runs pods again
+    assert lost.ran_there == "Succeeded", lost.ran_there
 
 
 def test_the_user_sees_the_restarts_and_the_operators_restarts_repeat_nothing(
