@@ -27,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import tarfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -275,14 +276,29 @@ def host_snapshot() -> dict:
 # ----- the machine-wide claim --------------------------------------------------------------
 
 
+_lock_depth = threading.local()  # the claim lock held by this thread (flock would block on a second fd)
+
+
 @contextlib.contextmanager
 def _claim_lock() -> Iterator[None]:
-    CLAIM_DIR.mkdir(parents=True, exist_ok=True)
-    with (CLAIM_DIR / "real-node.lock").open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    """The machine-wide lock of the claim; re-entrant within a thread (a stale claim's teardown, which
+    releases the claim under it, runs with it held)."""
+    depth = getattr(_lock_depth, "n", 0)
+    if depth:
+        _lock_depth.n = depth + 1
         try:
             yield
         finally:
+            _lock_depth.n = depth
+        return
+    CLAIM_DIR.mkdir(parents=True, exist_ok=True)
+    with (CLAIM_DIR / "real-node.lock").open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        _lock_depth.n = 1
+        try:
+            yield
+        finally:
+            _lock_depth.n = 0
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
@@ -460,13 +476,15 @@ class RealNode:
         while True:
             with _claim_lock():
                 owner = claim_owner()
+                if owner not in (None, self.cluster_root) and is_alive is not None and not is_alive(owner):
+                    # a crashed cluster's node, cleaned up under the lock: another cluster waiting for the
+                    # claim would otherwise tear down the host's bridge and chains as this one sets them up
+                    RealNode(owner, self.bin_dir).teardown()
+                    owner = claim_owner()
                 if owner is None or owner == self.cluster_root:
                     self.root.mkdir(parents=True, exist_ok=True)
                     CLAIM.write_text(json.dumps({"root": str(self.cluster_root), "pid": os.getpid()}))
                     return
-            if is_alive is not None and not is_alive(owner):
-                RealNode(owner, self.bin_dir).teardown()  # a crashed cluster's node: clean up
-                continue
             if time.monotonic() >= deadline:
                 raise NodeError(
                     f"another local cluster's real node holds this machine (cluster at {owner}); "
