@@ -172,6 +172,13 @@ def delete_jobs(cluster: Any, namespace: str, timeout: float = 120) -> None:
     )
 
 
+def drop_finalizers(cluster: Any, namespace: str, job: str) -> None:
+    """Let job `job` go without an operator (kopf's finalizer of a job it saw would hold it): a test's
+    clean-up after its operator stopped. Quiet when the job is gone."""
+    patch = '{"metadata":{"finalizers":null}}'
+    cluster.kubectl("patch", "trj", job, "-n", namespace, "--type=merge", "-p", patch, check=False)
+
+
 class OperatorProcess:
     """Start, kill and restart the operator against a kubeconfig; ports are picked free."""
 

@@ -31,7 +31,7 @@ from chartgen.helm import chart_with_stub_dependencies, template
 from harness import REPO
 from harness.localcluster.build import KUBERNETES
 from harness.localcluster.cluster import free_port
-from harness.operator_process import OperatorProcess, install_crd, small_job, wait_until
+from harness.operator_process import OperatorProcess, drop_finalizers, install_crd, small_job, wait_until
 
 EXAMPLE = REPO / "examples" / "toolrljob.yaml"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
@@ -287,17 +287,7 @@ def lifecycle(s: Setup, job_name: str) -> str | None:
                 break
     finally:
         operator.stop()
-        cluster.kubectl(
-            "patch",
-            "trj",
-            job_name,
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            '{"metadata":{"finalizers":null}}',
-            check=False,
-        )
+        drop_finalizers(cluster, ns, job_name)
         cluster.kubectl(
             "delete", "trj", job_name, "-n", ns, "--wait=false", "--ignore-not-found", check=False
         )

@@ -26,7 +26,7 @@ from harness import REPO
 from harness.localcluster.build import KUBERNETES
 from harness.localcluster.cluster import free_port
 from harness.localcluster.prometheus import Prometheus
-from harness.operator_process import OperatorProcess, install_crd, small_job, wait_until
+from harness.operator_process import OperatorProcess, drop_finalizers, install_crd, small_job, wait_until
 from harness.sandbox_process import SandboxProcess
 from trainer_entry.metrics import TrainerMetrics
 
@@ -90,17 +90,7 @@ def operator(cluster: Any, namespace: str, tmp_path: Path) -> Iterator[OperatorP
     finally:
         for ns in (namespace, quota_ns):
             cluster.kubectl("delete", "trj", "--all", "-n", ns, "--wait=false", check=False)
-            cluster.kubectl(
-                "patch",
-                "trj",
-                "quota",
-                "-n",
-                ns,
-                "--type=merge",
-                "-p",
-                '{"metadata":{"finalizers":null}}',
-                check=False,
-            )
+            drop_finalizers(cluster, ns, "quota")
         cluster.kubectl("delete", "namespace", quota_ns, "--wait=false", check=False)
 
 
