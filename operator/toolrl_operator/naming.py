@@ -33,6 +33,8 @@ SUBMITTER_CONTAINER = "ray-job-submitter"
 TOOL_POOL_PORT = 8080  # the pool's tool API (the Service's port), /healthz, /readyz
 TOOL_POOL_METRICS_PORT = 9090  # the pool's /metrics, alone: metrics readers reach no tool
 TRAINER_METRICS_PORT = 9400
+# the container port names the chart's PodMonitors scrape (templates/podmonitors.yaml; a test checks)
+TOOL_POOL_METRICS_PORT_NAME, TRAINER_METRICS_PORT_NAME = "metrics", "trainer-metrics"
 RAY_DASHBOARD_PORT = 8265  # also Ray's job-submission API: unauthenticated, runs any code
 RAY_GCS_PORT = 6379
 RAY_CLIENT_PORT = 10001

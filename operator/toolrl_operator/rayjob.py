@@ -24,6 +24,7 @@ from .naming import (
     REWARD_DIR,
     SUBMITTER_CONTAINER,
     TRAINER_METRICS_PORT,
+    TRAINER_METRICS_PORT_NAME,
     child_metadata,
     config_name,
     ip_blocks,
@@ -319,7 +320,7 @@ def build_rayjob(job: Job, settings: Settings, current_suspend: bool | None = No
             {"name": "gcs-server", "containerPort": RAY_GCS_PORT},
             {"name": "dashboard", "containerPort": RAY_DASHBOARD_PORT},
             {"name": "client", "containerPort": RAY_CLIENT_PORT},
-            {"name": "trainer-metrics", "containerPort": TRAINER_METRICS_PORT},
+            {"name": TRAINER_METRICS_PORT_NAME, "containerPort": TRAINER_METRICS_PORT},
         ],
         "resources": _with_cache_storage(quantities(head.resources), spec.model.cache),
     }

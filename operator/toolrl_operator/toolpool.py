@@ -37,6 +37,7 @@ from .naming import (
     CONFIG_MOUNT,
     DATA_MOUNT,
     TOOL_POOL_METRICS_PORT,
+    TOOL_POOL_METRICS_PORT_NAME,
     TOOL_POOL_PORT,
     child_metadata,
     config_name,
@@ -85,9 +86,12 @@ def pool_tasks(spec: Spec) -> int:
 
 
 def server_args(spec: Spec) -> list[str]:
-    """tool_sandbox's command line (after the image's entrypoint) for this job's pool."""
+    """tool_sandbox's command line (after the image's entrypoint) for this job's pool: the ports too, which
+    the operator's pod, Service and policies open (an image that cannot serve them fails at its start)."""
     pool = spec.tool_pool
     args = [
+        "--port", str(TOOL_POOL_PORT),
+        "--metrics-port", str(TOOL_POOL_METRICS_PORT),
         "--config", f"{CONFIG_MOUNT}/{TOOLS_KEY}",
         "--capacity", str(pool.capacity_per_replica),
         "--max-sessions", str(pool.max_sessions_per_replica),
@@ -178,7 +182,7 @@ def build_deployment(job: Job, settings: Settings, live: Pool | None = None) -> 
         "args": server_args(spec),
         "ports": [
             {"name": "http", "containerPort": TOOL_POOL_PORT},
-            {"name": "metrics", "containerPort": TOOL_POOL_METRICS_PORT},
+            {"name": TOOL_POOL_METRICS_PORT_NAME, "containerPort": TOOL_POOL_METRICS_PORT},
         ],
         "readinessProbe": probe,
         "livenessProbe": {**probe, "httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10},

@@ -9,10 +9,10 @@ dashboard panel has data from the run; the run's PNG is drawn. A job whose rewar
 Failed with the trainer's own words.
 
 Then one separate-async job meets every fault of a long run in turn (a killed operator, a checkpoint that
-cannot be written, a killed head process, lost pods with the nodes' runtimes restarted) and loses no more
-than a checkpoint interval to each, while an engine-vllm job beside it is deleted mid-training and leaves
-nothing behind. Jobs that can share the node run side by side: verl's start-up in the pods is the
-module's largest cost.
+cannot be written, a killed head process, lost pods with the nodes' runtimes restarted, the node under its
+Ray workers and pool crashed) and loses no more than a checkpoint interval to each, while an engine-vllm
+job beside it is deleted mid-training and leaves nothing behind. Jobs that can share the node run side by
+side: verl's start-up in the pods is the module's largest cost.
 
 One cluster with real nodes runs per machine, so the module shares one; the CPU trainer image is built on
 first use (~17 min cold, ~4 min when only trainer_entry changed, cached by its inputs).
@@ -427,13 +427,15 @@ class NodeLoss:
 
     node: str
     workers: list[str]  # the Ray worker pods that ran there
+    held: list[str]  # of those, the ones still in the API when the node was declared down
     checkpoint: int  # the newest checkpoint at the crash
     at: float  # monotonic, as the samples: the crash
-    named: dict[str, Any]  # the first condition that named the node, as a user saw it
+    named: dict[str, Any]  # ToolPoolReady once it named the node, as a user saw it
     named_after: float  # seconds from the crash
+    freed_after: float  # seconds from the crash until the lost Ray pods were deleted (after the taint)
     resumed_from: int  # the newest checkpoint when the next attempt started
     next_attempt_after: float  # seconds from the crash to the next attempt
-    ray_nodes_after: dict[str, str]  # the next attempt's Ray pods -> their node, at its first step
+    ray_nodes_after: dict[str, str]  # the next attempt's Ray pods -> their node, once all were placed
     back_after: float  # seconds from the boot until the node was Ready again
     ran_there: str  # the phase of a pod bound to it once it was back
     logs: list[str]  # the next attempt's trainers' logs (those that logged a step), oldest first
@@ -462,7 +464,7 @@ class SeparateRun:
 @pytest.fixture(scope="module")
 def separate(tc: TrainingCluster, deleted: Future[DeletedRun], milestone: Milestone) -> SeparateRun:
     """The CPU example as `trainer.mode: separate-async` (a rollout worker group beside the trainer's),
-    checkpoints every SAVE_FREQ steps, `runPolicy.backoffLimit: 1`, applied with kubectl; the faults of a
+    checkpoints every SAVE_FREQ steps, `runPolicy.backoffLimit: 2`, applied with kubectl; the faults of a
     long run, one after the other, each once the run has a checkpoint to lose work past:
     1. the operator's pod is killed as soon as the job is applied (mid-sync: creating its children);
     2. once both groups' pods are Ready and a checkpoint is saved, the checkpoint volume turns read-only:
@@ -578,10 +580,10 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun], milestone: Milest
         )
         # fault 4, at one moment
         step_at_faults, checkpoint_at_faults = tc.state(name).step or 0, newest_checkpoint(job_dir)
-        assert checkpoint_at_faults <= SEPARATE_STEPS - SAVE_FREQ, (
+        assert checkpoint_at_faults <= SEPARATE_STEPS - 2 * SAVE_FREQ, (
             f"the run outpaced its faults: checkpoint {checkpoint_at_faults} of {SEPARATE_STEPS} steps when"
-            " the last faults were due, too late for a restarted trainer to show what it resumed from;"
-            " raise SEPARATE_STEPS"
+            " fault 4 was due, too late for a restarted trainer to save one before fault 5 and for the"
+            " attempt after it to show what it resumed from; raise SEPARATE_STEPS"
         )
         faults_at = time.monotonic()
         trainers_before = len([log for log in tc.trainer_logs(name) if console_steps(log)])
@@ -655,40 +657,44 @@ def _lose_a_node(
 ) -> NodeLoss:
     """Node LOST_NODE, where job `name`'s Ray workers and pool run, crashes (every process of it killed at
     once, as a stopped VM). What must follow, each waited for and timed: the job's status names the
-    node (NodeNotReady), as the pods it holds stay Running or Terminating in the API; the administrator
-    declares it down (the out-of-service taint, as the condition's message says), Kubernetes deletes
-    its pods and the next attempt starts, from the newest checkpoint, on the other node; the node boots,
-    is Ready again, the taint is taken off and a pod bound to it runs."""
-    node = tc.cluster.nodes[LOST_NODE].name
+    node (NodeNotReady), while the pods it held stay in the API (KubeRay counts them); the
+    administrator declares it down (the out-of-service taint, as ClusterReady's message says), and
+    Kubernetes deletes them; the next attempt's Ray pods all go to the other node; the node boots, is
+    Ready again, the taint is taken off and a pod bound to it runs. The node is booted whatever fails."""
+    node, other = tc.cluster.nodes[LOST_NODE].name, tc.cluster.nodes[0].name
     attempt = tc.state(name).attempt or 1
+    placed = pod_nodes(tc, name)
     workers = [
         pod
         for pod, p in _ray_pods(tc, name).items()
         if p["spec"].get("nodeName") == node and p["metadata"]["labels"]["ray.io/node-type"] == "worker"
     ]
-    assert workers, f"no Ray worker of {name} on {node} to lose: {pod_nodes(tc, name)}"
+    assert workers, f"no Ray worker of {name} on {node} to lose: {placed}"
+    assert any("-tools-" in pod and at == node for pod, at in placed.items()), (
+        f"no pool pod on {node}: {placed}"
+    )
     checkpoint = newest_checkpoint(job_dir)
-    assert checkpoint <= SEPARATE_STEPS - SAVE_FREQ, (
-        f"checkpoint {checkpoint} of {SEPARATE_STEPS} steps at fault 5: too late for the next attempt to"
-        " save one of its own; raise SEPARATE_STEPS"
-    )
-    crashed = time.monotonic()
+    assert checkpoint < SEPARATE_STEPS, f"checkpoint {checkpoint}: the run ended before fault 5"
+    crashed, booted = time.monotonic(), False
     tc.cluster.crash_node(LOST_NODE)
-
-    def named() -> dict[str, Any] | None:
-        conditions = tc.job(name).get("status", {}).get("conditions", [])
-        said = [
-            c for c in conditions if c.get("reason") == "NodeNotReady" and f"node {node} " in c["message"]
-        ]
-        return said[0] if said else None
-
-    condition = wait_until(named, 300, f"{name}'s status to name the lost node {node}", interval=2)
-    named_after = time.monotonic() - crashed
-    milestone(
-        name, applied, f"{condition['type']} names {node} after {named_after:.0f} s; it is declared down"
-    )
-    tc.kubectl("taint", "nodes", node, OUT_OF_SERVICE)
     try:
+
+        def named() -> dict[str, Any] | None:  # the pool pod there: ToolPoolReady says it
+            conditions = tc.job(name).get("status", {}).get("conditions", [])
+            said = [c for c in conditions if c["type"] == "ToolPoolReady" and f"node {node} " in c["message"]]
+            return said[0] if said and said[0]["reason"] == "NodeNotReady" else None
+
+        condition = wait_until(named, 300, f"{name}'s status to name the lost node {node}", interval=2)
+        named_after = time.monotonic() - crashed
+        milestone(name, applied, f"{condition['type']} names {node} after {named_after:.0f} s: declared down")
+        held = sorted(set(workers) & set(_ray_pods(tc, name)))  # nothing removes them but the node or this
+        tc.kubectl("taint", "nodes", node, OUT_OF_SERVICE)
+        wait_until(
+            lambda: not set(workers) & set(_ray_pods(tc, name)),
+            180,
+            f"the lost Ray pods {workers} deleted once {node} is out of service",
+        )
+        freed_after = time.monotonic() - crashed
         wait_until(
             _before_it_ends(tc, name, lambda: (tc.state(name).attempt or 1) > attempt),
             TRAINING_TIMEOUT,
@@ -700,44 +706,52 @@ def _lose_a_node(
             name, applied, f"attempt {attempt + 1} after {next_attempt_after:.0f} s, from {resumed_from}"
         )
 
-        def trained_again() -> dict[str, str] | None:
-            # a checkpoint of its own (the shown step may still be the lost attempt's)
-            if tc.state(name).attempt != attempt + 1 or newest_checkpoint(job_dir) <= resumed_from:
-                return None
-            pods = _ray_pods(tc, name).items()
-            return {
-                pod: p["spec"].get("nodeName", "")
-                for pod, p in pods
-                if not p["metadata"].get("deletionTimestamp")
-            }
+        def placed_again() -> dict[str, str] | None:
+            cluster = ((tc.rayjob(name) or {}).get("status") or {}).get("rayClusterName")
+            pods = [
+                p
+                for p in _ray_pods(tc, name).values()
+                if p["metadata"]["labels"].get("ray.io/cluster") == cluster
+                and not p["metadata"].get("deletionTimestamp")
+            ]
+            nodes = {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in pods}
+            return nodes if len(nodes) == 1 + SEPARATE_GROUPS and all(nodes.values()) else None
 
+        allocatable = get_json(tc.cluster, "node", other)["status"]["allocatable"]
         ray_nodes_after = wait_until(
-            _before_it_ends(tc, name, trained_again),
+            _before_it_ends(tc, name, placed_again),
             TRAINING_TIMEOUT,
-            f"{name}'s attempt {attempt + 1} to save a checkpoint of its own",
+            f"attempt {attempt + 1}'s Ray pods placed ({other} holds the whole job: it offers {allocatable})",
             interval=2,
         )
-        milestone(name, applied, f"attempt {attempt + 1} trains on {sorted(set(ray_nodes_after.values()))}")
-        booted = time.monotonic()
+        milestone(
+            name, applied, f"attempt {attempt + 1}'s Ray pods on {sorted(set(ray_nodes_after.values()))}"
+        )
+        back = time.monotonic()
         tc.cluster.boot_node(LOST_NODE)
+        booted = True
 
         def ready() -> bool:
             conditions = get_json(tc.cluster, "node", node)["status"]["conditions"]
             return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
         wait_until(ready, 300, f"{node} Ready again after its boot")
-        back_after = time.monotonic() - booted
+        back_after = time.monotonic() - back
     finally:
+        if not booted:
+            tc.cluster.boot_node(LOST_NODE)
         tc.kubectl("taint", "nodes", node, OUT_OF_SERVICE.split("=")[0] + "-", check=False)
     ran_there = run_on_node(tc, node, f"{name}-back-on-{node}")
     milestone(name, applied, f"{node} Ready {back_after:.0f} s after its boot; a pod there: {ran_there}")
     return NodeLoss(
         node,
         workers,
+        held,
         checkpoint,
         crashed,
         condition,
         named_after,
+        freed_after,
         resumed_from,
         next_attempt_after,
         ray_nodes_after,
@@ -757,7 +771,7 @@ def test_a_separate_async_job_runs_both_worker_groups_and_succeeds(
     assert len(set(names)) == SEPARATE_GROUPS and all(g["readyReplicas"] == 1 for g in separate.groups), names
     lag = [
         values["training/off_policy/trajectory_staleness_worst/max"]
-        for log in separate.logs
+        for log in [*separate.logs, *separate.lost.logs]
         for values in console_steps(log).values()
         if "training/off_policy/trajectory_staleness_worst/max" in values
     ]
@@ -838,22 +852,24 @@ def test_a_lost_node_is_named_and_the_next_attempt_resumes_on_the_other_from_the
         f"\nnode {lost.node} lost under {lost.workers} at checkpoint {lost.checkpoint}: named after"
         f" {lost.named_after:.0f} s ({lost.named['type']}: {lost.named['message']}); attempt"
         f" {status['attempt']} after {lost.next_attempt_after:.0f} s from checkpoint {lost.resumed_from}, its"
-        f" Ray pods on {lost.ray_nodes_after}; the node Ready {lost.back_after:.0f} s after its boot"
+        f" Ray pods on {lost.ray_nodes_after}; its lost pods deleted {lost.freed_after:.0f} s after the crash"
+        f" (declared down at {lost.named_after:.0f} s); the node Ready {lost.back_after:.0f} s after its boot"
     )
     assert status["phase"] == "Succeeded" and status["progress"]["step"] == SEPARATE_STEPS, status
-    # the condition says which node, which pods and what frees them
-    assert lost.named["status"] == "False" and lost.named["type"] in ("ClusterReady", "ToolPoolReady")
-    assert "is not Ready" in lost.named["message"] and "with pods" in lost.named["message"], lost.named
+    # the pool's condition named the node and its pod there (a Warning too); the lost Ray pods stayed in
+    # the API (KubeRay counts them) until the node was declared down, then went
+    pool_pods = lost.named["message"].split("with pods ", 1)[-1].split(":")[0].split(", ")
+    assert pool_pods and all("-tools-" in pod for pod in pool_pods), lost.named
     warnings = [e["message"] for e in tc.events("separate") if e["reason"] == "NodeNotReady"]
     assert any(f"node {lost.node} " in m for m in warnings), warnings
+    assert lost.held == lost.workers, (lost.held, lost.workers)
     # the attempt on the lost node ended saying so; the status keeps it after the job's end (KubeRay forgot)
     assert status["attempt"] == 3, status
     failure = status.get("lastAttemptFailure") or {}
     assert failure.get("attempt") == 2 and "the Ray cluster lost" in failure.get("message", ""), failure
     assert failure.get("reason") and failure.get("time"), failure
     # the next attempt ran on the node that was left, from the newest checkpoint: nothing older
-    assert lost.ray_nodes_after and set(lost.ray_nodes_after.values()) == {tc.cluster.nodes[0].name}, lost
-    assert lost.resumed_from >= lost.checkpoint, (lost.resumed_from, lost.checkpoint)
+    assert set(lost.ray_nodes_after.values()) == {tc.cluster.nodes[0].name}, lost.ray_nodes_after
     first = min(step for log in lost.logs for step in console_steps(log))
     assert first == lost.resumed_from + 1, (first, lost.resumed_from)
     # the node came back and runs pods again

@@ -15,6 +15,7 @@ import yaml
 from chartgen.helm import ALL_FEATURES, HelmError, helm, template, values_args
 from chartgen.outputs import CHART, DASHBOARD_JSON
 from harness.localcluster.build import KUBERNETES
+from toolrl_operator.naming import TOOL_POOL_METRICS_PORT_NAME, TRAINER_METRICS_PORT_NAME
 
 Render = Callable[..., list[dict[str, Any]]]
 MONITORING = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
@@ -297,7 +298,7 @@ def test_pod_monitors_relabel_the_job(render: Render, watch: list[str], selector
         } in endpoint["relabelings"]
         ports[spec["selector"]["matchLabels"]["app.kubernetes.io/component"]] = endpoint["port"]
     # The container port names the operator gives the tool pool and the Ray head.
-    assert ports == {"tool-pool": "metrics", "trainer": "trainer-metrics"}
+    assert ports == {"tool-pool": TOOL_POOL_METRICS_PORT_NAME, "trainer": TRAINER_METRICS_PORT_NAME}
 
 
 def test_dashboard_configmap_carries_the_generated_json(render: Render) -> None:

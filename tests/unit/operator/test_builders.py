@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -311,21 +312,40 @@ def test_tool_pool_pod_is_restricted_and_probed(make_job) -> None:
     assert "runtimeClassName" not in build_deployment(make_job(), SETTINGS)["spec"]["template"]["spec"]
 
 
+def test_the_pools_command_line_serves_the_ports_its_pod_opens(make_job) -> None:
+    """The image's entrypoint and the operator's args, as tool_sandbox parses them (the separate image's
+    own parser): the tool API and /metrics on the ports the container, Service and policies name."""
+    from tool_sandbox.__main__ import parse_args, serve_settings
+
+    container = build_deployment(make_job(), SETTINGS)["spec"]["template"]["spec"]["containers"][0]
+    dockerfile = (Path(__file__).parents[3] / "images" / "tool-sandbox" / "Dockerfile").read_text()
+    line = next(line for line in dockerfile.splitlines() if line.startswith("ENTRYPOINT "))
+    _python, module, package, *entrypoint = json.loads(line.removeprefix("ENTRYPOINT "))
+    assert (module, package) == ("-m", "tool_sandbox"), line
+    settings, config = serve_settings(parse_args([*entrypoint, *container["args"]]))
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert (settings.port, settings.metrics_port) == (ports["http"], ports["metrics"]) == (8080, 9090)
+    assert config == "/etc/toolrl/tools.yaml"
+
+
 def test_tool_pool_server_flags_follow_the_spec(make_job) -> None:
     def args(**pool: object) -> list[str]:
         pod = build_deployment(make_job(toolPool=pool), SETTINGS)["spec"]["template"]["spec"]
         return pod["containers"][0]["args"]
 
     assert args() == [
+        "--port", "8080", "--metrics-port", "9090",
         "--config", "/etc/toolrl/tools.yaml", "--capacity", "32", "--max-sessions", "64",
         "--max-tasks", "6144", "--drain-seconds", "20",
     ]  # fmt: skip
     assert args(capacityPerReplica=8, maxSessionsPerReplica=4, requireLandlock=False) == [
+        "--port", "8080", "--metrics-port", "9090",
         "--config", "/etc/toolrl/tools.yaml", "--capacity", "8", "--max-sessions", "4", "--max-tasks", "768",
         "--drain-seconds", "20", "--allow-no-landlock",
     ]  # fmt: skip
     # The pod's pids budget (enforced by the server: no pod field holds one) stays below a node's pid_max.
-    assert args(capacityPerReplica=1024, maxSessionsPerReplica=4096)[7] == "16384"
+    pids = args(capacityPerReplica=1024, maxSessionsPerReplica=4096)
+    assert pids[pids.index("--max-tasks") + 1] == "16384"
 
 
 def test_tool_pool_drains_within_its_grace_period(make_job) -> None:

@@ -476,7 +476,7 @@ def test_a_nodes_ready_condition_is_named_only_while_it_is_not_ready() -> None:
     assert node_condition({}) is None  # no word from it yet: not lost
 
 
-def test_a_pod_holds_its_node_until_it_is_being_deleted_or_has_ended() -> None:
+def test_a_pod_holds_its_node_until_deleted_or_ended_and_a_ray_pod_until_it_is_gone() -> None:
     """An evicted pod of an unreachable node stays Terminating, a finished submitter stays Failed:
     neither is the job's any more, so neither ties the job to its node; but a Ray pod, which KubeRay
     replaces only once it is gone, does."""

@@ -285,13 +285,18 @@ def test_slow_clients_cannot_exhaust_the_server(make_server: object) -> None:
         "--max-connections", "40", "--header-timeout-seconds", "2", prefix=("prlimit", "--nofile=300")
     )
     slow = []
-    for _ in range(400):
-        sock = socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])), timeout=30)
-        sock.sendall(b"POST /v1/execute HTTP/1.1\r\nHost: x\r\n")
+    api_port, metrics_port = (
+        int(url.split(":")[2].split("/")[0]) for url in (server.url, server.metrics_url)
+    )
+    for i in range(500):  # on both ports: the metrics port's connections are capped as well (16)
+        port, request = (metrics_port, b"GET /metrics") if i % 5 == 4 else (api_port, b"POST /v1/execute")
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        sock.sendall(request + b" HTTP/1.1\r\nHost: x\r\n")
         slow.append(sock)
     try:
         health = requests.get(server.url + "/healthz", timeout=20)
         assert health.status_code == 200, health.text
+        assert requests.get(server.metrics_url, timeout=20).status_code == 200
         sock = socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])), timeout=30)
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # never finished: closed by the server
         sock.settimeout(20)

@@ -1,5 +1,5 @@
 """The HTTP server: every protocol's routes (each a module over the transport-free service in
-tool_sandbox/service.py), health, readiness and metrics, all on one port and one event loop."""
+tool_sandbox/service.py), health and readiness on one port, /metrics alone on another, one event loop."""
 
 from __future__ import annotations
 
@@ -128,7 +128,9 @@ def build_metrics_app(service: Service) -> web.Application:
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=service.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    app = web.Application(client_max_size=1024)
+    app = web.Application(client_max_size=1024, middlewares=[_errors])
+    app[BUSY] = set()
+    app[SETTINGS] = service.settings
     app.router.add_get("/metrics", metrics)
     return app
 
@@ -163,18 +165,23 @@ ORPHAN_WATCH_SECONDS = 10.0  # scanned every second for this long after a worker
 ORPHAN_SCAN_SECONDS = 30.0  # besides right after a worker died; a /proc scan took 80 ms on the loaded machine
 
 
-async def _housekeeping(runner: web.AppRunner, app: web.Application, service: Service, cap: int) -> None:
-    """Once a second: connections above the cap closed; orphaned zombies reaped (in a thread, as
-    the scan reads /proc) right after a worker died, when they appear, and every 30 s anyway."""
-    since: dict[Any, float] = {}
+METRICS_CONNECTIONS = 16  # the metrics port's connections (Prometheus and the autoscaler keep one each)
+
+
+async def _housekeeping(sites: list[tuple[web.AppRunner, int]], service: Service) -> None:
+    """Once a second: each site's connections above its cap closed; orphaned zombies reaped (in a
+    thread, as the scan reads /proc) right after a worker died, when they appear, and every 30 s anyway."""
+    since: list[dict[Any, float]] = [{} for _ in sites]
     restarts, scan_until, last_scan = 0, 0.0, 0.0
     while True:
         await asyncio.sleep(1.0)
         try:
-            if runner.server is not None:
-                closed = close_idle_connections(runner.server.connections, app[BUSY], since, cap)
-                if closed:
-                    log.warning("closed %d idle connections above the cap of %d", closed, cap)
+            for (runner, cap), seen in zip(sites, since, strict=True):
+                if runner.server is not None:
+                    busy = runner.app[BUSY]
+                    closed = close_idle_connections(runner.server.connections, busy, seen, cap)
+                    if closed:
+                        log.warning("closed %d idle connections above the cap of %d", closed, cap)
             pool, now = service.pool, time.monotonic()
             if pool is None:
                 continue
@@ -207,7 +214,10 @@ async def serve(settings: ServerSettings, tools: tuple[ToolConfig, ...]) -> None
         shutdown_timeout=SHUTDOWN_SECONDS,
     )
     metrics_runner = web.AppRunner(
-        build_metrics_app(service), access_log=None, handle_signals=False, keepalive_timeout=15.0
+        build_metrics_app(service),
+        access_log=None,
+        handle_signals=False,
+        keepalive_timeout=settings.header_timeout_seconds,
     )
     await runner.setup()
     await metrics_runner.setup()
@@ -224,7 +234,9 @@ async def serve(settings: ServerSettings, tools: tuple[ToolConfig, ...]) -> None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    housekeeping = asyncio.create_task(_housekeeping(runner, app, service, cap))
+    housekeeping = asyncio.create_task(
+        _housekeeping([(runner, cap), (metrics_runner, METRICS_CONNECTIONS)], service)
+    )
     starting = asyncio.create_task(service.start())
     stopping = asyncio.create_task(stop.wait())
     try:
