@@ -231,41 +231,6 @@ RESTRICTED_CONTAINER = {
 }
 
 
-def run_on_node(tc: TrainingCluster, node: str, name: str, timeout: float = 300) -> str:
-    """Runs a pod bound to `node` (the trainer image, a line of Python) to its end; its phase."""
-    manifest = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": tc.namespace},
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Never",
-            "automountServiceAccountToken": False,
-            "securityContext": {"runAsUser": TRAINER_UID, "runAsGroup": TRAINER_UID},
-            "containers": [
-                {
-                    "name": "run",
-                    "image": tc.images["trainer"].ref,
-                    "imagePullPolicy": "Never",
-                    "command": ["python", "-c", "print('ran')"],
-                    "securityContext": RESTRICTED_CONTAINER,
-                    "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}},
-                }
-            ],
-        },
-    }
-    tc.cluster.apply(manifest)
-    try:
-
-        def ended() -> str | None:
-            phase = get_json(tc.cluster, "pod", name, "-n", tc.namespace).get("status", {}).get("phase")
-            return phase if phase in ("Succeeded", "Failed") else None
-
-        return str(wait_until(ended, timeout, f"pod {name} on {node} to end"))
-    finally:
-        tc.kubectl("delete", "pod", name, "-n", tc.namespace, "--wait=false", check=False)
-
-
 def toy_data_manifests(namespace: str, host_dir: Path, image: Image) -> list[dict[str, Any]]:
     """A PersistentVolume on the real node's disk, the claim the CPU example mounts, and the Job
     that writes the tiny model and toy dataset into it with the trainer image (as a user would

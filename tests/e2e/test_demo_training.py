@@ -50,7 +50,6 @@ from harness.training_cluster import (
     kill_container_process,
     newest_checkpoint,
     plot_run,
-    run_on_node,
     stage_toy_data,
     training_cluster,
 )
@@ -94,7 +93,8 @@ def milestone(pytestconfig: pytest.Config) -> Milestone:
 
     def write(name: str, since: float, what: str) -> None:
         with capture.global_and_fixture_disabled():
-            print(f"\n[{name}] +{time.time() - since:.0f} s: {what}", flush=True)
+            at = time.strftime("%H:%M:%S")  # beside the machine's own samples (memory, load)
+            print(f"\n[{name}] +{time.time() - since:.0f} s ({at}): {what}", flush=True)
 
     return write
 
@@ -405,7 +405,7 @@ def test_a_reward_that_raises_in_training_fails_the_job_with_the_trainers_reason
 
 # each later fault waits for a checkpoint of its own (2, 4, 6, ... at SAVE_FREQ 2, seen within a second; an
 # async step takes ~7 s here), and the last trainer needs steps to resume past the faults
-SEPARATE_STEPS = 16  # 12 left too few steps past fault 4 for fault 5 and the attempt after it
+SEPARATE_STEPS = 20  # past fault 4: a checkpoint, fault 5, the next attempt's start, a checkpoint, a drain
 SEPARATE_GROUPS = 2  # the trainer's workers and the rollout workers
 OPERATOR_POD = "app.kubernetes.io/name=toolrl-operator"
 LOST_NODE = 1  # the real node fault 5 crashes (node 0 is the host's namespace, with the cluster's DNS)
@@ -437,7 +437,8 @@ class NodeLoss:
     next_attempt_after: float  # seconds from the crash to the next attempt
     ray_nodes_after: dict[str, str]  # the next attempt's Ray pods -> their node, once all were placed
     back_after: float  # seconds from the boot until the node was Ready again
-    ran_there: str  # the phase of a pod bound to it once it was back
+    drained: dict[str, str]  # the pool's pods -> their node, after the drain that moved it back there
+    excluded: dict[str, Any]  # progress.trajectoriesExcluded before and after the drain
     logs: list[str]  # the next attempt's trainers' logs (those that logged a step), oldest first
 
 
@@ -478,7 +479,8 @@ def separate(tc: TrainingCluster, deleted: Future[DeletedRun], milestone: Milest
        processes; the containers live on in their shims);
     5. once the trainer restarted after those has saved a checkpoint of its own, the node under the Ray
        workers and the pool (they prefer it, the head the other) crashes (`_lose_a_node`); the attempt
-       ends, the next resumes on the other node from the newest checkpoint; the node boots and runs again.
+       ends, the next resumes on the other node from the newest checkpoint; the node boots, and a drain
+       of the other node's pool pods while the job trains brings the pool back onto it.
     The engine-vllm job deleted mid-training (`deleted`) runs beside it from the start."""
     name = "separate"
     job = yaml.safe_load(CPU_EXAMPLE.read_text())
@@ -660,7 +662,8 @@ def _lose_a_node(
     node (NodeNotReady), while the pods it held stay in the API (KubeRay counts them); the
     administrator declares it down (the out-of-service taint, as ClusterReady's message says), and
     Kubernetes deletes them; the next attempt's Ray pods all go to the other node; the node boots, is
-    Ready again, the taint is taken off and a pod bound to it runs. The node is booted whatever fails."""
+    Ready again and the taint is taken off; once the attempt has saved a checkpoint, the pool is drained
+    off the other node (`_drain_the_pool`) and comes back on this one. The node is booted whatever fails."""
     node, other = tc.cluster.nodes[LOST_NODE].name, tc.cluster.nodes[0].name
     attempt = tc.state(name).attempt or 1
     placed = pod_nodes(tc, name)
@@ -741,8 +744,20 @@ def _lose_a_node(
         if not booted:
             tc.cluster.boot_node(LOST_NODE)
         tc.kubectl("taint", "nodes", node, OUT_OF_SERVICE.split("=")[0] + "-", check=False)
-    ran_there = run_on_node(tc, node, f"{name}-back-on-{node}")
-    milestone(name, applied, f"{node} Ready {back_after:.0f} s after its boot; a pod there: {ran_there}")
+    milestone(name, applied, f"{node} Ready {back_after:.0f} s after its boot")
+    wait_until(
+        _before_it_ends(tc, name, lambda: newest_checkpoint(job_dir) > resumed_from),
+        TRAINING_TIMEOUT,
+        f"{name}'s attempt {attempt + 1} to save a checkpoint of its own",
+        interval=1,
+    )
+    excluded_before = (tc.job(name)["status"].get("progress") or {}).get("trajectoriesExcluded")
+    drained = _drain_the_pool(tc, name, other, node)
+    excluded = {
+        "before": excluded_before,
+        "after": (tc.job(name)["status"].get("progress") or {}).get("trajectoriesExcluded"),
+    }
+    milestone(name, applied, f"the pool drained from {other} while training: now {drained}")
     return NodeLoss(
         node,
         workers,
@@ -756,9 +771,40 @@ def _lose_a_node(
         next_attempt_after,
         ray_nodes_after,
         back_after,
-        ran_there,
+        drained,
+        excluded,
         [],
     )
+
+
+def _drain_the_pool(tc: TrainingCluster, name: str, node: str, to: str) -> dict[str, str]:
+    """A spot-style drain of `node` with the pool's notice (cordon, evict: `kubectl drain`, of the pool's
+    pods: a node of its own, as pools often have) while job `name` trains: the pool's calls in flight end
+    as the pool's failures (the trainer masks them out), its pods come back on `to` (the node left is
+    cordoned) and ToolPoolReady turns True again; `node` is uncordoned after. The pool's pods -> node."""
+    selector = f"toolrl.dev/job={name},app.kubernetes.io/component=tool-pool"
+    try:
+        # the pool's /tmp is an emptyDir: a drain that may evict it deletes its data
+        drain = ["drain", node, "--pod-selector", selector, "--delete-emptydir-data", "--timeout", "180s"]
+        done = tc.cluster.kubectl(*drain, timeout=240, check=False)
+        assert done.returncode == 0, done.stderr
+
+        def back() -> dict[str, str] | None:
+            pods = get_json(tc.cluster, "pods", "-n", tc.namespace, "-l", selector)["items"]
+            live = {
+                p["metadata"]["name"]: p["spec"].get("nodeName", "")
+                for p in pods
+                if not p["metadata"].get("deletionTimestamp")
+            }
+            conditions = tc.job(name).get("status", {}).get("conditions", [])
+            ready = any(c["type"] == "ToolPoolReady" and c["status"] == "True" for c in conditions)
+            return live if live and set(live.values()) == {to} and ready else None
+
+        return wait_until(
+            _before_it_ends(tc, name, back), 240, f"{name}'s pool back on {to}, Ready", interval=1
+        )
+    finally:
+        tc.kubectl("uncordon", node, check=False)
 
 
 def test_a_separate_async_job_runs_both_worker_groups_and_succeeds(
@@ -853,7 +899,8 @@ def test_a_lost_node_is_named_and_the_next_attempt_resumes_on_the_other_from_the
         f" {lost.named_after:.0f} s ({lost.named['type']}: {lost.named['message']}); attempt"
         f" {status['attempt']} after {lost.next_attempt_after:.0f} s from checkpoint {lost.resumed_from}, its"
         f" Ray pods on {lost.ray_nodes_after}; its lost pods deleted {lost.freed_after:.0f} s after the crash"
-        f" (declared down at {lost.named_after:.0f} s); the node Ready {lost.back_after:.0f} s after its boot"
+        f" (declared down at {lost.named_after:.0f} s); Ready {lost.back_after:.0f} s after its boot;"
+        f" the pool drained back onto it: {lost.drained}, trajectories excluded {lost.excluded}"
     )
     assert status["phase"] == "Succeeded" and status["progress"]["step"] == SEPARATE_STEPS, status
     # the pool's condition named the node and its pod there (a Warning too); the lost Ray pods stayed in
@@ -872,8 +919,9 @@ def test_a_lost_node_is_named_and_the_next_attempt_resumes_on_the_other_from_the
     assert set(lost.ray_nodes_after.values()) == {tc.cluster.nodes[0].name}, lost.ray_nodes_after
     first = min(step for log in lost.logs for step in console_steps(log))
     assert first == lost.resumed_from + 1, (first, lost.resumed_from)
-    # the node came back and runs pods again
-    assert lost.ran_there == "Succeeded", lost.ran_there
+    # the node came back, and the job used it again: its pool, drained off the other node while training
+    # (the job then went on to Succeeded, above), came back there
+    assert lost.drained and set(lost.drained.values()) == {lost.node}, lost.drained
 
 
 def test_the_user_sees_the_restarts_and_the_operators_restarts_repeat_nothing(
