@@ -781,7 +781,7 @@ def _drain_the_pool(tc: TrainingCluster, name: str, node: str, to: str) -> dict[
     """A spot-style drain of `node` with the pool's notice (cordon, evict: `kubectl drain`, of the pool's
     pods: a node of its own, as pools often have) while job `name` trains: the pool's calls in flight end
     as the pool's failures (the trainer masks them out), its pods come back on `to` (the node left is
-    cordoned) and ToolPoolReady turns True again; `node` is uncordoned after. The pool's pods -> node."""
+    cordoned) and are Ready; `node` is uncordoned after. The pool's pods -> their node."""
     selector = f"toolrl.dev/job={name},app.kubernetes.io/component=tool-pool"
     try:
         # the pool's /tmp is an emptyDir: a drain that may evict it deletes its data
@@ -791,14 +791,13 @@ def _drain_the_pool(tc: TrainingCluster, name: str, node: str, to: str) -> dict[
 
         def back() -> dict[str, str] | None:
             pods = get_json(tc.cluster, "pods", "-n", tc.namespace, "-l", selector)["items"]
-            live = {
-                p["metadata"]["name"]: p["spec"].get("nodeName", "")
-                for p in pods
-                if not p["metadata"].get("deletionTimestamp")
-            }
-            conditions = tc.job(name).get("status", {}).get("conditions", [])
-            ready = any(c["type"] == "ToolPoolReady" and c["status"] == "True" for c in conditions)
-            return live if live and set(live.values()) == {to} and ready else None
+            live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+            ready = all(
+                any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+                for p in live
+            )
+            nodes = {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in live}
+            return nodes if nodes and set(nodes.values()) == {to} and ready else None
 
         return wait_until(
             _before_it_ends(tc, name, back), 240, f"{name}'s pool back on {to}, Ready", interval=1
