@@ -117,6 +117,27 @@ class NodeWatch(Watch):
         lost = self.look()
         return lost_message(lost) if lost else None
 
+    def loss_within(
+        self,
+        seconds: float,
+        poll: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> str | None:
+        """The lost-node message if Ray marks a node seen alive dead within `seconds`, else None: for an
+        actor call that failed first (its node's processes gone, the socket closed) while Ray's health
+        checks have not yet said whether the node died."""
+        deadline = clock() + seconds
+        while True:
+            try:
+                message = self.find()
+            except Exception as exc:  # the GCS unreachable: nothing to tell
+                log.warning("%s: could not ask Ray: %s", self.thread_name, exc)
+                return None
+            if message or clock() >= deadline:
+                return message
+            sleep(poll)
+
 
 def _resources(bundles: Iterable[Mapping[str, float]]) -> dict[str, float]:
     total: dict[str, float] = {}

@@ -50,6 +50,9 @@ DEFAULT_METRICS_PORT = 9400
 # at load 15 on 2 cores), and a second start usually succeeds.
 LOCAL_RAY_ATTEMPTS = 3
 EXIT_NODE_LOST = 1  # as any TrainingError (__main__)
+# how long a failed actor call waits for Ray to say whether the actor's node died (its health checks
+# marked a crashed node dead within ~50 s here)
+ACTOR_LOSS_GRACE_SECONDS = 90.0
 LOCAL_RAY_REGISTER_SECONDS = 180
 
 
@@ -353,6 +356,12 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
         run_ppo(config, task_runner_class=ToolRLTaskRunner)
     except ray.exceptions.RayError as exc:
         print(f"trainer_entry: the run failed; Ray's report:\n{exc}", file=sys.stderr, flush=True)
+        if isinstance(exc, ray.exceptions.RayActorError):
+            # an actor unreachable (seen: its node crashed, the call failed 20 s before Ray marked the
+            # node dead): if its node died, the attempt ends saying so, as the watch would have
+            lost = watch.loss_within(ACTOR_LOSS_GRACE_SECONDS)
+            if lost:
+                end_attempt(hub, lost)
         raise TrainingError(explain_ray_failure(exc)) from exc
     finally:
         watch.stop()

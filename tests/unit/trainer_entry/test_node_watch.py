@@ -48,6 +48,27 @@ def test_a_node_seen_alive_then_dead_or_gone_is_lost_and_a_new_one_is_not() -> N
     assert watch.look() == {"w1": "10.0.0.2", "w2": "10.0.0.3"}
 
 
+def test_a_failed_actor_call_waits_for_ray_to_say_whether_its_node_died() -> None:
+    """The call failed first (the node's processes killed, their sockets closed); Ray marks the node dead
+    only after its health checks: the driver looks until then, and names the node; nothing lost, None."""
+    now = [0.0]
+    looks = iter([[node("head", "a"), node("w1", "b")]] * 3 + [[node("head", "a"), node("w1", "b", False)]])
+    watch = NodeWatch(lambda: next(looks), on_lost=lambda _: None)
+    watch.seen = alive([node("head", "a"), node("w1", "b")])
+    message = watch.loss_within(
+        90, poll=2, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s)
+    )
+    assert message == lost_message({"w1": "b"}) and now[0] == 6.0, (message, now)
+    now[0] = 0.0
+    steady = NodeWatch(lambda: [node("head", "a")], on_lost=lambda _: None)
+    steady.seen = alive([node("head", "a")])
+    assert (
+        steady.loss_within(10, poll=2, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+        is None
+    )
+    assert now[0] == 10.0
+
+
 def test_the_message_names_the_node_and_what_the_job_does_next() -> None:
     message = lost_message({"0123456789abcdef": "198.18.0.14"})
     assert "198.18.0.14 (node 01234567)" in message
