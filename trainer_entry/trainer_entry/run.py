@@ -356,7 +356,7 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
         run_ppo(config, task_runner_class=ToolRLTaskRunner)
     except ray.exceptions.RayError as exc:
         print(f"trainer_entry: the run failed; Ray's report:\n{exc}", file=sys.stderr, flush=True)
-        if isinstance(exc, ray.exceptions.RayActorError):
+        if actor_lost(exc):
             # an actor unreachable (seen: its node crashed, the call failed 20 s before Ray marked the
             # node dead): if its node died, the attempt ends saying so, as the watch would have
             lost = watch.loss_within(ACTOR_LOSS_GRACE_SECONDS)
@@ -368,6 +368,21 @@ def run(job: Job, env: Environment, workdir: Path) -> None:
         placement_watch.stop()
         ray.get(hub.finish.remote())
         ray.shutdown()
+
+
+def actor_lost(exc: BaseException) -> bool:
+    """An actor of the run unreachable or dead, raised as is or as the cause of an actor's task (verl's
+    task runner is an actor: the workers' failures reach the driver inside its RayTaskError)."""
+    import ray
+
+    for _ in range(4):
+        if isinstance(exc, ray.exceptions.RayActorError):
+            return True
+        cause = getattr(exc, "cause", None)
+        if not isinstance(cause, BaseException):
+            return False
+        exc = cause
+    return False
 
 
 def end_attempt(

@@ -8,7 +8,7 @@ import ray
 from harness.operator_process import wait_until
 from ray.cluster_utils import Cluster
 from trainer_entry.node_watch import NodeWatch, alive, lost_message
-from trainer_entry.run import EXIT_NODE_LOST, end_attempt
+from trainer_entry.run import EXIT_NODE_LOST, actor_lost, end_attempt
 
 
 @ray.remote(num_cpus=0)
@@ -67,6 +67,15 @@ def test_a_failed_actor_call_waits_for_ray_to_say_whether_its_node_died() -> Non
         is None
     )
     assert now[0] == 10.0
+
+
+def test_an_actor_lost_is_told_as_raised_and_as_the_cause_of_an_actors_task() -> None:
+    unavailable = ray.exceptions.ActorUnavailableError("RPC error: Socket closed", None)
+    assert actor_lost(unavailable)
+    inside = ray.exceptions.RayTaskError("run", "traceback", unavailable)  # verl's task runner's task
+    assert actor_lost(inside) and actor_lost(inside.as_instanceof_cause())
+    assert not actor_lost(ray.exceptions.RayTaskError("run", "traceback", ValueError("boom")))
+    assert not actor_lost(ValueError("boom"))
 
 
 def test_the_message_names_the_node_and_what_the_job_does_next() -> None:
